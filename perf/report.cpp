@@ -1,0 +1,126 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+namespace pact::perf {
+
+Percentiles percentiles(std::vector<double>& samples) {
+  Percentiles p;
+  if (samples.empty()) return p;
+  std::sort(samples.begin(), samples.end());
+  auto rank = [&](double q) {
+    size_t n = samples.size();
+    size_t idx = static_cast<size_t>(std::ceil(q / 100.0 * static_cast<double>(n)));
+    return samples[std::clamp<size_t>(idx, 1, n) - 1];
+  };
+  p.p50 = rank(50);
+  p.p95 = rank(95);
+  p.p99 = rank(99);
+  return p;
+}
+
+bool parseSize(const std::string& text, size_t* out) {
+  size_t pos = 0;
+  while (pos < text.size() && std::isdigit(static_cast<unsigned char>(text[pos]))) ++pos;
+  if (pos == 0 || pos > 15) return false;
+  unsigned long long value = std::stoull(text.substr(0, pos));
+  std::string suffix;
+  for (char c : text.substr(pos))
+    suffix += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  unsigned shift = 0;
+  if (suffix.empty() || suffix == "B") {
+    shift = 0;
+  } else if (suffix == "K" || suffix == "KB" || suffix == "KIB") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "MB" || suffix == "MIB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "GB" || suffix == "GIB") {
+    shift = 30;
+  } else {
+    return false;
+  }
+  *out = static_cast<size_t>(value) << shift;
+  return true;
+}
+
+std::string formatSize(size_t bytes) {
+  static const char* kUnits[] = {"", "K", "M", "G", "T"};
+  int u = 0;
+  while (u < 4 && bytes >= 1024 && bytes % 1024 == 0) {
+    bytes /= 1024;
+    ++u;
+  }
+  return std::to_string(bytes) + kUnits[u];
+}
+
+std::vector<size_t> sweep(size_t lo, size_t hi, size_t factor) {
+  std::vector<size_t> sizes;
+  if (lo == 0 || factor < 2 || lo > hi) return sizes;
+  for (size_t s = lo; s <= hi; s *= factor) {
+    sizes.push_back(s);
+    if (s > hi / factor) break;
+  }
+  return sizes;
+}
+
+void printTable(std::FILE* out, const std::vector<SizeRow>& rows) {
+  std::fprintf(out, "%10s %10s %10s %10s %10s | %10s %10s %10s\n", "size", "bw_GB/s", "bw_p50_us",
+               "bw_p95_us", "bw_p99_us", "lat_p50_us", "lat_p95_us", "lat_p99_us");
+  for (const SizeRow& r : rows) {
+    std::fprintf(out, "%10s ", formatSize(r.size).c_str());
+    if (r.has_bw) {
+      std::fprintf(out, "%10.3f %10.2f %10.2f %10.2f | ", r.bw_gbps, r.bw_us.p50, r.bw_us.p95,
+                   r.bw_us.p99);
+    } else {
+      std::fprintf(out, "%10s %10s %10s %10s | ", "-", "-", "-", "-");
+    }
+    if (r.has_lat) {
+      std::fprintf(out, "%10.2f %10.2f %10.2f\n", r.lat_us.p50, r.lat_us.p95, r.lat_us.p99);
+    } else {
+      std::fprintf(out, "%10s %10s %10s\n", "-", "-", "-");
+    }
+  }
+  std::fflush(out);
+}
+
+nlohmann::json toJson(const nlohmann::json& meta, const std::vector<SizeRow>& rows) {
+  nlohmann::json results = nlohmann::json::array();
+  for (const SizeRow& r : rows) {
+    nlohmann::json j;
+    j["size"] = r.size;
+    auto put = [&](const char* key, bool has, double v) {
+      j[key] = has ? nlohmann::json(v) : nlohmann::json(nullptr);
+    };
+    put("bw_gbps", r.has_bw, r.bw_gbps);
+    put("bw_p50_us", r.has_bw, r.bw_us.p50);
+    put("bw_p95_us", r.has_bw, r.bw_us.p95);
+    put("bw_p99_us", r.has_bw, r.bw_us.p99);
+    j["bw_iters"] = r.bw_iters;
+    put("lat_p50_us", r.has_lat, r.lat_us.p50);
+    put("lat_p95_us", r.has_lat, r.lat_us.p95);
+    put("lat_p99_us", r.has_lat, r.lat_us.p99);
+    j["lat_iters"] = r.lat_iters;
+    results.push_back(std::move(j));
+  }
+  return nlohmann::json{{"meta", meta}, {"results", results}};
+}
+
+bool writeJson(const std::string& path, const nlohmann::json& doc, std::string* error) {
+  std::ofstream f(path);
+  if (!f) {
+    *error = "cannot open " + path + " for writing";
+    return false;
+  }
+  f << doc.dump(2) << '\n';
+  if (!f) {
+    *error = "write to " + path + " failed";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace pact::perf

@@ -1,0 +1,45 @@
+// Result rows shared by pact-perf scenarios, their text table and JSON file, and size helpers.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace pact::perf {
+
+struct Percentiles {
+  double p50 = 0, p95 = 0, p99 = 0;
+};
+
+// Nearest-rank percentiles of samples (sorted in place). Zeros when samples is empty.
+Percentiles percentiles(std::vector<double>& samples);
+
+// One message size. A scenario may fill only bandwidth or only latency; the other stays absent.
+struct SizeRow {
+  size_t size = 0;
+  bool has_bw = false;
+  double bw_gbps = 0;  // 1e9 bytes per second
+  Percentiles bw_us;   // per-message completion interval, microseconds
+  long bw_iters = 0;
+  bool has_lat = false;
+  Percentiles lat_us;  // one-way latency (RTT / 2), microseconds
+  long lat_iters = 0;
+};
+
+// "8", "4K", "1M", "1G" (binary multiples). Also accepts KB/KiB style suffixes.
+bool parseSize(const std::string& text, size_t* out);
+std::string formatSize(size_t bytes);
+
+// Geometric sweep lo, lo*factor, ... <= hi. Empty if the arguments make no sense.
+std::vector<size_t> sweep(size_t lo, size_t hi, size_t factor);
+
+// Writes the rows as an aligned text table.
+void printTable(std::FILE* out, const std::vector<SizeRow>& rows);
+
+// {"meta": meta, "results": [{size, bw_gbps, bw_p50_us, ..., lat_p99_us}]}; absent values are null.
+nlohmann::json toJson(const nlohmann::json& meta, const std::vector<SizeRow>& rows);
+bool writeJson(const std::string& path, const nlohmann::json& doc, std::string* error);
+
+}  // namespace pact::perf

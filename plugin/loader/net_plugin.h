@@ -1,0 +1,87 @@
+// pact::loader: opens ANY NCCL net plugin .so exactly as NCCL does (dlopen RTLD_NOW|RTLD_LOCAL,
+// dlsym ncclNetPlugin_vN) and exposes one version-independent interface over v8..v12.
+// Used by pact-perf (to drive any plugin) and by the `abi` test suite. It is the only code
+// outside plugin/nccl that includes plugin/abi headers.
+//
+// Thread safety: the object itself holds no mutable state after open(); calls are forwarded to the
+// plugin, which defines their thread rules (NCCL's: service thread vs progress thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace pact::loader {
+
+// ncclResult_t values (frozen by NCCL).
+enum Result : int {
+  kSuccess = 0, kUnhandledCudaError = 1, kSystemError = 2, kInternalError = 3,
+  kInvalidArgument = 4, kInvalidUsage = 5, kRemoteError = 6, kInProgress = 7,
+};
+
+inline constexpr int kPtrHost = 0x1;
+inline constexpr int kPtrCuda = 0x2;
+inline constexpr int kPtrDmabuf = 0x4;
+inline constexpr int kHandleSize = 128;
+inline constexpr int kMaxRecvs = 8;
+inline constexpr int kOldestVersion = 8;
+inline constexpr int kNewestVersion = 12;
+
+// Union of every version's properties; fields a version lacks get NCCL's shim defaults.
+struct Properties {
+  std::string name;
+  std::string pciPath;  // empty when the plugin returned NULL
+  uint64_t guid = 0;
+  int ptrSupport = 0, regIsGlobal = 0, forceFlush = 0, speed = 0, port = 0;
+  float latency = 0;
+  int maxComms = 0, maxRecvs = 0, netDeviceType = 0, netDeviceVersion = 0;
+  int vNdevs = 0;
+  int vDevs[8] = {};
+  size_t maxP2pBytes = 0, maxCollBytes = 0;
+  int maxMultiRequestSize = 1;
+  int16_t railId = -1, planeId = -1;
+};
+
+class NetPlugin {
+ public:
+  // path: file to dlopen. version: 0 = the newest ncclNetPlugin_vN found (12 down to 8, like NCCL),
+  // or exactly N. Returns nullptr and sets *error on failure.
+  static std::unique_ptr<NetPlugin> open(const std::string& path, int version, std::string* error);
+  ~NetPlugin();  // finalize (v11+, if init succeeded) then dlclose
+  NetPlugin(const NetPlugin&) = delete;
+  NetPlugin& operator=(const NetPlugin&) = delete;
+
+  int version() const;
+  const char* name() const;
+
+  // init: v8/v9 init(logger), v10 init(logger, prof), v11/v12 init(&ctx, commId, &config, logger, prof).
+  // trafficClass is passed in config for v11/v12 and remembered for v10's connect.
+  // Logs go to stderr unless quiet.
+  int init(int trafficClass = -1, bool quiet = true);
+  int devices(int* ndev);
+  int getProperties(int dev, Properties* props);
+  int listen(int dev, void* handle /*kHandleSize bytes*/, void** listenComm);
+  // nullDevHandlePtr: pass a NULL ncclNetDeviceHandle** (NCCL's GDR probe) instead of &local.
+  int connect(int dev, void* handle, void** sendComm, bool nullDevHandlePtr = false);
+  int accept(void* listenComm, void** recvComm, bool nullDevHandlePtr = false);
+  int regMr(void* comm, void* data, size_t size, int type, void** mhandle);
+  int deregMr(void* comm, void* mhandle);
+  int isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
+  int irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request);
+  int iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
+  int test(void* request, int* done, int* sizes);
+  int closeSend(void* sendComm);
+  int closeRecv(void* recvComm);
+  int closeListen(void* listenComm);
+  bool hasMakeVDevice() const;
+  int makeVDevice(int* d, int ndevs, const int* devs);
+  int finalize();  // v11+: finalize(ctx); older: no-op returning kSuccess
+
+ private:
+  NetPlugin();
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace pact::loader

@@ -1,0 +1,35 @@
+// Adapters shared by several shim versions: the profiler-handle variants of isend/irecv (v10+)
+// and the context-taking listen/connect/init of v11+. Each only drops or forwards arguments.
+#pragma once
+
+#include "plugin/nccl/core.h"
+
+namespace pact::plugin {
+
+inline ncclResult_t isendP(void* comm, void* data, size_t size, int tag, void* mh, void* /*phandle*/,
+                           void** req) {
+  return isend(comm, data, size, tag, mh, req);
+}
+
+inline ncclResult_t irecvP(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhs,
+                           void** /*phandles*/, void** req) {
+  return irecv(comm, n, data, sizes, tags, mhs, req);
+}
+
+inline ncclResult_t listenCtx(void* /*ctx*/, int dev, void* handle, void** listenComm) {
+  return listen(dev, handle, listenComm);
+}
+
+inline ncclResult_t connectCtx(void* /*ctx*/, int dev, void* handle, void** sendComm,
+                               ncclNetDeviceHandle_v7_t** devComm) {
+  return connect(dev, handle, sendComm, devComm);
+}
+
+template <typename Config>
+ncclResult_t initCtx(void** ctx, uint64_t /*commId*/, Config* config, ncclDebugLogger_t logger,
+                     ncclProfilerCallback_t /*prof*/) {
+  if (ctx == nullptr) return ncclInvalidArgument;
+  return init(ctx, config ? config->trafficClass : -1, logger);
+}
+
+}  // namespace pact::plugin

@@ -1,0 +1,58 @@
+// ncclNetPlugin_v10 (NCCL 2.26+): profiler callback in init, traffic class in connect, profiler
+// handles on isend/irecv (not used: pact reports no profiler events yet).
+#include "abi/net_v10.h"
+#include "plugin/nccl/adapters.h"
+
+namespace pact::plugin {
+namespace {
+
+ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+  return plugin::init(nullptr, -1, logger);
+}
+
+ncclResult_t getProperties(int dev, ncclNetProperties_v10_t* props) {
+  return guard("getProperties", [&] {
+    transport::Properties core;
+    ncclResult_t r = fillCommon(dev, props, &core);
+    if (r != ncclSuccess) return r;
+    props->regIsGlobal = core.regIsGlobal;
+    props->forceFlush = core.forceFlush;
+    fillVProps(&props->vProps, core);
+    props->maxP2pBytes = core.maxP2pBytes;
+    props->maxCollBytes = core.maxCollBytes;
+    return r;
+  });
+}
+
+ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sendComm,
+                        ncclNetDeviceHandle_v10_t** devComm) {
+  return connect(dev, handle, sendComm, devComm);
+}
+
+}  // namespace
+}  // namespace pact::plugin
+
+using namespace pact::plugin;
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlugin_v10 = {
+    .name = "PACT",
+    .init = initV10,
+    .devices = devices,
+    .getProperties = pact::plugin::getProperties,
+    .listen = listen,
+    .connect = connectV10,
+    .accept = accept,
+    .regMr = regMr,
+    .regMrDmaBuf = nullptr,
+    .deregMr = deregMr,
+    .isend = isendP,
+    .irecv = irecvP,
+    .iflush = iflush,
+    .test = test,
+    .closeSend = closeSend,
+    .closeRecv = closeRecv,
+    .closeListen = closeListen,
+    .getDeviceMr = nullptr,
+    .irecvConsumed = nullptr,
+    .makeVDevice = nullptr,
+};

@@ -1,0 +1,50 @@
+// ncclNetPlugin_v9 (NCCL 2.24+): size_t sizes, virtual-device properties.
+#include "abi/net_v9.h"
+#include "plugin/nccl/core.h"
+
+namespace pact::plugin {
+namespace {
+
+ncclResult_t initV9(ncclDebugLogger_t logger) { return plugin::init(nullptr, -1, logger); }
+
+ncclResult_t getProperties(int dev, ncclNetProperties_v9_t* props) {
+  return guard("getProperties", [&] {
+    transport::Properties core;
+    ncclResult_t r = fillCommon(dev, props, &core);
+    if (r != ncclSuccess) return r;
+    props->regIsGlobal = core.regIsGlobal;
+    props->forceFlush = core.forceFlush;
+    fillVProps(&props->vProps, core);
+    props->maxP2pBytes = core.maxP2pBytes;
+    props->maxCollBytes = core.maxCollBytes;
+    return r;
+  });
+}
+
+}  // namespace
+}  // namespace pact::plugin
+
+using namespace pact::plugin;
+
+extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlugin_v9 = {
+    .name = "PACT",
+    .init = initV9,
+    .devices = devices,
+    .getProperties = pact::plugin::getProperties,
+    .listen = listen,
+    .connect = connect,
+    .accept = accept,
+    .regMr = regMr,
+    .regMrDmaBuf = nullptr,
+    .deregMr = deregMr,
+    .isend = isend,
+    .irecv = irecv,
+    .iflush = iflush,
+    .test = test,
+    .closeSend = closeSend,
+    .closeRecv = closeRecv,
+    .closeListen = closeListen,
+    .getDeviceMr = nullptr,
+    .irecvConsumed = nullptr,
+    .makeVDevice = nullptr,
+};

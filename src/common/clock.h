@@ -1,0 +1,13 @@
+// Monotonic time, one definition for the whole tree.
+#pragma once
+
+#include <chrono>
+
+namespace pact {
+
+using Clock = std::chrono::steady_clock;
+using TimePoint = Clock::time_point;
+
+inline TimePoint now() { return Clock::now(); }
+
+}  // namespace pact

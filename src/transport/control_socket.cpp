@@ -1,0 +1,129 @@
+#include "transport/control_socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+
+#include <cstring>
+
+namespace pact::transport {
+
+namespace {
+
+Error sysError(const char* what) {
+  return Error{Status::kSystemError, std::string(what) + ": " + std::strerror(errno)};
+}
+
+void setNoDelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+}  // namespace
+
+Result<ControlSocket> ControlSocket::connectTo(const wire::ListenHandle& h) {
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (h.family == AF_INET) {
+    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
+    sin->sin_family = AF_INET;
+    sin->sin_port = htons(h.port);
+    std::memcpy(&sin->sin_addr, h.addr, 4);
+    len = sizeof(sockaddr_in);
+  } else {
+    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(h.port);
+    std::memcpy(&sin6->sin6_addr, h.addr, 16);
+    len = sizeof(sockaddr_in6);
+  }
+  ScopedFd fd(::socket(h.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return sysError("socket");
+  setNoDelay(fd.get());
+  if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 && errno != EINPROGRESS)
+    return sysError("connect");
+  return ControlSocket(std::move(fd));
+}
+
+Status ControlSocket::send(const std::vector<uint8_t>& bytes) {
+  out_.insert(out_.end(), bytes.begin(), bytes.end());
+  return flush();
+}
+
+Status ControlSocket::flush() {
+  while (!out_.empty()) {
+    ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINPROGRESS || errno == ENOTCONN)
+        return Status::kInProgress;
+      return Status::kRemoteError;
+    }
+    connected_ = true;
+    out_.erase(out_.begin(), out_.begin() + n);
+  }
+  return Status::kOk;
+}
+
+Result<std::optional<Frame>> ControlSocket::poll() {
+  uint8_t buf[4096];
+  for (;;) {
+    // Stop reading once a whole frame is buffered: the rest stays for the next call.
+    if (in_.size() >= wire::kHeaderSize) {
+      auto hdr = wire::decodeHeader(std::span(in_).first(wire::kHeaderSize));
+      if (!hdr.ok()) return hdr.error();
+      if (in_.size() >= wire::kHeaderSize + hdr->length) {
+        Frame f{*hdr, std::vector<uint8_t>(in_.begin() + wire::kHeaderSize,
+                                           in_.begin() + static_cast<long>(wire::kHeaderSize + hdr->length))};
+        in_.erase(in_.begin(), in_.begin() + static_cast<long>(wire::kHeaderSize + hdr->length));
+        return std::optional<Frame>(std::move(f));
+      }
+    }
+    ssize_t n = ::recv(fd_.get(), buf, sizeof buf, MSG_DONTWAIT);
+    if (n == 0) return Error{Status::kRemoteError, "control connection closed by the peer"};
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTCONN) return std::optional<Frame>();
+      if (errno == EINTR) continue;
+      return Error{Status::kRemoteError, std::string("control connection: ") + std::strerror(errno)};
+    }
+    connected_ = true;
+    in_.insert(in_.end(), buf, buf + n);
+  }
+}
+
+Result<Listener> listenOn(const std::string& ip) {
+  Listener l;
+  auto* sin = reinterpret_cast<sockaddr_in*>(&l.addr);
+  auto* sin6 = reinterpret_cast<sockaddr_in6*>(&l.addr);
+  socklen_t len;
+  if (inet_pton(AF_INET, ip.c_str(), &sin->sin_addr) == 1) {
+    sin->sin_family = AF_INET;
+    len = sizeof(sockaddr_in);
+  } else if (inet_pton(AF_INET6, ip.c_str(), &sin6->sin6_addr) == 1) {
+    sin6->sin6_family = AF_INET6;
+    len = sizeof(sockaddr_in6);
+  } else {
+    return Error{Status::kInvalidArgument, "not an IP address: '" + ip + "'"};
+  }
+  l.fd.reset(::socket(l.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!l.fd.valid()) return sysError("socket");
+  if (::bind(l.fd.get(), reinterpret_cast<sockaddr*>(&l.addr), len) != 0) return sysError("bind");
+  if (::listen(l.fd.get(), 1024) != 0) return sysError("listen");
+  if (::getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&l.addr), &len) != 0)
+    return sysError("getsockname");
+  return l;
+}
+
+Result<ScopedFd> acceptOne(int listenFd) {
+  int fd = ::accept4(listenFd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+  if (fd < 0) {
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR || errno == ECONNABORTED)
+      return ScopedFd();
+    return sysError("accept");
+  }
+  setNoDelay(fd);
+  return ScopedFd(fd);
+}
+
+}  // namespace pact::transport

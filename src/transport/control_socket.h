@@ -1,0 +1,56 @@
+// ControlSocket: the non-blocking TCP connection that carries a comm's handshake and, afterwards,
+// its liveness (a peer that dies closes it; a peer that closes on purpose first sends BYE).
+// Also the listening socket helpers. Nothing here ever blocks.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/scoped_fd.h"
+#include "common/status.h"
+#include "transport/wire.h"
+
+namespace pact::transport {
+
+struct Frame {
+  wire::Header header;
+  std::vector<uint8_t> body;
+};
+
+class ControlSocket {
+ public:
+  ControlSocket() = default;
+  explicit ControlSocket(ScopedFd fd) : fd_(std::move(fd)) {}
+  // Starts a non-blocking connect to the listener described by the handle.
+  static Result<ControlSocket> connectTo(const wire::ListenHandle& h);
+
+  int fd() const { return fd_.get(); }
+  // Queues bytes and writes as much as the socket takes now.
+  Status send(const std::vector<uint8_t>& bytes);
+  // Writes queued bytes; kOk when all are out, kInProgress when some remain.
+  Status flush();
+  // Reads what is available; returns a frame once one is complete. Error on EOF (the message says
+  // "closed"), on a socket error, or on a malformed header (the codec's message).
+  Result<std::optional<Frame>> poll();
+  bool connected() const { return connected_; }
+
+ private:
+  ScopedFd fd_;
+  bool connected_ = false;
+  std::vector<uint8_t> out_;
+  std::vector<uint8_t> in_;
+};
+
+// A non-blocking listening socket bound to ip (port chosen by the kernel).
+struct Listener {
+  ScopedFd fd;
+  sockaddr_storage addr{};
+};
+Result<Listener> listenOn(const std::string& ip);
+// Accepts one pending connection, or returns an invalid fd when none is waiting.
+Result<ScopedFd> acceptOne(int listenFd);
+
+}  // namespace pact::transport

@@ -1,0 +1,28 @@
+#include "transport/device_ctx.h"
+
+#include "common/log.h"
+
+namespace pact::transport {
+
+Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, const Params& params) {
+  std::shared_ptr<DeviceCtx> d(new DeviceCtx(info, params));
+  auto ctx = ucx::Context::create(info.name, "pact-" + info.name);
+  if (!ctx.ok()) return ctx.error();
+  d->context_ = std::move(ctx.value());
+  auto worker = ucx::Worker::create(d->context_);
+  if (!worker.ok()) return worker.error();
+  d->worker_ = std::move(worker.value());
+  d->cache_ = std::make_unique<ucx::RegCache>(d->context_.get());
+  PACT_INFO("device %s opened: ucx worker address %zu bytes", info.name.c_str(),
+            d->worker_.address().size());
+  return d;
+}
+
+Result<uint32_t> DeviceCtx::allocTagSpace() {
+  constexpr uint32_t kTagSpaces = 1u << 20;
+  if (nextTagSpace_ >= kTagSpaces)
+    return Error{Status::kNoResource, "device " + info_.name + ": all 2^20 receive tag spaces used"};
+  return nextTagSpace_++;
+}
+
+}  // namespace pact::transport

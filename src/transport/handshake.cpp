@@ -1,0 +1,281 @@
+// listen / connect / accept: the non-blocking connection handshake over the control socket.
+//   connector                          listener
+//   HELLO{listen id, epoch, worker} -> checks version, listen id, epoch
+//                                   <- ACCEPT{tag space, epoch, worker} | REFUSE{field, values}
+// connect and accept each step their side and return a null comm until done, so both may be
+// called alternately from one thread (NCCL's GDR probe).
+#include <arpa/inet.h>
+#include <sys/socket.h>
+
+#include <cstring>
+#include <random>
+
+#include "common/log.h"
+#include "transport/net.h"
+
+namespace pact::transport {
+
+namespace {
+
+constexpr size_t kScratchOffset = 64;  // where connect keeps its state pointer inside the handle
+static_assert(kScratchOffset >= wire::kHandleAddressBytes &&
+              kScratchOffset + sizeof(void*) <= wire::kHandleSize);
+
+uint64_t randomId() {
+  static thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng() | 1;
+}
+
+std::string peerName(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof ss;
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "unknown peer";
+  int port = 0;
+  if (ss.ss_family == AF_INET) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
+    inet_ntop(AF_INET, &s->sin_addr, host, sizeof host);
+    port = ntohs(s->sin_port);
+  } else if (ss.ss_family == AF_INET6) {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
+    inet_ntop(AF_INET6, &s->sin6_addr, host, sizeof host);
+    port = ntohs(s->sin6_port);
+  }
+  return std::string(host) + ":" + std::to_string(port);
+}
+
+Status refuse(ControlSocket& sock, wire::Field field, uint64_t ours, uint64_t theirs,
+              const std::string& peer) {
+  PACT_WARN("handshake with %s refused: %s differs (local %llu, remote %llu)", peer.c_str(),
+            wire::fieldName(field), static_cast<unsigned long long>(ours),
+            static_cast<unsigned long long>(theirs));
+  ignore(sock.send(wire::encode(wire::Refuse{field, ours, theirs})));
+  return Status::kRefused;
+}
+
+bool expired(TimePoint start, const Params& p) { return now() - start > p.peer_timeout; }
+
+}  // namespace
+
+class ListenComm {
+ public:
+  static constexpr uint32_t kMagic = 0x4e54534c;  // "LSTN"
+  uint32_t magic = kMagic;
+  std::shared_ptr<DeviceCtx> dev;
+  Listener listener;
+  uint64_t listenId = 0;
+  struct Pending {
+    ControlSocket sock;
+    TimePoint start;
+  };
+  std::vector<Pending> pending;
+  ~ListenComm() { magic = 0; }
+};
+
+struct ConnectState {
+  std::shared_ptr<DeviceCtx> dev;
+  ControlSocket sock;
+  wire::ListenHandle handle;
+  TimePoint start = now();
+  std::string peer;
+};
+
+Status Net::listen(int dev, void* handle, ListenComm** out) {
+  *out = nullptr;
+  auto d = device(dev);
+  if (!d.ok()) {
+    PACT_WARN("listen on device %d: %s", dev, d.error().message.c_str());
+    return d.status();
+  }
+  const ucx::DeviceInfo& info = (*d)->info();
+  if (info.ipAddress.empty()) {
+    PACT_WARN("listen on %s: the device has no IP address for the connection bootstrap",
+              info.name.c_str());
+    return Status::kSystemError;
+  }
+  auto l = listenOn(info.ipAddress);
+  if (!l.ok()) {
+    PACT_WARN("listen on %s (%s): %s", info.name.c_str(), info.ipAddress.c_str(),
+              l.error().message.c_str());
+    return l.status();
+  }
+  auto lc = std::make_unique<ListenComm>();
+  lc->dev = *d;
+  lc->listener = std::move(l.value());
+  lc->listenId = randomId();
+  wire::ListenHandle h;
+  h.family = lc->listener.addr.ss_family;
+  h.listenId = lc->listenId;
+  h.epoch = params_.epoch;
+  if (h.family == AF_INET) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&lc->listener.addr);
+    h.port = ntohs(s->sin_port);
+    std::memcpy(h.addr, &s->sin_addr, 4);
+  } else {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&lc->listener.addr);
+    h.port = ntohs(s->sin6_port);
+    std::memcpy(h.addr, &s->sin6_addr, 16);
+  }
+  wire::encodeHandle(h, static_cast<uint8_t*>(handle));
+  PACT_DEBUG("listen on %s: %s port %u", info.name.c_str(), info.ipAddress.c_str(), h.port);
+  *out = lc.release();
+  return Status::kOk;
+}
+
+Status Net::connect(int dev, void* handle, SendComm** out) {
+  *out = nullptr;
+  auto* bytes = static_cast<uint8_t*>(handle);
+  ConnectState* st = nullptr;
+  std::memcpy(&st, bytes + kScratchOffset, sizeof st);
+  auto finish = [&](Status s) {
+    delete st;
+    st = nullptr;
+    std::memcpy(bytes + kScratchOffset, &st, sizeof st);
+    return s;
+  };
+  if (st == nullptr) {
+    auto h = wire::decodeHandle(std::span<const uint8_t>(bytes, wire::kHandleSize));
+    if (!h.ok()) {
+      PACT_WARN("connect: bad handle: %s", h.error().message.c_str());
+      return h.status();
+    }
+    auto d = device(dev);
+    if (!d.ok()) {
+      PACT_WARN("connect on device %d: %s", dev, d.error().message.c_str());
+      return d.status();
+    }
+    auto sock = ControlSocket::connectTo(*h);
+    if (!sock.ok()) {
+      PACT_WARN("connect: %s", sock.error().message.c_str());
+      return sock.status();
+    }
+    st = new ConnectState{*d, std::move(sock.value()), *h, now(), ""};
+    std::memcpy(bytes + kScratchOffset, &st, sizeof st);
+    ignore(st->sock.send(wire::encode(wire::Hello{h->listenId, randomId(), params_.epoch,
+                                                  (*d)->worker().address()})));
+  }
+  Status fl = st->sock.flush();
+  if (isError(fl)) {
+    PACT_WARN("connect: listener unreachable (connection refused or reset)");
+    return finish(Status::kRemoteError);
+  }
+  if (st->peer.empty() && st->sock.connected()) st->peer = peerName(st->sock.fd());
+  if (st->handle.epoch != params_.epoch && fl == Status::kOk) {
+    // The hello is out, so the listener refuses too; this side knows already.
+    PACT_WARN("handshake with %s refused: epoch differs (local %llu, remote %llu)",
+              st->peer.c_str(), static_cast<unsigned long long>(params_.epoch),
+              static_cast<unsigned long long>(st->handle.epoch));
+    return finish(Status::kRefused);
+  }
+  auto f = st->sock.poll();
+  if (!f.ok()) {
+    PACT_WARN("connect to %s: %s", st->peer.c_str(), f.error().message.c_str());
+    return finish(Status::kRemoteError);
+  }
+  if (!f.value()) {
+    if (!expired(st->start, params_)) return Status::kOk;
+    PACT_WARN("connect to %s: no answer within PACT_PEER_TIMEOUT", st->peer.c_str());
+    return finish(Status::kTimeout);
+  }
+  const Frame& frame = *f.value();
+  if (frame.header.version != wire::kVersion)
+    return finish(refuse(st->sock, wire::Field::kVersion, wire::kVersion, frame.header.version, st->peer));
+  if (frame.header.type == wire::FrameType::kRefuse) {
+    auto r = wire::decodeRefuse(frame.body);
+    if (r.ok())
+      PACT_WARN("handshake refused by %s: %s differs (remote %llu, local %llu)", st->peer.c_str(),
+                wire::fieldName(r->field), static_cast<unsigned long long>(r->expected),
+                static_cast<unsigned long long>(r->got));
+    else
+      PACT_WARN("handshake refused by %s (%s)", st->peer.c_str(), r.error().message.c_str());
+    return finish(Status::kRefused);
+  }
+  auto acc = frame.header.type == wire::FrameType::kAccept
+                 ? wire::decodeAccept(frame.body)
+                 : Result<wire::Accept>(Status::kInvalidArgument, "expected an accept frame");
+  if (!acc.ok()) {
+    PACT_WARN("connect to %s: %s", st->peer.c_str(), acc.error().message.c_str());
+    return finish(Status::kInvalidArgument);
+  }
+  if (acc->epoch != params_.epoch)
+    return finish(refuse(st->sock, wire::Field::kEpoch, params_.epoch, acc->epoch, st->peer));
+  std::lock_guard lock(st->dev->mutex());
+  auto comm = std::make_unique<SendComm>(st->dev, std::move(st->sock), acc->tagSpace, st->peer);
+  Status s = comm->connectEndpoint(acc->workerAddress);
+  if (s != Status::kOk) return finish(s);
+  PACT_INFO("send comm %p connected to %s on %s (tag space %u)", static_cast<void*>(comm.get()),
+            st->peer.c_str(), st->dev->info().name.c_str(), acc->tagSpace);
+  *out = comm.release();
+  return finish(Status::kOk);
+}
+
+Status Net::accept(ListenComm* lc, RecvComm** out) {
+  *out = nullptr;
+  if (lc == nullptr || lc->magic != ListenComm::kMagic) return Status::kInvalidArgument;
+  for (;;) {
+    auto fd = acceptOne(lc->listener.fd.get());
+    if (!fd.ok()) {
+      PACT_WARN("accept: %s", fd.error().message.c_str());
+      return fd.status();
+    }
+    if (!fd->valid()) break;
+    lc->pending.push_back({ControlSocket(std::move(fd.value())), now()});
+  }
+  for (size_t i = 0; i < lc->pending.size();) {
+    auto& p = lc->pending[i];
+    auto drop = [&] { lc->pending.erase(lc->pending.begin() + static_cast<long>(i)); };
+    const std::string peer = peerName(p.sock.fd());
+    auto f = p.sock.poll();
+    if (!f.ok() || (!f.value() && expired(p.start, params_))) {
+      PACT_INFO("accept: dropped connection from %s: %s", peer.c_str(),
+                f.ok() ? "no hello within PACT_PEER_TIMEOUT" : f.error().message.c_str());
+      drop();
+      continue;
+    }
+    if (!f.value()) {
+      ++i;
+      continue;
+    }
+    const Frame& frame = *f.value();
+    Status refused = Status::kOk;
+    auto hello = wire::decodeHello(frame.body);
+    if (frame.header.version != wire::kVersion)
+      refused = refuse(p.sock, wire::Field::kVersion, wire::kVersion, frame.header.version, peer);
+    else if (frame.header.type != wire::FrameType::kHello || !hello.ok()) {
+      PACT_WARN("accept: malformed hello from %s: %s", peer.c_str(),
+                hello.ok() ? "unexpected frame type" : hello.error().message.c_str());
+      drop();
+      continue;
+    } else if (hello->listenId != lc->listenId)
+      refused = refuse(p.sock, wire::Field::kListenId, lc->listenId, hello->listenId, peer);
+    else if (hello->epoch != params_.epoch)
+      refused = refuse(p.sock, wire::Field::kEpoch, params_.epoch, hello->epoch, peer);
+    if (refused != Status::kOk) {
+      drop();
+      return refused;
+    }
+    std::lock_guard lock(lc->dev->mutex());
+    auto space = lc->dev->allocTagSpace();
+    if (!space.ok()) {
+      PACT_WARN("accept: %s", space.error().message.c_str());
+      return space.status();
+    }
+    ignore(p.sock.send(wire::encode(wire::Accept{*space, params_.epoch, lc->dev->worker().address()})));
+    auto* comm = new RecvComm(lc->dev, std::move(p.sock), *space, peer);
+    drop();
+    PACT_INFO("recv comm %p accepted from %s on %s (tag space %u)", static_cast<void*>(comm),
+              peer.c_str(), lc->dev->info().name.c_str(), *space);
+    *out = comm;
+    return Status::kOk;
+  }
+  return Status::kOk;
+}
+
+Status Net::closeListen(ListenComm* lc) {
+  if (lc == nullptr) return Status::kOk;
+  if (lc->magic != ListenComm::kMagic) return Status::kInvalidArgument;
+  delete lc;
+  return Status::kOk;
+}
+
+}  // namespace pact::transport

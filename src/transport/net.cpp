@@ -1,0 +1,140 @@
+#include "transport/net.h"
+
+#include <sys/resource.h>
+
+#include "common/log.h"
+
+namespace pact::transport {
+
+namespace {
+
+template <typename T>
+bool valid(const T* p) {
+  return p != nullptr && p->magic == T::kMagic;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<Net>> Net::create(const Params& params) {
+  std::shared_ptr<Net> net(new Net(params));
+  auto devs = ucx::discoverDevices(params.net_devices);
+  if (!devs.ok()) return devs.error();
+  net->devices_ = std::move(devs.value());
+  net->opened_.resize(net->devices_.size());
+  if (net->devices_.empty())
+    PACT_WARN("no usable network device (PACT_NET_DEVICES=%s); name lo to use loopback",
+              params.net_devices.empty() ? "" : params.net_devices.front().c_str());
+  return net;
+}
+
+Net::~Net() = default;
+
+Result<std::shared_ptr<DeviceCtx>> Net::device(int dev) {
+  if (dev < 0 || dev >= deviceCount())
+    return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
+  std::lock_guard lock(openMu_);
+  auto& slot = opened_[static_cast<size_t>(dev)];
+  if (!slot) {
+    auto d = DeviceCtx::open(devices_[static_cast<size_t>(dev)], params_);
+    if (!d.ok()) return d.error();
+    slot = std::move(d.value());
+  }
+  return slot;
+}
+
+Status Net::properties(int dev, Properties* out) const {
+  if (dev < 0 || dev >= deviceCount()) return Status::kInvalidArgument;
+  const ucx::DeviceInfo& d = devices_[static_cast<size_t>(dev)];
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  Properties p;
+  p.name = d.name;
+  p.pciPath = d.pciPath;
+  p.guid = d.guid;
+  p.ptrSupport = kPtrHost;
+  p.regIsGlobal = 1;  // the registration cache serves any comm on the device
+  p.forceFlush = 0;
+  p.speedMbps = d.speedMbps;
+  p.port = d.port;
+  p.latencyUs = d.latencyUs;
+  // Each comm holds one control socket plus UCX's own descriptors.
+  p.maxComms = static_cast<int>(std::max<rlim_t>(1, std::min<rlim_t>(nofile.rlim_cur / 4, 1 << 20)));
+  p.maxRecvs = params_.max_recvs;
+  p.vDevs = {dev};
+  p.maxP2pBytes = size_t{1} << 40;  // NCCL's ceiling; UCX messages are 64-bit sized
+  p.maxCollBytes = size_t{1} << 40;
+  *out = std::move(p);
+  return Status::kOk;
+}
+
+Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int dmabufFd,
+                  uint64_t dmabufOffset, MemHandle** out) {
+  *out = nullptr;
+  if (!valid(comm)) return Status::kInvalidArgument;
+  auto region = comm->dev().cache().acquire({data, size, type, dmabufFd, dmabufOffset});
+  if (!region.ok()) {
+    PACT_WARN("regMr %p+%zu on %s: %s", data, size, comm->dev().info().name.c_str(),
+              region.error().message.c_str());
+    return region.status();
+  }
+  auto* mh = new MemHandle{MemHandle::kMagic, comm->devPtr(), std::move(region.value())};
+  comm->dev().liveMemHandles++;
+  *out = mh;
+  return Status::kOk;
+}
+
+Status Net::deregMr(Comm*, MemHandle* mh) {
+  if (mh == nullptr) return Status::kOk;
+  if (!valid(mh)) return Status::kInvalidArgument;
+  mh->dev->liveMemHandles--;
+  delete mh;  // the region unmaps when its last handle is gone
+  return Status::kOk;
+}
+
+Status Net::isend(SendComm* comm, void* data, size_t size, int tag, MemHandle* mh, Request** out) {
+  if (!valid(comm)) return Status::kInvalidArgument;
+  std::lock_guard lock(comm->dev().mutex());
+  return comm->isend(data, size, tag, mh, out);
+}
+
+Status Net::irecv(RecvComm* comm, int n, void** data, const size_t* sizes, const int* tags,
+                  MemHandle** mhs, Request** out) {
+  if (!valid(comm)) return Status::kInvalidArgument;
+  std::lock_guard lock(comm->dev().mutex());
+  return comm->irecv(n, data, sizes, tags, mhs, out);
+}
+
+Status Net::iflush(RecvComm* comm, int, void**, const int*, MemHandle**, Request** out) {
+  *out = nullptr;
+  return valid(comm) ? comm->error() : Status::kInvalidArgument;
+}
+
+Status Net::test(Request* r, bool* done, int* sizes) {
+  *done = false;
+  if (!valid(r) || !r->inUse || !valid(r->comm)) return Status::kInvalidArgument;
+  Comm* comm = r->comm;
+  std::lock_guard lock(comm->dev().mutex());
+  return comm->test(r, done, sizes);
+}
+
+Status Net::closeSend(SendComm* comm) {
+  if (comm == nullptr) return Status::kOk;
+  if (!valid(comm)) return Status::kInvalidArgument;
+  auto dev = comm->devPtr();
+  std::lock_guard lock(dev->mutex());
+  comm->shutdown();
+  delete comm;
+  return Status::kOk;
+}
+
+Status Net::closeRecv(RecvComm* comm) {
+  if (comm == nullptr) return Status::kOk;
+  if (!valid(comm)) return Status::kInvalidArgument;
+  auto dev = comm->devPtr();
+  std::lock_guard lock(dev->mutex());
+  comm->shutdown();
+  delete comm;
+  return Status::kOk;
+}
+
+}  // namespace pact::transport

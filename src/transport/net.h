@@ -1,0 +1,88 @@
+// Net: the version-independent core behind the NCCL net plugin. Its semantics are those of the
+// newest NCCL net API; the shims in plugin/nccl only convert types. Every entry point is
+// non-blocking, returns a Status (never throws across the ABI), and may be called concurrently
+// from NCCL's service thread (listen/connect/accept/regMr/deregMr/close) and progress thread
+// (isend/irecv/test/iflush): each device's mutex serializes UCX use.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/params.h"
+#include "transport/comm.h"
+
+namespace pact::transport {
+
+struct Properties {
+  std::string name;
+  std::string pciPath;  // empty = no PCI device (NULL for NCCL)
+  uint64_t guid = 0;
+  int ptrSupport = 0;   // NCCL_PTR_* bits
+  int regIsGlobal = 0;
+  int forceFlush = 0;
+  int speedMbps = 0;
+  int port = 0;
+  float latencyUs = 0;
+  int maxComms = 0;
+  int maxRecvs = 1;
+  std::vector<int> vDevs;  // members (a physical device lists itself)
+  size_t maxP2pBytes = 0;
+  size_t maxCollBytes = 0;
+  int maxMultiRequestSize = 1;
+  int railId = -1;
+  int planeId = -1;
+};
+inline constexpr int kPtrHost = 0x1;
+
+class ListenComm;
+
+class Net {
+ public:
+  // Parses PACT_* (once), discovers devices. Errors name the variable or device at fault.
+  static Result<std::shared_ptr<Net>> create(const Params& params);
+  ~Net();
+
+  int deviceCount() const { return static_cast<int>(devices_.size()); }
+  Status properties(int dev, Properties* out) const;
+
+  // handle: kHandleSize bytes, filled for the peer.
+  Status listen(int dev, void* handle, ListenComm** out);
+  // Steps the connection; *out stays nullptr until it is established. handle's scratch bytes
+  // hold the in-progress state between calls, as NCCL re-passes the same handle.
+  Status connect(int dev, void* handle, SendComm** out);
+  Status accept(ListenComm* lc, RecvComm** out);
+
+  // The calls below act on comms, requests and handles only, so they need no Net instance (and no
+  // global lock on the data path); they stay valid for comms that outlive their Net.
+
+  static Status regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int dmabufFd,
+               uint64_t dmabufOffset, MemHandle** out);
+  static Status deregMr(Comm* comm, MemHandle* mh);
+  static Status isend(SendComm* comm, void* data, size_t size, int tag, MemHandle* mh, Request** out);
+  static Status irecv(RecvComm* comm, int n, void** data, const size_t* sizes, const int* tags,
+               MemHandle** mhs, Request** out);
+  // Host memory needs no flush: *out = nullptr.
+  static Status iflush(RecvComm* comm, int n, void** data, const int* sizes, MemHandle** mhs, Request** out);
+  // sizes: n entries for a receive, one for a send, may be null.
+  static Status test(Request* r, bool* done, int* sizes);
+  static Status closeSend(SendComm* comm);
+  static Status closeRecv(RecvComm* comm);
+  static Status closeListen(ListenComm* lc);
+
+  const Params& params() const { return params_; }
+  const std::vector<ucx::DeviceInfo>& devices() const { return devices_; }
+
+ private:
+  explicit Net(const Params& p) : params_(p) {}
+  Result<std::shared_ptr<DeviceCtx>> device(int dev);
+
+  Params params_;
+  std::vector<ucx::DeviceInfo> devices_;
+  std::mutex openMu_;
+  std::vector<std::shared_ptr<DeviceCtx>> opened_;
+};
+
+}  // namespace pact::transport

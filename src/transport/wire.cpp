@@ -1,0 +1,207 @@
+#include "transport/wire.h"
+
+#include <sys/socket.h>
+
+#include <cstring>
+
+namespace pact::wire {
+
+namespace {
+
+class Writer {
+ public:
+  void u16(uint16_t v) { put(v, 2); }
+  void u32(uint32_t v) { put(v, 4); }
+  void u64(uint64_t v) { put(v, 8); }
+  void bytes(const std::vector<uint8_t>& b) {
+    u16(static_cast<uint16_t>(b.size()));
+    out.insert(out.end(), b.begin(), b.end());
+  }
+  std::vector<uint8_t> out;
+
+ private:
+  void put(uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) out.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  }
+};
+
+class Reader {
+ public:
+  Reader(std::span<const uint8_t> in, const char* what) : in_(in), what_(what) {}
+  bool u16(uint16_t* v, const char* f) { return get(v, 2, f); }
+  bool u32(uint32_t* v, const char* f) { return get(v, 4, f); }
+  bool u64(uint64_t* v, const char* f) { return get(v, 8, f); }
+  bool bytes(std::vector<uint8_t>* b, size_t max, const char* f) {
+    uint16_t n = 0;
+    if (!u16(&n, f)) return false;
+    if (n == 0 || n > max) return fail(f, "length " + std::to_string(n) + " outside 1.." + std::to_string(max));
+    if (in_.size() - pos_ < n) return fail(f, "truncated");
+    b->assign(in_.begin() + static_cast<long>(pos_), in_.begin() + static_cast<long>(pos_ + n));
+    pos_ += n;
+    return true;
+  }
+  bool raw(uint8_t* out, size_t n, const char* f) {
+    if (in_.size() - pos_ < n) return fail(f, "truncated");
+    std::memcpy(out, in_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+  bool done() {
+    return pos_ == in_.size() ||
+           fail("body", std::to_string(in_.size() - pos_) + " trailing bytes");
+  }
+  Error error() const { return Error{Status::kInvalidArgument, msg_}; }
+
+ private:
+  template <typename T>
+  bool get(T* v, size_t n, const char* f) {
+    if (in_.size() - pos_ < n) return fail(f, "truncated");
+    uint64_t x = 0;
+    for (size_t i = 0; i < n; ++i) x |= static_cast<uint64_t>(in_[pos_ + i]) << (8 * i);
+    *v = static_cast<T>(x);
+    pos_ += n;
+    return true;
+  }
+  bool fail(const char* f, const std::string& why) {
+    msg_ = std::string(what_) + "." + f + ": " + why;
+    return false;
+  }
+  std::span<const uint8_t> in_;
+  size_t pos_ = 0;
+  const char* what_;
+  std::string msg_;
+};
+
+std::vector<uint8_t> frame(FrameType t, const Writer& body) {
+  Writer w;
+  w.u32(kMagic);
+  w.u16(kVersion);
+  w.u16(static_cast<uint16_t>(t));
+  w.u32(static_cast<uint32_t>(body.out.size()));
+  w.out.insert(w.out.end(), body.out.begin(), body.out.end());
+  return w.out;
+}
+
+}  // namespace
+
+void encodeHandle(const ListenHandle& h, uint8_t out[kHandleSize]) {
+  Writer w;
+  w.u32(kMagic);
+  w.u16(kVersion);
+  w.u16(h.family);
+  w.u16(h.port);
+  w.out.insert(w.out.end(), h.addr, h.addr + 16);
+  w.u64(h.listenId);
+  w.u64(h.epoch);
+  std::memset(out, 0, kHandleSize);
+  std::memcpy(out, w.out.data(), w.out.size());
+}
+
+Result<ListenHandle> decodeHandle(std::span<const uint8_t> in) {
+  Reader r(in.first(std::min(in.size(), kHandleAddressBytes)), "handle");
+  uint32_t magic = 0;
+  uint16_t version = 0;
+  ListenHandle h;
+  if (!r.u32(&magic, "magic") || !r.u16(&version, "version")) return r.error();
+  if (magic != kMagic)
+    return Error{Status::kInvalidArgument, "handle.magic: not a pact handle (wrong plugin on the peer?)"};
+  if (version != kVersion)
+    return Error{Status::kRefused, "handle.version: peer speaks wire version " +
+                                       std::to_string(version) + ", this side " + std::to_string(kVersion)};
+  if (!r.u16(&h.family, "family") || !r.u16(&h.port, "port") || !r.raw(h.addr, 16, "addr") ||
+      !r.u64(&h.listenId, "listen_id") || !r.u64(&h.epoch, "epoch"))
+    return r.error();
+  if (h.family != AF_INET && h.family != AF_INET6)
+    return Error{Status::kInvalidArgument, "handle.family: " + std::to_string(h.family) + " is not IPv4/IPv6"};
+  if (h.port == 0) return Error{Status::kInvalidArgument, "handle.port: 0"};
+  return h;
+}
+
+Result<Header> decodeHeader(std::span<const uint8_t> in) {
+  Reader r(in, "frame");
+  uint32_t magic = 0;
+  uint16_t type = 0;
+  Header h;
+  if (!r.u32(&magic, "magic") || !r.u16(&h.version, "version") || !r.u16(&type, "type") ||
+      !r.u32(&h.length, "length"))
+    return r.error();
+  if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
+  if (type < 1 || type > 4)
+    return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
+  if (h.length > kMaxBody)
+    return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
+                                               " exceeds " + std::to_string(kMaxBody)};
+  h.type = static_cast<FrameType>(type);
+  return h;
+}
+
+const char* fieldName(Field f) {
+  switch (f) {
+    case Field::kMagic: return "magic";
+    case Field::kVersion: return "wire version";
+    case Field::kListenId: return "listen id";
+    case Field::kEpoch: return "epoch";
+  }
+  return "unknown field";
+}
+
+std::vector<uint8_t> encode(const Hello& m) {
+  Writer w;
+  w.u64(m.listenId);
+  w.u64(m.commId);
+  w.u64(m.epoch);
+  w.bytes(m.workerAddress);
+  return frame(FrameType::kHello, w);
+}
+
+std::vector<uint8_t> encode(const Accept& m) {
+  Writer w;
+  w.u32(m.tagSpace);
+  w.u64(m.epoch);
+  w.bytes(m.workerAddress);
+  return frame(FrameType::kAccept, w);
+}
+
+std::vector<uint8_t> encode(const Refuse& m) {
+  Writer w;
+  w.u16(static_cast<uint16_t>(m.field));
+  w.u64(m.expected);
+  w.u64(m.got);
+  return frame(FrameType::kRefuse, w);
+}
+
+std::vector<uint8_t> encodeBye() { return frame(FrameType::kBye, Writer{}); }
+
+Result<Hello> decodeHello(std::span<const uint8_t> body) {
+  Reader r(body, "hello");
+  Hello m;
+  if (!r.u64(&m.listenId, "listen_id") || !r.u64(&m.commId, "comm_id") ||
+      !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
+      !r.done())
+    return r.error();
+  return m;
+}
+
+Result<Accept> decodeAccept(std::span<const uint8_t> body) {
+  Reader r(body, "accept");
+  Accept m;
+  if (!r.u32(&m.tagSpace, "tag_space") || !r.u64(&m.epoch, "epoch") ||
+      !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") || !r.done())
+    return r.error();
+  return m;
+}
+
+Result<Refuse> decodeRefuse(std::span<const uint8_t> body) {
+  Reader r(body, "refuse");
+  Refuse m;
+  uint16_t field = 0;
+  if (!r.u16(&field, "field") || !r.u64(&m.expected, "expected") || !r.u64(&m.got, "got") ||
+      !r.done())
+    return r.error();
+  if (field < 1 || field > 4)
+    return Error{Status::kInvalidArgument, "refuse.field: unknown field " + std::to_string(field)};
+  m.field = static_cast<Field>(field);
+  return m;
+}
+
+}  // namespace pact::wire

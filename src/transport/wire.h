@@ -1,0 +1,76 @@
+// The connection wire format: the listen handle NCCL carries between ranks, and the frames of the
+// bootstrap handshake on the control socket. Versioned and bounds-checked; every decode failure
+// names the field. Pure functions (no I/O), so they are unit-tested and fuzzed directly.
+//
+// Frame = header { u32 magic "PACT", u16 wire version, u16 type, u32 body length } + body.
+// All integers little-endian.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pact::wire {
+
+inline constexpr uint32_t kMagic = 0x54434150;  // "PACT" in memory order
+inline constexpr uint16_t kVersion = 1;
+inline constexpr size_t kHeaderSize = 12;
+inline constexpr size_t kMaxBody = 4096;
+inline constexpr size_t kMaxWorkerAddress = 2048;
+inline constexpr size_t kHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
+// Bytes of the handle that carry the address; the rest is scratch space owned by connect().
+inline constexpr size_t kHandleAddressBytes = 48;
+
+// What a listen comm publishes through NCCL's bootstrap.
+struct ListenHandle {
+  uint16_t family = 0;  // AF_INET or AF_INET6
+  uint16_t port = 0;
+  uint8_t addr[16] = {};
+  uint64_t listenId = 0;  // random; the peer's hello must carry it
+  uint64_t epoch = 0;     // the listener's epoch (lets connect refuse before any I/O)
+};
+void encodeHandle(const ListenHandle& h, uint8_t out[kHandleSize]);
+Result<ListenHandle> decodeHandle(std::span<const uint8_t> in);
+
+enum class FrameType : uint16_t { kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4 };
+
+struct Header {
+  uint16_t version = kVersion;
+  FrameType type = FrameType::kHello;
+  uint32_t length = 0;
+};
+// Checks magic, type range and body length; the version is returned for the caller to judge.
+Result<Header> decodeHeader(std::span<const uint8_t> in);
+
+struct Hello {          // connector -> listener
+  uint64_t listenId = 0;
+  uint64_t commId = 0;  // connector's comm id, for logs
+  uint64_t epoch = 0;
+  std::vector<uint8_t> workerAddress;
+};
+struct Accept {         // listener -> connector
+  uint32_t tagSpace = 0;  // receiver's comm id: the high bits of every UCX tag on this comm
+  uint64_t epoch = 0;
+  std::vector<uint8_t> workerAddress;
+};
+enum class Field : uint16_t { kMagic = 1, kVersion = 2, kListenId = 3, kEpoch = 4 };
+const char* fieldName(Field f);
+struct Refuse {         // either side -> the other: which field differs, with both values
+  Field field = Field::kEpoch;
+  uint64_t expected = 0;  // the refusing side's value
+  uint64_t got = 0;       // the value it received
+};
+
+std::vector<uint8_t> encode(const Hello& m);
+std::vector<uint8_t> encode(const Accept& m);
+std::vector<uint8_t> encode(const Refuse& m);
+std::vector<uint8_t> encodeBye();
+
+Result<Hello> decodeHello(std::span<const uint8_t> body);
+Result<Accept> decodeAccept(std::span<const uint8_t> body);
+Result<Refuse> decodeRefuse(std::span<const uint8_t> body);
+
+}  // namespace pact::wire

@@ -1,0 +1,32 @@
+// Device discovery: the host's network ports as UCT sees them (UCT_DEVICE_TYPE_NET resources),
+// completed with facts from sysfs (PCI path, link speed, MAC/port GUID) and the interface address
+// used for the connection bootstrap. Filtered like UCX_NET_DEVICES; loopback only when named.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pact::ucx {
+
+struct DeviceInfo {
+  std::string name;            // UCT device name: "eth0", "lo", "mlx5_0:1"
+  std::vector<std::string> transports;  // UCT transports on it: "tcp", "rc_mlx5", "ud_verbs", ...
+  std::string netdev;          // the kernel net interface that carries its IP ("eth0", "ib0")
+  std::string pciPath;         // sysfs device directory; empty when the port has no PCI device
+  uint64_t guid = 0;           // unique per port: port GUID (IB) or MAC (Ethernet) or ifindex
+  int port = 0;                // IB port number; 0 for Ethernet/loopback
+  int speedMbps = 0;           // link speed
+  std::string speedSource;     // where speedMbps came from ("sysfs", "ib rate", "uct model")
+  float latencyUs = 0;         // UCT's latency model for the port's first transport
+  std::string ipAddress;       // address the bootstrap listens on (IPv4 or IPv6 text)
+  bool loopback = false;
+  bool rdma = false;           // has an RC or UD transport
+};
+
+// filter: empty = all non-loopback ports; otherwise exactly the named ones (in that order).
+Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter);
+
+}  // namespace pact::ucx

@@ -1,0 +1,180 @@
+#include "ucx/worker.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <utility>
+
+#include "common/clock.h"
+#include "common/log.h"
+#include "common/params.h"
+#include "ucx/ucx_status.h"
+
+namespace pact::ucx {
+
+namespace {
+struct ConfigDeleter { void operator()(ucp_config_t* c) const { ucp_config_release(c); } };
+}  // namespace
+
+Result<Context> Context::create(const std::string& netDevice, const std::string& name) {
+  ucp_config_t* raw = nullptr;
+  ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
+  if (st != UCS_OK) return error("config_read", st);
+  std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw);
+  // The user's UCX_NET_DEVICES always wins; otherwise pin this context to its device.
+  if (!netDevice.empty() && !envIsSet("UCX_NET_DEVICES")) {
+    st = ucp_config_modify(config.get(), "NET_DEVICES", netDevice.c_str());
+    if (st != UCS_OK) return error("config_modify(NET_DEVICES)", st);
+    PACT_DEBUG("ucx context %s: NET_DEVICES=%s", name.c_str(), netDevice.c_str());
+  }
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
+                      UCP_PARAM_FIELD_NAME;
+  params.features = UCP_FEATURE_TAG;
+  params.mt_workers_shared = 0;
+  params.name = name.c_str();
+  ucp_context_h ctx = nullptr;
+  st = ucp_init(&params, config.get(), &ctx);
+  if (st != UCS_OK) return error("init", st);
+  Context c;
+  c.h_.reset(ctx);
+  return c;
+}
+
+Result<Worker> Worker::create(const Context& ctx) {
+  ucp_worker_params_t params{};
+  params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  params.thread_mode = UCS_THREAD_MODE_SERIALIZED;  // callers hold the worker's mutex
+  ucp_worker_h w = nullptr;
+  ucs_status_t st = ucp_worker_create(ctx.get(), &params, &w);
+  if (st != UCS_OK) return error("worker_create", st);
+  Worker worker;
+  worker.h_.reset(w);
+  ucp_address_t* addr = nullptr;
+  size_t len = 0;
+  st = ucp_worker_get_address(w, &addr, &len);
+  if (st != UCS_OK) return error("worker_get_address", st);
+  auto* bytes = reinterpret_cast<const uint8_t*>(addr);
+  worker.address_.assign(bytes, bytes + len);
+  ucp_worker_release_address(w, addr);
+  return worker;
+}
+
+ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::milliseconds limit) {
+  if (request == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);
+  const auto deadline = now() + limit;
+  ucs_status_t st;
+  while ((st = ucp_request_check_status(request)) == UCS_INPROGRESS) {
+    ucp_worker_progress(worker);
+    if (now() > deadline) {
+      ucp_request_cancel(worker, request);
+      ucp_worker_progress(worker);
+      st = ucp_request_check_status(request);
+      if (st == UCS_INPROGRESS) {
+        // Still owned by UCX; it frees it when it completes. Never block forever.
+        PACT_WARN("ucx request %p still in progress after %lld ms; abandoned", request,
+                  static_cast<long long>(limit.count()));
+        return UCS_ERR_TIMED_OUT;
+      }
+      break;
+    }
+  }
+  ucp_request_free(request);
+  return st;
+}
+
+Result<Endpoint> Endpoint::create(ucp_worker_h worker, const std::vector<uint8_t>& remoteAddress,
+                                  ErrorHandler onError, void* arg) {
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.address = reinterpret_cast<const ucp_address_t*>(remoteAddress.data());
+  // Peer-failure mode would exclude UCX 1.13's shared-memory transports (they have no failure
+  // handler) and force same-host peers onto TCP. Liveness is the control connection's job, so
+  // endpoints use UCX's default mode; the handler still runs where UCX reports an error.
+  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+  if (onError != nullptr) {
+    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
+    params.err_handler.cb = onError;
+    params.err_handler.arg = arg;
+  }
+  ucp_ep_h ep = nullptr;
+  ucs_status_t st = ucp_ep_create(worker, &params, &ep);
+  if (st != UCS_OK) return error("ep_create", st);
+  Endpoint e;
+  e.worker_ = worker;
+  e.ep_ = ep;
+  return e;
+}
+
+Endpoint::Endpoint(Endpoint&& o) noexcept
+    : worker_(std::exchange(o.worker_, nullptr)), ep_(std::exchange(o.ep_, nullptr)) {}
+
+Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
+  if (this != &o) {
+    close(true);
+    worker_ = std::exchange(o.worker_, nullptr);
+    ep_ = std::exchange(o.ep_, nullptr);
+  }
+  return *this;
+}
+
+void Endpoint::close(bool force) {
+  if (ep_ == nullptr) return;
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  void* req = ucp_ep_close_nbx(ep_, &param);
+  ucs_status_t st = waitRequest(worker_, req, std::chrono::milliseconds(force ? 2000 : 5000));
+  if (st != UCS_OK && !force) {
+    // A flush that failed (dead peer) cannot be retried on the same ep; UCX released it.
+    PACT_DEBUG("ucx ep %p flush-close ended with %s", static_cast<void*>(ep_), ucs_status_string(st));
+  }
+  ep_ = nullptr;
+}
+
+std::string Endpoint::describe() const {
+  if (ep_ == nullptr) return "(closed)";
+  char* buf = nullptr;
+  size_t len = 0;
+  FILE* f = open_memstream(&buf, &len);
+  if (f == nullptr) return "(unavailable)";
+  ucp_ep_print_info(ep_, f);
+  std::fclose(f);
+  std::string out(buf, len);
+  std::free(buf);
+  return out;
+}
+
+Result<MemMap> MemMap::map(ucp_context_h ctx, void* addr, size_t length, ucs_memory_type_t type) {
+  ucp_mem_map_params_t params{};
+  params.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                      UCP_MEM_MAP_PARAM_FIELD_MEMORY_TYPE;
+  params.address = addr;
+  params.length = length;
+  params.memory_type = type;
+  ucp_mem_h memh = nullptr;
+  ucs_status_t st = ucp_mem_map(ctx, &params, &memh);
+  if (st != UCS_OK) return error("mem_map", st);
+  MemMap m;
+  m.ctx_ = ctx;
+  m.memh_ = memh;
+  return m;
+}
+
+MemMap::~MemMap() {
+  if (memh_ != nullptr) ucp_mem_unmap(ctx_, memh_);
+}
+
+MemMap::MemMap(MemMap&& o) noexcept
+    : ctx_(std::exchange(o.ctx_, nullptr)), memh_(std::exchange(o.memh_, nullptr)) {}
+
+MemMap& MemMap::operator=(MemMap&& o) noexcept {
+  if (this != &o) {
+    if (memh_ != nullptr) ucp_mem_unmap(ctx_, memh_);
+    ctx_ = std::exchange(o.ctx_, nullptr);
+    memh_ = std::exchange(o.memh_, nullptr);
+  }
+  return *this;
+}
+
+}  // namespace pact::ucx
