@@ -9,6 +9,7 @@
 #   PACT_PERF=...      pact-perf binary (default $BUILD/perf/pact-perf)
 #   PLUGIN=...         net plugin .so (default $BUILD/plugin/libnccl-net-pact.so)
 #   ROUNDS=3  MIN_SIZE=8  MAX_SIZE=64M  FACTOR=2  WINDOW=16  BUDGET=256M  MAX_ITERS=20000
+#   BW_MIN_SIZE=$MIN_SIZE  smallest size of the bandwidth sweep (the latency sweep starts at MIN_SIZE)
 #   OUT=dir            keep raw results there (default: a temporary directory, removed at exit)
 #   STEP_TIMEOUT=900   seconds allowed for one pact-perf or ucx_perftest run
 # Bandwidth: GB/s = 1e9 bytes/s (ucx_perftest prints MB/s meaning MiB/s; converted here).
@@ -46,6 +47,7 @@ bytes() {  # 4K -> 4096
   esac
 }
 min=$(bytes "$MIN_SIZE"); max=$(bytes "$MAX_SIZE"); budget=$(bytes "$BUDGET")
+bw_min=$(bytes "${BW_MIN_SIZE:-$MIN_SIZE}")
 
 if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT"; out=$OUT; else out=$(mktemp -d); fi
 server_pid=
@@ -64,7 +66,7 @@ for (( s = min; s <= max; s *= FACTOR )); do
   w=$(( n / 10 )); (( w < 1 )) && w=1; (( w > 1000 )) && w=1000
   ln=1000; (( s > 65536 )) && ln=$(( 1000 * 65536 / s )); (( ln < 50 )) && ln=50
   lw=$(( ln / 10 )); (( lw < 5 )) && lw=5
-  echo "bw_$s -t tag_bw -s $s -n $n -w $w" >> "$batch"
+  if (( s >= bw_min )); then echo "bw_$s -t tag_bw -s $s -n $n -w $w" >> "$batch"; fi
   echo "lat_$s -t tag_lat -s $s -n $ln -w $lw" >> "$batch"
 done
 
@@ -91,7 +93,7 @@ run_ucx() {  # $1 = result csv
 
 run_pact() {  # $1 = result json
   timeout "$STEP_TIMEOUT" "$PACT_PERF" p2p --plugin "$PLUGIN" --window "$WINDOW" \
-    --min-size "$min" --max-size "$max" --factor "$FACTOR" --budget "$budget" --max-iters "$MAX_ITERS" \
+    --min-size "$bw_min" --max-size "$max" --factor "$FACTOR" --budget "$budget" --max-iters "$MAX_ITERS" \
     --lat-min-size "$min" --lat-max-size "$max" --lat-factor "$FACTOR" \
     --json "$1" > "$1.log" 2>&1 || die "pact-perf failed: $(tail -5 "$1.log")"
 }

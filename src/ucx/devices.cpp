@@ -197,10 +197,14 @@ Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& 
     else { d.netdev = d.name; fillEthernet(d); }
     int modelMbps = 0;
     uctModel(firstResource.at(d.name), &d.latencyUs, &modelMbps);
-    if (d.speedMbps <= 0 && modelMbps > 0) {
+    // UCX's TCP model falls back to a fixed 100 Mb/s when the link has no speed, so only an RDMA
+    // model (derived from the port's rate) is a fact; otherwise the speed stays unknown (0),
+    // which NCCL treats as its own default.
+    if (d.speedMbps <= 0 && d.rdma && modelMbps > 0) {
       d.speedMbps = modelMbps;
       d.speedSource = "uct model";
     }
+    if (d.speedMbps <= 0) d.speedSource = "unknown: no link speed (virtual interface)";
     if (auto it = addrs.find(d.netdev); it != addrs.end()) d.ipAddress = it->second;
     out.push_back(std::move(d));
   };

@@ -18,7 +18,7 @@ struct DeviceInfo {
   std::string pciPath;         // sysfs device directory; empty when the port has no PCI device
   uint64_t guid = 0;           // unique per port: port GUID (IB) or MAC (Ethernet) or ifindex
   int port = 0;                // IB port number; 0 for Ethernet/loopback
-  int speedMbps = 0;           // link speed
+  int speedMbps = 0;           // link speed; 0 = the link reports none (NCCL then assumes 10 Gb/s)
   std::string speedSource;     // where speedMbps came from ("sysfs", "ib rate", "uct model")
   float latencyUs = 0;         // UCT's latency model for the port's first transport
   std::string ipAddress;       // address the bootstrap listens on (IPv4 or IPv6 text)

@@ -233,6 +233,14 @@ void awaitDone(Channel& ch) {
   if (ch.recv(&done, 1, kOpTimeout) && done != 'D') ADD_FAILURE() << "bad end-of-test note";
 }
 
+void barrier(Channel& ch) {
+  const char note = 'B';
+  ASSERT_TRUE(ch.send(&note, 1)) << "barrier: peer gone";
+  char got = 0;
+  ASSERT_TRUE(ch.recv(&got, 1, kOpTimeout)) << "barrier: peer did not arrive";
+  ASSERT_EQ(got, 'B') << "barrier: unexpected note";
+}
+
 // ---- processes ------------------------------------------------------------------------------
 
 PeerPair::PeerPair(int version, PeerBody a, PeerBody b, std::chrono::milliseconds watchdog)

@@ -130,6 +130,8 @@ void connectLoopback(NetPlugin& plugin, int dev, bool nullDevHandlePtr, void** s
 // the receiver calls notifyDone after verifying everything; the sender waits for it.
 void notifyDone(Channel& ch);
 void awaitDone(Channel& ch);
+// Both processes call it; returns when both have reached it (ASSERTs on timeout or EOF).
+void barrier(Channel& ch);
 
 // ---- two-process runner ---------------------------------------------------------------------
 struct PeerIo {

@@ -77,6 +77,7 @@ TEST_P(Lifecycle, CloseRecvWithPendingReceives) {
         ASSERT_TRUE(plugin);
         void* comm = nullptr;
         ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm));
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));  // the sender's connect has finished too
         HostBuffer buf(kSize * kPending);  // outlives the close: requests still point at it
         {
           MemReg mr(*plugin, comm, buf.data(), buf.size());
@@ -107,6 +108,7 @@ TEST_P(Lifecycle, CloseRecvWithPendingReceives) {
         ASSERT_TRUE(plugin);
         void* comm = nullptr;
         ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
         awaitDone(*io.peer);  // the receiver has closed
         Deadline close(kCloseBound);
         EXPECT_EQ(plugin->closeSend(comm), loader::kSuccess) << "closeSend after the peer closed";
@@ -126,6 +128,7 @@ TEST_P(Lifecycle, CloseSendWithPendingSends) {
         ASSERT_TRUE(plugin);
         void* comm = nullptr;
         ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm));
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
         awaitDone(*io.peer);  // the sender has closed with its sends unmatched
         Deadline close(kCloseBound);
         EXPECT_EQ(plugin->closeRecv(comm), loader::kSuccess) << "closeRecv with unmatched arrivals";
@@ -137,6 +140,7 @@ TEST_P(Lifecycle, CloseSendWithPendingSends) {
         ASSERT_TRUE(plugin);
         void* comm = nullptr;
         ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
         HostBuffer buf(kSize * kPending);  // outlives the close: requests still point at it
         std::memset(buf.data(), 0x3c, buf.size());
         {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 #include <poll.h>
-#include <sys/pidfd.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -68,7 +68,8 @@ ForkPeer ForkPeer::start(std::string name, std::function<void()> body, ForkOptio
     std::abort();
   }
   if (pid == 0) runChild(name, body, options);
-  int pidfd = ::pidfd_open(pid, 0);
+  // Raw syscall: glibc 2.36's <sys/pidfd.h> lacks C linkage for C++ callers.
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
     std::perror("pact test: pidfd_open");
     ::kill(pid, SIGKILL);

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The whole test suite: installs dependencies, builds, runs every meson suite, then the
+# Address/UndefinedBehavior sanitizer run of the unit and abi suites. Ends with one line
+# "N passed, N failed".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+
+if [ "${PACT_SKIP_SETUP:-0}" != 1 ]; then
+  ci/setup.sh > /tmp/pact-setup.log 2>&1 || { cat /tmp/pact-setup.log; echo "0 passed, 1 failed"; exit 1; }
+fi
+ci/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
+
+# Hermetic: loopback only, whatever the host's interfaces.
+export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
+
+status=0
+meson test -C build --print-errorlogs --num-processes 1 || status=1
+
+if [ "${PACT_SKIP_ASAN:-0}" != 1 ]; then
+  ci/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
+    || { echo "0 passed, 1 failed"; exit 1; }
+  meson test -C build-asan --setup asan --suite unit --suite abi --print-errorlogs --num-processes 1 \
+    || status=1
+fi
+
+python3 "$root/ci/summary.py" build/meson-logs/testlog.json \
+  $( [ "${PACT_SKIP_ASAN:-0}" != 1 ] && echo build-asan/meson-logs/testlog-asan.json )
+exit $status

@@ -1,0 +1,119 @@
+// The PACT_* registry: defaults, valid values, and one exact error message per malformed value.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "common/params.h"
+
+namespace pact {
+namespace {
+
+TEST(Params, DefaultsWhenUnset) {
+  auto p = Params::load({});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->net_devices.empty());
+  EXPECT_EQ(p->epoch, 0u);
+  EXPECT_EQ(p->log_level, log::Level::kWarn);
+  EXPECT_EQ(p->max_recvs, 8);
+  EXPECT_EQ(p->peer_timeout, std::chrono::seconds(30));
+  EXPECT_EQ(p->liveness_interval, std::chrono::milliseconds(1));
+}
+
+TEST(Params, ParsesValidValues) {
+  auto p = Params::load({{"PACT_NET_DEVICES", "lo, eth0,mlx5_0:1"},
+                         {"PACT_EPOCH", "18446744073709551615"},
+                         {"PACT_LOG_LEVEL", "debug"},
+                         {"PACT_MAX_RECVS", "1"},
+                         {"PACT_PEER_TIMEOUT", "250ms"},
+                         {"PACT_LIVENESS_INTERVAL", "500us"}});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_EQ(p->net_devices, (std::vector<std::string>{"lo", "eth0", "mlx5_0:1"}));
+  EXPECT_EQ(p->epoch, UINT64_MAX);
+  EXPECT_EQ(p->log_level, log::Level::kDebug);
+  EXPECT_EQ(p->max_recvs, 1);
+  EXPECT_EQ(p->peer_timeout, std::chrono::milliseconds(250));
+  EXPECT_EQ(p->liveness_interval, std::chrono::microseconds(500));
+  EXPECT_TRUE(Params::load({{"PACT_NET_DEVICES", "all"}})->net_devices.empty());
+}
+
+struct Bad {
+  const char* name;
+  const char* value;
+  const char* message;
+};
+
+class ParamsBad : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(ParamsBad, ErrorNamesVariableValueAndAllowed) {
+  const Bad& b = GetParam();
+  auto p = Params::load({{b.name, b.value}});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status(), Status::kInvalidArgument);
+  EXPECT_EQ(p.error().message, b.message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ParamsBad,
+    ::testing::Values(
+        Bad{"PACT_EPOCH", "abc", "invalid PACT_EPOCH='abc': expected an unsigned 64-bit integer"},
+        Bad{"PACT_EPOCH", "-1", "invalid PACT_EPOCH='-1': expected an unsigned 64-bit integer"},
+        Bad{"PACT_EPOCH", "18446744073709551616",
+            "invalid PACT_EPOCH='18446744073709551616': expected an unsigned 64-bit integer"},
+        Bad{"PACT_EPOCH", "", "invalid PACT_EPOCH='': expected an unsigned 64-bit integer"},
+        Bad{"PACT_LOG_LEVEL", "loud",
+            "invalid PACT_LOG_LEVEL='loud': expected none, error, warn, info, debug or trace"},
+        Bad{"PACT_MAX_RECVS", "0", "invalid PACT_MAX_RECVS='0': expected an integer from 1 to 8"},
+        Bad{"PACT_MAX_RECVS", "9", "invalid PACT_MAX_RECVS='9': expected an integer from 1 to 8"},
+        Bad{"PACT_PEER_TIMEOUT", "10",
+            "invalid PACT_PEER_TIMEOUT='10': expected a duration with unit us, ms or s (e.g. 200ms)"},
+        Bad{"PACT_PEER_TIMEOUT", "5 min",
+            "invalid PACT_PEER_TIMEOUT='5 min': expected a duration with unit us, ms or s (e.g. 200ms)"},
+        Bad{"PACT_LIVENESS_INTERVAL", "ms",
+            "invalid PACT_LIVENESS_INTERVAL='ms': expected a duration with unit us, ms or s (e.g. 200ms)"},
+        Bad{"PACT_NET_DEVICES", "lo,,eth0",
+            "invalid PACT_NET_DEVICES='lo,,eth0': expected comma-separated device names, or 'all'"},
+        Bad{"PACT_NET_DEVICES", "eth0;rm -rf",
+            "invalid PACT_NET_DEVICES='eth0;rm -rf': expected comma-separated device names, or 'all'"}));
+
+TEST(Params, UnknownPactNamesAreReportedForTheTypoWarning) {
+  std::vector<std::string> unknown;
+  auto p = Params::load({{"PACT_EPOHC", "1"}, {"PACT_EPOCH", "2"}}, &unknown);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(unknown, std::vector<std::string>{"PACT_EPOHC"});
+}
+
+TEST(Params, EffectiveListsEveryRegisteredVariable) {
+  auto p = Params::load({{"PACT_PEER_TIMEOUT", "1500ms"}});
+  ASSERT_TRUE(p.ok());
+  auto eff = p->effective();
+  ASSERT_EQ(eff.size(), Params::table().size());
+  for (size_t i = 0; i < eff.size(); ++i) EXPECT_EQ(eff[i].first, Params::table()[i].name);
+  bool found = false;
+  for (const auto& [k, v] : eff)
+    if (k == "PACT_PEER_TIMEOUT") found = (v == "1500ms");
+  EXPECT_TRUE(found);
+}
+
+TEST(SizeParser, Suffixes) {
+  EXPECT_EQ(*SizeParser::parse("4K"), 4096u);
+  EXPECT_EQ(*SizeParser::parse("512k"), 512u << 10);
+  EXPECT_EQ(*SizeParser::parse("3M"), 3u << 20);
+  EXPECT_EQ(*SizeParser::parse("2G"), 2ull << 30);
+  EXPECT_EQ(*SizeParser::parse("17"), 17u);
+  EXPECT_FALSE(SizeParser::parse("1T").ok());
+  EXPECT_FALSE(SizeParser::parse("K").ok());
+  EXPECT_FALSE(SizeParser::parse("99999999999999999999G").ok());
+}
+
+TEST(ParamsDoc, DocsParamsMdMatchesTheRegistry) {
+  std::ifstream f(std::string(PACT_SOURCE_ROOT) + "/docs/params.md");
+  ASSERT_TRUE(f.good()) << "docs/params.md is missing";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  EXPECT_EQ(ss.str(), Params::markdown())
+      << "docs/params.md is stale: regenerate it with build/perf/pact-info --params-md > docs/params.md";
+}
+
+}  // namespace
+}  // namespace pact

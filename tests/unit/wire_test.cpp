@@ -1,0 +1,143 @@
+// The handshake codec: round trips, and every malformed input refused with the field named.
+#include <gtest/gtest.h>
+
+#include <sys/socket.h>
+
+#include <cstring>
+
+#include "transport/comm.h"
+#include "transport/wire.h"
+
+namespace pact::wire {
+namespace {
+
+std::vector<uint8_t> bodyOf(const std::vector<uint8_t>& frame) {
+  return {frame.begin() + kHeaderSize, frame.end()};
+}
+
+TEST(Handle, RoundTripFitsNcclHandle) {
+  ListenHandle h;
+  h.family = AF_INET;
+  h.port = 4242;
+  h.addr[0] = 127;
+  h.addr[3] = 1;
+  h.listenId = 0x1122334455667788ull;
+  h.epoch = 9;
+  uint8_t buf[kHandleSize];
+  std::memset(buf, 0xee, sizeof buf);
+  encodeHandle(h, buf);
+  for (size_t i = kHandleAddressBytes; i < kHandleSize; ++i) EXPECT_EQ(buf[i], 0) << i;  // scratch zeroed
+  auto d = decodeHandle(buf);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->family, AF_INET);
+  EXPECT_EQ(d->port, 4242);
+  EXPECT_EQ(d->addr[0], 127);
+  EXPECT_EQ(d->addr[3], 1);
+  EXPECT_EQ(d->listenId, h.listenId);
+  EXPECT_EQ(d->epoch, 9u);
+}
+
+TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
+  uint8_t buf[kHandleSize] = {};
+  auto d = decodeHandle(buf);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().message, "handle.magic: not a pact handle (wrong plugin on the peer?)");
+
+  ListenHandle h;
+  h.family = AF_INET;
+  h.port = 1;
+  encodeHandle(h, buf);
+  buf[4] = 7;  // version
+  d = decodeHandle(buf);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.status(), Status::kRefused);
+  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 1");
+
+  h.family = 99;
+  encodeHandle(h, buf);
+  EXPECT_EQ(decodeHandle(buf).error().message, "handle.family: 99 is not IPv4/IPv6");
+  h.family = AF_INET6;
+  h.port = 0;
+  encodeHandle(h, buf);
+  EXPECT_EQ(decodeHandle(buf).error().message, "handle.port: 0");
+  EXPECT_EQ(decodeHandle(std::span<const uint8_t>(buf, 10)).error().message, "handle.addr: truncated");
+}
+
+TEST(Frames, HelloAcceptRefuseRoundTrip) {
+  Hello hello{1, 2, 3, {9, 8, 7}};
+  auto f = encode(hello);
+  auto hdr = decodeHeader(f);
+  ASSERT_TRUE(hdr.ok());
+  EXPECT_EQ(hdr->type, FrameType::kHello);
+  EXPECT_EQ(hdr->version, kVersion);
+  EXPECT_EQ(hdr->length, f.size() - kHeaderSize);
+  auto h = decodeHello(bodyOf(f));
+  ASSERT_TRUE(h.ok());
+  EXPECT_EQ(h->listenId, 1u);
+  EXPECT_EQ(h->commId, 2u);
+  EXPECT_EQ(h->epoch, 3u);
+  EXPECT_EQ(h->workerAddress, (std::vector<uint8_t>{9, 8, 7}));
+
+  auto a = decodeAccept(bodyOf(encode(Accept{77, 5, {1}})));
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(a->tagSpace, 77u);
+  EXPECT_EQ(a->epoch, 5u);
+
+  auto r = decodeRefuse(bodyOf(encode(Refuse{Field::kEpoch, 4, 6})));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->field, Field::kEpoch);
+  EXPECT_EQ(r->expected, 4u);
+  EXPECT_EQ(r->got, 6u);
+  EXPECT_STREQ(fieldName(r->field), "epoch");
+
+  auto bye = encodeBye();
+  EXPECT_EQ(bye.size(), kHeaderSize);
+  EXPECT_EQ(decodeHeader(bye)->type, FrameType::kBye);
+}
+
+TEST(Frames, EveryTruncationIsRefusedWithTheField) {
+  auto body = bodyOf(encode(Hello{1, 2, 3, {9, 8, 7}}));
+  for (size_t n = 0; n < body.size(); ++n) {
+    auto h = decodeHello(std::span(body).first(n));
+    ASSERT_FALSE(h.ok()) << n;
+    EXPECT_NE(h.error().message.find("hello."), std::string::npos) << h.error().message;
+  }
+  EXPECT_EQ(decodeHello(std::span(body).first(3)).error().message, "hello.listen_id: truncated");
+  EXPECT_EQ(decodeHello(std::span(body).first(25)).error().message, "hello.worker_address: truncated");
+}
+
+TEST(Frames, OversizedAndTrailingAndUnknownAreRefused) {
+  auto f = encode(Hello{1, 2, 3, {9}});
+  f[8] = 0xff;
+  f[9] = 0xff;  // length 65535
+  EXPECT_EQ(decodeHeader(f).error().message, "frame.length: 65535 exceeds 4096");
+  f = encode(Hello{1, 2, 3, {9}});
+  f[6] = 42;
+  EXPECT_EQ(decodeHeader(f).error().message, "frame.type: unknown type 42");
+  f[0] = 0;
+  EXPECT_EQ(decodeHeader(f).error().message, "frame.magic: not a pact frame");
+
+  auto body = bodyOf(encode(Accept{1, 2, {3}}));
+  body.push_back(0);
+  EXPECT_EQ(decodeAccept(body).error().message, "accept.body: 1 trailing bytes");
+  auto empty = bodyOf(encode(Hello{1, 2, 3, {}}));
+  EXPECT_EQ(decodeHello(empty).error().message, "hello.worker_address: length 0 outside 1..2048");
+  std::vector<uint8_t> big(kMaxWorkerAddress + 1, 1);
+  EXPECT_FALSE(decodeAccept(bodyOf(encode(Accept{1, 2, big}))).ok());
+  auto refuse = bodyOf(encode(Refuse{Field::kEpoch, 1, 2}));
+  refuse[0] = 9;
+  EXPECT_EQ(decodeRefuse(refuse).error().message, "refuse.field: unknown field 9");
+}
+
+TEST(TagLayout, SpaceTagAndSequenceNeverCollide) {
+  using transport::makeTag;
+  EXPECT_NE(makeTag(1, 0, 0), makeTag(2, 0, 0));
+  EXPECT_NE(makeTag(1, 0, 0), makeTag(1, 1, 0));
+  EXPECT_NE(makeTag(1, 0, 0), makeTag(1, 0, 1));
+  EXPECT_EQ(makeTag(1, 5, 4096), makeTag(1, 5, 0));  // the sequence wraps after 4096 per tag
+  EXPECT_NE(makeTag(1, -1, 0), makeTag(1, 0x7fffffff, 0));
+  EXPECT_EQ(makeTag(0xFFFFF, -1, 0xFFF), ~0ull);
+}
+
+}  // namespace
+}  // namespace pact::wire
