@@ -191,6 +191,12 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
   c->add_flag("--no-lat", o->no_lat, "skip the latency sweep");
   c->add_flag("--verify", o->verify, "check every payload byte on the receiver (slows the sender)");
   c->add_flag("-v,--verbose", o->verbose, "print the plugin's INFO/TRACE log lines");
+  c->footer(
+      "Bandwidth: GB/s (1e9 B/s) measured at the receiver over the timed messages of each size,\n"
+      "after a warmup of iters/10 (1..1000); bw_pNN = gap between consecutive receive\n"
+      "completions in us (its mean is size/bandwidth; the tail shows stalls).\n"
+      "Latency: ping-pong over two comms; one-way = RTT/2; percentiles over --lat-iters.\n"
+      "Rank 1 is a child forked before the plugin is opened; both ranks open it themselves.");
   c->callback([o, exit_code] { *exit_code = runP2p(*o); });
 }
 

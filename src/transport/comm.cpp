@@ -7,7 +7,7 @@ namespace pact::transport {
 
 namespace {
 
-constexpr auto kDrainLimit = std::chrono::seconds(2);
+constexpr auto kDrainLimit = std::chrono::milliseconds(200);
 
 void completePart(Part* p, ucs_status_t st, size_t length) {
   p->ucxRequest = nullptr;
@@ -16,6 +16,7 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
   p->size = length;
   Request* r = p->owner;
   --r->pending;
+  if (r->comm == nullptr) return;  // orphaned: its comm is closed
   if (p->status != Status::kOk && p->status != Status::kCanceled)
     r->comm->fail(p->status, std::string(r->isSend ? "send" : "receive") + " failed: " +
                                  ucs_status_string(st));
@@ -39,11 +40,11 @@ void onEndpointError(void* arg, ucp_ep_h, ucs_status_t st) {
 }
 
 // Starts a UCX operation for one part: immediate completion, error, or a request UCX now owns.
-void track(Part* p, void* ret, bool isRecv) {
+void track(Part* p, void* ret) {
   p->owner->pending++;
   p->done = false;
-  if (ret == nullptr) {
-    completePart(p, UCS_OK, isRecv ? p->info.length : p->size);
+  if (ret == nullptr) {  // sends only: receives never complete immediately (NO_IMM_CMPL)
+    completePart(p, UCS_OK, p->size);
   } else if (UCS_PTR_IS_ERR(ret)) {
     completePart(p, UCS_PTR_STATUS(ret), 0);
   } else {
@@ -60,7 +61,7 @@ uint64_t makeTag(uint32_t tagSpace, int tag, uint32_t seq) {
 
 Comm::Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, bool isSend,
            std::string peer)
-    : dev_(std::move(dev)), sock_(std::move(sock)), pool_(poolSize), isSend_(isSend),
+    : dev_(std::move(dev)), sock_(std::move(sock)), pool_(std::make_unique<RequestPool>(poolSize)), isSend_(isSend),
       peer_(std::move(peer)) {
   dev_->liveComms++;
 }
@@ -121,7 +122,7 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
     if (p.status != Status::kOk && result == Status::kOk) result = p.status;
     if (sizes) sizes[i] = static_cast<int>(std::min<size_t>(p.size, INT32_MAX));
   }
-  pool_.release(r);
+  pool_->release(r);
   if (result != Status::kOk) return result == Status::kCanceled ? Status::kRemoteError : result;
   *done = true;
   return Status::kOk;
@@ -131,11 +132,16 @@ void Comm::drainParts() {
   const auto deadline = now() + kDrainLimit;
   auto busy = [this] {
     bool any = false;
-    pool_.forEachInUse([&](Request& r) { any = any || !r.done(); });
+    pool_->forEachInUse([&](Request& r) { any = any || !r.done(); });
     return any;
   };
   while (busy() && now() < deadline) dev_->worker().progress();
-  if (busy()) PACT_WARN("comm %p: UCX operations still pending after close", static_cast<void*>(this));
+  if (busy()) {
+    PACT_INFO("comm %p: UCX still holds operations after close; their slots outlive the comm",
+              static_cast<void*>(this));
+    pool_->forEachInUse([](Request& r) { r.comm = nullptr; });
+    dev_->adoptOrphans(std::move(pool_));
+  }
 }
 
 void Comm::sayBye() {
@@ -152,7 +158,8 @@ SendComm::SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t 
 SendComm::~SendComm() = default;
 
 Status SendComm::connectEndpoint(const std::vector<uint8_t>& remoteWorkerAddress) {
-  auto ep = ucx::Endpoint::create(dev_->worker().get(), remoteWorkerAddress, onEndpointError, this);
+  auto ep = ucx::Endpoint::create(dev_->worker().get(), remoteWorkerAddress, onEndpointError, this,
+                                 &dev_->peerFailureSupported);
   if (!ep.ok()) {
     fail(ep.status(), ep.error().message);
     return ep.status();
@@ -164,7 +171,7 @@ Status SendComm::connectEndpoint(const std::vector<uint8_t>& remoteWorkerAddress
 Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out) {
   *out = nullptr;
   if (isError(error_)) return error_;
-  Request* r = pool_.acquire(this, true, 1);
+  Request* r = pool_->acquire(this, true, 1);
   if (r == nullptr) return Status::kOk;  // back-pressure
   Part* p = &r->parts[0];
   p->owner = r;
@@ -177,8 +184,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
     param.memh = mh->region->map.get();
   }
-  track(p, ucp_tag_send_nbx(ep_.get(), data, size, makeTag(tagSpace_, tag, nextSeq(tag)), &param),
-        false);
+  track(p, ucp_tag_send_nbx(ep_.get(), data, size, makeTag(tagSpace_, tag, nextSeq(tag)), &param));
   *out = r;
   return Status::kOk;
 }
@@ -187,7 +193,7 @@ void SendComm::abortInFlight() { ep_.close(true); }
 
 void SendComm::shutdown() {
   bool inFlight = false;
-  pool_.forEachInUse([&](Request& r) { inFlight = inFlight || !r.done(); });
+  pool_->forEachInUse([&](Request& r) { inFlight = inFlight || !r.done(); });
   sayBye();
   ep_.close(inFlight || isError(error_));
   drainParts();
@@ -207,18 +213,19 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
   *out = nullptr;
   if (isError(error_)) return error_;
   if (n < 1 || n > dev_->params().max_recvs) return Status::kInvalidArgument;
-  Request* r = pool_.acquire(this, false, n);
+  Request* r = pool_->acquire(this, false, n);
   if (r == nullptr) return Status::kOk;  // back-pressure
   for (int i = 0; i < n; ++i) {
     Part* p = &r->parts[static_cast<size_t>(i)];
     p->owner = r;
     p->size = sizes[i];
     ucp_request_param_t param{};
+    // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives
+    // always complete through the callback, which carries the real length.
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FIELD_RECV_INFO;
+                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
     param.cb.recv = onRecvDone;
     param.user_data = p;
-    param.recv_info.tag_info = &p->info;
     MemHandle* mh = mhs ? mhs[i] : nullptr;
     if (mh != nullptr &&
         mh->region->covers(reinterpret_cast<uintptr_t>(data[i]), sizes[i], ucx::MemoryType::kHost)) {
@@ -226,15 +233,14 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
       param.memh = mh->region->map.get();
     }
     track(p, ucp_tag_recv_nbx(dev_->worker().get(), data[i], sizes[i],
-                              makeTag(tagSpace_, tags[i], nextSeq(tags[i])), ~0ull, &param),
-          true);
+                              makeTag(tagSpace_, tags[i], nextSeq(tags[i])), ~0ull, &param));
   }
   *out = r;
   return Status::kOk;
 }
 
 void RecvComm::abortInFlight() {
-  pool_.forEachInUse([this](Request& r) {
+  pool_->forEachInUse([this](Request& r) {
     for (int i = 0; i < r.nparts; ++i)
       if (void* req = r.parts[static_cast<size_t>(i)].ucxRequest)
         ucp_request_cancel(dev_->worker().get(), req);

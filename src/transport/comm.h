@@ -52,7 +52,7 @@ class Comm {
   // Cancels what is in flight and says goodbye. Device mutex must be held.
   virtual void shutdown() = 0;
 
-  RequestPool& pool() { return pool_; }
+  RequestPool& pool() { return *pool_; }
   uint32_t nextSeq(int tag) { return seq_[tag]++; }
   const std::string& peer() const { return peer_; }
 
@@ -60,12 +60,14 @@ class Comm {
   // Failure was recorded: cancel/abort what UCX still holds so every part completes.
   virtual void abortInFlight() = 0;
   void checkPeer();
-  void drainParts();  // progress until no part is owned by UCX (bounded)
+  // Progresses until no part is owned by UCX (bounded); parts UCX still holds after that keep
+  // their pool alive in the device's graveyard, so a late callback never touches freed memory.
+  void drainParts();
   void sayBye();
 
   std::shared_ptr<DeviceCtx> dev_;
   ControlSocket sock_;
-  RequestPool pool_;
+  std::unique_ptr<RequestPool> pool_;  // handed to the device if UCX still holds parts at close
   bool isSend_;
   std::string peer_;
   Status error_ = Status::kOk;

@@ -18,6 +18,15 @@ Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, 
   return d;
 }
 
+void DeviceCtx::adoptOrphans(std::unique_ptr<RequestPool> pool) {
+  std::erase_if(orphans_, [](const std::unique_ptr<RequestPool>& p) {
+    bool busy = false;
+    p->forEachInUse([&](Request& r) { busy = busy || !r.done(); });
+    return !busy;
+  });
+  if (pool) orphans_.push_back(std::move(pool));
+}
+
 Result<uint32_t> DeviceCtx::allocTagSpace() {
   constexpr uint32_t kTagSpaces = 1u << 20;
   if (nextTagSpace_ >= kTagSpaces)

@@ -7,10 +7,12 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "common/params.h"
 #include "ucx/devices.h"
 #include "ucx/reg_cache.h"
+#include "transport/request.h"
 #include "ucx/worker.h"
 
 namespace pact::transport {
@@ -28,6 +30,12 @@ class DeviceCtx {
   // late message of a closed comm can never match a new one.
   Result<uint32_t> allocTagSpace();
 
+  // Keeps the request slots of a closed comm alive while UCX still holds operations on them;
+  // slots whose operations all ended are freed here. Device mutex must be held.
+  void adoptOrphans(std::unique_ptr<RequestPool> pool);
+  size_t orphanPools() const { return orphans_.size(); }
+
+  bool peerFailureSupported = true;  // cleared once UCX says the transports lack it
   std::atomic<int64_t> liveComms{0};
   std::atomic<int64_t> liveMemHandles{0};
 
@@ -37,6 +45,7 @@ class DeviceCtx {
   ucx::DeviceInfo info_;
   Params params_;
   std::mutex mu_;
+  std::vector<std::unique_ptr<RequestPool>> orphans_;  // outlives the worker (declared first)
   // Destroyed in reverse order: cache (regions) before the worker before the context.
   ucx::Context context_;
   ucx::Worker worker_;

@@ -29,7 +29,6 @@ struct Part {
   size_t size = 0;             // posted size, then the size actually transferred
   Status status = Status::kOk;
   bool done = true;
-  ucp_tag_recv_info_t info{};
 };
 
 struct Request {

@@ -19,7 +19,7 @@ Status toStatus(ucs_status_t s) {
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_ENDPOINT_TIMEOUT:
     case UCS_ERR_REJECTED: return Status::kRemoteError;
-    case UCS_ERR_IO_ERROR: return Status::kSystemError;
+    case UCS_ERR_IO_ERROR: return Status::kRemoteError;  // transport I/O failure: the peer side
     default: return Status::kInternal;  // ucs_status_t is a growing foreign set
   }
 }

@@ -84,21 +84,25 @@ ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::millis
 }
 
 Result<Endpoint> Endpoint::create(ucp_worker_h worker, const std::vector<uint8_t>& remoteAddress,
-                                  ErrorHandler onError, void* arg) {
+                                  ErrorHandler onError, void* arg, bool* peerFailureSupported) {
   ucp_ep_params_t params{};
-  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE;
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
   params.address = reinterpret_cast<const ucp_address_t*>(remoteAddress.data());
-  // Peer-failure mode would exclude UCX 1.13's shared-memory transports (they have no failure
-  // handler) and force same-host peers onto TCP. Liveness is the control connection's job, so
-  // endpoints use UCX's default mode; the handler still runs where UCX reports an error.
-  params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-  if (onError != nullptr) {
-    params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLER;
-    params.err_handler.cb = onError;
-    params.err_handler.arg = arg;
-  }
+  params.err_mode = *peerFailureSupported ? UCP_ERR_HANDLING_MODE_PEER : UCP_ERR_HANDLING_MODE_NONE;
+  params.err_handler.cb = onError;
+  params.err_handler.arg = arg;
   ucp_ep_h ep = nullptr;
   ucs_status_t st = ucp_ep_create(worker, &params, &ep);
+  if (st == UCS_ERR_UNREACHABLE && *peerFailureSupported) {
+    // UCX 1.13's shared-memory transports have no peer-failure support (UCX logs one error line
+    // saying so). The control connection still detects a dead peer, so this worker connects
+    // without it from now on.
+    PACT_INFO("ucx transports lack peer-failure handling; endpoints on this worker go without it");
+    *peerFailureSupported = false;
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    st = ucp_ep_create(worker, &params, &ep);
+  }
   if (st != UCS_OK) return error("ep_create", st);
   Endpoint e;
   e.worker_ = worker;

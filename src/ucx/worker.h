@@ -48,8 +48,10 @@ class Endpoint {
  public:
   using ErrorHandler = void (*)(void* arg, ucp_ep_h ep, ucs_status_t status);
   Endpoint() = default;
+  // Peer-failure error handling when *peerFailureSupported; if the transports cannot provide it,
+  // falls back to none and clears the flag (the caller keeps it per worker).
   static Result<Endpoint> create(ucp_worker_h worker, const std::vector<uint8_t>& remoteAddress,
-                                 ErrorHandler onError, void* arg);
+                                 ErrorHandler onError, void* arg, bool* peerFailureSupported);
   ~Endpoint() { close(true); }
   Endpoint(Endpoint&& o) noexcept;
   Endpoint& operator=(Endpoint&& o) noexcept;

@@ -12,6 +12,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <tuple>
 
 #include "tests/abi/harness.h"
@@ -24,8 +25,10 @@ constexpr size_t kLarge = 32 << 20;
 constexpr size_t kStreamSize = 8 << 20;
 
 enum class Mode { kIdle, kStreaming };
+void PrintTo(Mode m, std::ostream* os) { *os << (m == Mode::kIdle ? "idle" : "streaming"); }
 
-// Polls the parent's "the victim is dead" note without blocking.
+// Polls the parent's "killing the victim now" note without blocking. The parent sends it just
+// before the SIGKILL, so it is readable whenever an error caused by the kill can be seen.
 class KillWatch {
  public:
   explicit KillWatch(Channel& parent) : parent_(parent) {}
@@ -57,11 +60,10 @@ void expectFailureAfterKill(NetPlugin& plugin, Channel& parent, std::deque<void*
   Deadline overall(kOpTimeout * 3);
   int sizes[loader::kMaxRecvs];
   for (;;) {
-    const bool killed = watch.killed();
     int rc = loader::kSuccess;
     if (pending.empty()) {
       ASSERT_TRUE(more) << "every in-flight request completed successfully although the peer "
-                        << (killed ? "was killed" : "never served them");
+                        << (watch.killed() ? "was killed" : "never served them");
       void* req = nullptr;
       rc = more(&req);
       if (rc == loader::kSuccess && req != nullptr) pending.push_back(req);
@@ -71,13 +73,15 @@ void expectFailureAfterKill(NetPlugin& plugin, Channel& parent, std::deque<void*
       if (rc == loader::kSuccess && done != 0) pending.pop_front();
     }
     if (rc != loader::kSuccess) {
-      ASSERT_TRUE(killed) << "the plugin returned " << rc << " before the peer was killed";
+      // Checked after the error: the note is readable from the moment of the kill on.
+      ASSERT_TRUE(watch.killed()) << "the plugin returned " << rc << " before the peer was killed";
       EXPECT_TRUE(isPeerError(rc)) << "error after peer death was " << rc
                                    << ", expected ncclRemoteError(6) or ncclSystemError(2)";
       EXPECT_LT(watch.sinceKillMs(), kDetectBound.count());
       std::printf("[   INFO   ] peer death reported with rc %d after %lld ms\n", rc, watch.sinceKillMs());
       return;
     }
+    watch.killed();  // starts the clock once the note is there
     ASSERT_FALSE(watch.expired()) << "no error within " << kDetectBound.count()
                                   << " ms of the peer's SIGKILL (" << pending.size() << " requests pending)";
     ASSERT_FALSE(overall.expired()) << "the parent never reported the kill";
@@ -227,11 +231,13 @@ TEST_P(PeerFailure, SurvivorSeesErrorWithinBound) {
   char note = 0;
   ASSERT_TRUE(pair.controlA().recv(&note, 1, kOpTimeout * 2)) << "survivor did not get ready";
   ASSERT_TRUE(pair.controlB().recv(&note, 1, kOpTimeout * 2)) << "victim did not get ready";
+  // The note goes out BEFORE the kill: an error the survivor sees with no note readable is an
+  // error from before the kill, and the survivor's clock starts no later than the kill.
+  const char killing = 'K';
+  ASSERT_TRUE(pair.controlA().send(&killing, 1)) << "survivor already gone";
   pair.b().kill(SIGKILL);
   const auto& killed = pair.b().wait(kOpTimeout);
   EXPECT_TRUE(killed.killedBy(SIGKILL)) << "victim " << killed.describe();
-  const char dead = 'K';
-  ASSERT_TRUE(pair.controlA().send(&dead, 1)) << "survivor already gone";
   pair.wait();
   EXPECT_TRUE(pair.a().outcome().ok()) << "survivor " << pair.a().outcome().describe();
 }
@@ -243,7 +249,9 @@ std::string failureName(const ::testing::TestParamInfo<FailureParam>& info) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, PeerFailure,
-                         ::testing::Combine(::testing::Values(8, 12), ::testing::Bool(),
+                         ::testing::Combine(::testing::Range(loader::kOldestVersion,
+                                                             loader::kNewestVersion + 1),
+                                            ::testing::Bool(),
                                             ::testing::Values(Mode::kIdle, Mode::kStreaming)),
                          failureName);
 
