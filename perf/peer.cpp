@@ -26,7 +26,7 @@ void onAlarm(int) {
   char buf[256];
   int n = std::snprintf(buf, sizeof(buf),
                         "pact-perf[rank %d]: watchdog: step \"%s\" did not finish within %u s\n", g_rank,
-                        g_watch_seconds, g_phase);
+                        g_phase, g_watch_seconds);
   if (n > 0) (void)!write(STDERR_FILENO, buf, static_cast<size_t>(n));
   _exit(2);
 }

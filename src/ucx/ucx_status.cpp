@@ -16,6 +16,7 @@ Status toStatus(ucs_status_t s) {
     case UCS_ERR_TIMED_OUT: return Status::kTimeout;
     case UCS_ERR_UNSUPPORTED: return Status::kUnsupported;
     case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_NOT_CONNECTED:
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_ENDPOINT_TIMEOUT:
     case UCS_ERR_REJECTED: return Status::kRemoteError;

@@ -40,7 +40,8 @@ class Churn {
     std::vector<void*> handles;
     for (auto& b : bufs_) {
       void* mh = nullptr;
-      ASSERT_EQ(plugin_.regMr(comm_, b->data(), b->size(), loader::kPtrHost, &mh), loader::kSuccess);
+      ASSERT_EQ(plugin_.regMr(comm_, b->data(), b->size(), loader::kPtrHost, &mh),
+                loader::kSuccess);
       handles.push_back(mh);
     }
     void* twice = nullptr;
@@ -69,7 +70,8 @@ void receiveAll(NetPlugin& plugin, void* comm, int* received) {
     int* bad;
     int* received;
     ~Report() {
-      if (*bad > 0) ADD_FAILURE() << *bad << " of " << *received << " messages had a wrong reported size";
+      if (*bad > 0)
+        ADD_FAILURE() << *bad << " of " << *received << " messages had a wrong reported size";
     }
   } report{&badSizes, received};
   for (int i = 0; i < kMaxMessages; ++i) {
@@ -87,8 +89,9 @@ void receiveAll(NetPlugin& plugin, void* comm, int* received) {
     // so that a wrong size report is a failure here rather than an early end.
     if (c.sizes[0] == 0 && isPoison(buf.data(), kEndProbe)) return;
     if (c.sizes[0] != static_cast<int>(messageSize(i)) && badSizes++ == 0) {
-      ADD_FAILURE() << "message " << i << " of " << messageSize(i) << " bytes: test() reported size "
-                    << c.sizes[0] << " (further wrong sizes are only counted)";
+      ADD_FAILURE() << "message " << i << " of " << messageSize(i)
+                    << " bytes: test() reported size " << c.sizes[0]
+                    << " (further wrong sizes are only counted)";
     }
     ASSERT_TRUE(matchesPattern(buf.data(), messageSize(i), seedOf(i))) << "message " << i;
     ++*received;

@@ -60,9 +60,9 @@ INSTANTIATE_TEST_SUITE_P(Versions, Handshake,
 
 // What one side of an epoch handshake saw; sent to the parent over the control channel.
 struct SideResult {
-  int rc = 0;             // last connect/accept result
-  bool gotComm = false;   // a comm was returned
-  bool gaveUp = false;    // still pending when the observation window ended
+  int rc = 0;            // last connect/accept result
+  bool gotComm = false;  // a comm was returned
+  bool gaveUp = false;   // still pending when the observation window ended
   long long elapsedMs = 0;
 };
 
@@ -141,7 +141,8 @@ class Epoch : public ::testing::TestWithParam<int> {};
 TEST_P(Epoch, MismatchIsRefusedPromptly) {
   SideResult acc, con;
   runEpochPair(GetParam(), "1", "2", &acc, &con);
-  const std::string report = describe("accept (epoch 1)", acc) + "; " + describe("connect (epoch 2)", con);
+  const std::string report =
+      describe("accept (epoch 1)", acc) + "; " + describe("connect (epoch 2)", con);
   RecordProperty("epoch_mismatch", report);
   std::printf("[   INFO   ] epoch mismatch: %s\n", report.c_str());
   EXPECT_FALSE(acc.gotComm) << report;

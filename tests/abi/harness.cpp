@@ -7,9 +7,32 @@
 
 namespace pact::abi_test {
 
+namespace {
+
+// The harness's own PACT_* variables, read once per process and then removed from the
+// environment: the plugin warns about PACT_* names it does not know.
+struct HarnessEnv {
+  std::string pluginPath;
+  bool verbose = false;
+  HarnessEnv() {
+    if (const char* p = std::getenv("PACT_PLUGIN_PATH")) pluginPath = p;
+    const char* v = std::getenv("PACT_TEST_VERBOSE");
+    verbose = v != nullptr && std::strcmp(v, "1") == 0;
+    ::unsetenv("PACT_PLUGIN_PATH");
+    ::unsetenv("PACT_TEST_VERBOSE");
+  }
+};
+
+const HarnessEnv& harnessEnv() {
+  static const HarnessEnv env;  // first use is in a forked child, never in the gtest parent
+  return env;
+}
+
+}  // namespace
+
 std::unique_ptr<NetPlugin> openPlugin(int version) {
-  const char* path = std::getenv("PACT_PLUGIN_PATH");
-  if (path == nullptr || *path == '\0') {
+  const std::string& path = harnessEnv().pluginPath;
+  if (path.empty()) {
     ADD_FAILURE() << "PACT_PLUGIN_PATH is not set; run the suite with `meson test --suite abi`";
     return nullptr;
   }
@@ -20,8 +43,7 @@ std::unique_ptr<NetPlugin> openPlugin(int version) {
     return nullptr;
   }
   EXPECT_EQ(plugin->version(), version);
-  const char* verbose = std::getenv("PACT_TEST_VERBOSE");
-  const bool quiet = !(verbose != nullptr && std::strcmp(verbose, "1") == 0);
+  const bool quiet = !harnessEnv().verbose;
   int rc = plugin->init(-1, quiet);
   if (rc != loader::kSuccess) {
     ADD_FAILURE() << "init (v" << version << ") returned " << rc;
@@ -102,9 +124,10 @@ void recvOne(NetPlugin& plugin, void* comm, void* data, size_t capacity, void* m
   void* request = nullptr;
   size_t cap = capacity;
   int tag = kTag;
-  ASSERT_NO_FATAL_FAILURE(postRecv(plugin, comm, 1, &data, &cap, &tag, &mhandle, deadline, &request));
-  Completion c =
-      expectComplete(plugin, request, deadline, "irecv of " + std::to_string(expected_size) + " bytes");
+  ASSERT_NO_FATAL_FAILURE(
+      postRecv(plugin, comm, 1, &data, &cap, &tag, &mhandle, deadline, &request));
+  Completion c = expectComplete(plugin, request, deadline,
+                                "irecv of " + std::to_string(expected_size) + " bytes");
   if (c.done) {
     EXPECT_EQ(c.sizes[0], static_cast<int>(expected_size))
         << "received size reported by test() (capacity " << capacity << ")";
@@ -128,7 +151,8 @@ void transferInOneThread(NetPlugin& plugin, void* sendComm, void* recvComm, size
   int tag = kTag;
   void* rmh = rmr.handle();
   ASSERT_NO_FATAL_FAILURE(postRecv(plugin, recvComm, 1, &rdata, &cap, &tag, &rmh, deadline, &rreq));
-  ASSERT_NO_FATAL_FAILURE(postSend(plugin, sendComm, src.data(), size, kTag, smr.handle(), deadline, &sreq));
+  ASSERT_NO_FATAL_FAILURE(
+      postSend(plugin, sendComm, src.data(), size, kTag, smr.handle(), deadline, &sreq));
   Completion sc, rc;
   rc.rc = sc.rc = loader::kSuccess;
   int done = 0;
@@ -156,7 +180,8 @@ void acceptPeer(NetPlugin& plugin, Channel& ch, void** recvComm, int dev) {
   *recvComm = nullptr;
   char handle[loader::kHandleSize] = {};
   void* listenComm = nullptr;
-  ASSERT_EQ(plugin.listen(dev, handle, &listenComm), loader::kSuccess) << "listen(dev " << dev << ")";
+  ASSERT_EQ(plugin.listen(dev, handle, &listenComm), loader::kSuccess)
+      << "listen(dev " << dev << ")";
   ASSERT_NE(listenComm, nullptr) << "listen succeeded without a listenComm";
   ASSERT_TRUE(ch.send(handle, sizeof handle)) << "could not pass the listen handle to the peer";
   Deadline deadline(kOpTimeout);
@@ -193,7 +218,8 @@ void connectLoopback(NetPlugin& plugin, int dev, bool nullDevHandlePtr, void** s
   *sendComm = *recvComm = nullptr;
   char handle[loader::kHandleSize] = {};
   void* listenComm = nullptr;
-  ASSERT_EQ(plugin.listen(dev, handle, &listenComm), loader::kSuccess) << "listen(dev " << dev << ")";
+  ASSERT_EQ(plugin.listen(dev, handle, &listenComm), loader::kSuccess)
+      << "listen(dev " << dev << ")";
   ASSERT_NE(listenComm, nullptr) << "listen succeeded without a listenComm";
   Deadline deadline(kOpTimeout);
   void* sc = nullptr;
@@ -252,20 +278,18 @@ PeerPair::PeerPair(int version, PeerBody a, PeerBody b, std::chrono::millisecond
   control_a_ = std::move(ca), child_a_ = std::move(xa);
   control_b_ = std::move(cb), child_b_ = std::move(xb);
   const std::string v = "v" + std::to_string(version);
-  a_.emplace(ForkPeer::start(
-      "A(" + v + ")",
-      [this, body = std::move(a)] {
-        PeerIo io{version_, &peer_a_, &child_a_};
-        body(io);
-      },
-      {watchdog, {&peer_b_, &control_a_, &control_b_, &child_b_}}));
-  b_.emplace(ForkPeer::start(
-      "B(" + v + ")",
-      [this, body = std::move(b)] {
-        PeerIo io{version_, &peer_b_, &child_b_};
-        body(io);
-      },
-      {watchdog, {&peer_a_, &control_a_, &child_a_, &control_b_}}));
+  a_.emplace(ForkPeer::start("A(" + v + ")",
+                             [this, body = std::move(a)] {
+                               PeerIo io{version_, &peer_a_, &child_a_};
+                               body(io);
+                             },
+                             {watchdog, {&peer_b_, &control_a_, &control_b_, &child_b_}}));
+  b_.emplace(ForkPeer::start("B(" + v + ")",
+                             [this, body = std::move(b)] {
+                               PeerIo io{version_, &peer_b_, &child_b_};
+                               body(io);
+                             },
+                             {watchdog, {&peer_a_, &control_a_, &child_a_, &control_b_}}));
   peer_a_.close();
   peer_b_.close();
   child_a_.close();
@@ -287,8 +311,7 @@ void runInChild(const std::string& name, const std::function<void()>& body,
   EXPECT_TRUE(outcome.ok()) << "child " << name << " " << outcome.describe();
 }
 
-void runConnectedPair(int version,
-                      const std::function<void(NetPlugin&, void*, PeerIo&)>& recvSide,
+void runConnectedPair(int version, const std::function<void(NetPlugin&, void*, PeerIo&)>& recvSide,
                       const std::function<void(NetPlugin&, void*, PeerIo&)>& sendSide) {
   PeerPair pair(
       version,

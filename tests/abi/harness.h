@@ -34,8 +34,8 @@ using test::ForkPeer;
 using namespace std::chrono_literals;
 
 inline constexpr std::chrono::milliseconds kOpTimeout = 20s;      // one handshake or transfer
-inline constexpr std::chrono::milliseconds kChildWatchdog = 100s;  // whole child body
-inline constexpr std::chrono::milliseconds kPairTimeout = 120s;   // parent waiting for children
+inline constexpr std::chrono::milliseconds kChildWatchdog = 45s;  // whole child body
+inline constexpr std::chrono::milliseconds kPairTimeout = 60s;    // parent waiting for children
 inline constexpr int kTag = 1;                                    // the sender's "rank"
 inline constexpr unsigned char kPoison = 0xA5;
 inline constexpr int kTimedOut = -1;  // Completion::rc when the deadline passed

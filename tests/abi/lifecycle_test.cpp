@@ -89,7 +89,8 @@ TEST_P(Lifecycle, CloseRecvWithPendingReceives) {
             int tag = kTag;
             void* mh = mr.handle();
             void* req = nullptr;
-            ASSERT_NO_FATAL_FAILURE(postRecv(*plugin, comm, 1, &data, &cap, &tag, &mh, deadline, &req));
+            ASSERT_NO_FATAL_FAILURE(
+                postRecv(*plugin, comm, 1, &data, &cap, &tag, &mh, deadline, &req));
             int done = 1;
             int sizes[loader::kMaxRecvs] = {};
             EXPECT_EQ(plugin->test(req, &done, sizes), loader::kSuccess);
@@ -149,8 +150,8 @@ TEST_P(Lifecycle, CloseSendWithPendingSends) {
           Deadline deadline(kOpTimeout);
           for (int i = 0; i < kPending; ++i) {
             void* req = nullptr;
-            ASSERT_NO_FATAL_FAILURE(
-                postSend(*plugin, comm, buf.data() + kSize * i, kSize, kTag, mr.handle(), deadline, &req));
+            ASSERT_NO_FATAL_FAILURE(postSend(*plugin, comm, buf.data() + kSize * i, kSize, kTag,
+                                             mr.handle(), deadline, &req));
             int done = 0;
             int size = 0;
             EXPECT_EQ(plugin->test(req, &done, &size), loader::kSuccess);

@@ -53,7 +53,8 @@ TEST_P(MultiRecv, TagsSelectBuffersAndHintIsNeverReturned) {
         Deadline deadline(kOpTimeout);
         void* req = nullptr;
         ASSERT_NO_FATAL_FAILURE(postRecv(plugin, comm, n, data, caps, tags, mhs, deadline, &req));
-        Completion c = expectComplete(plugin, req, deadline, "multi-receive of " + std::to_string(n));
+        Completion c =
+            expectComplete(plugin, req, deadline, "multi-receive of " + std::to_string(n));
         ASSERT_TRUE(c.done);
         for (int i = 0; i < n; ++i) {
           const size_t want = sizeOfTag(tags[i]);
@@ -95,7 +96,8 @@ TEST_P(MultiRecv, TagsSelectBuffersAndHintIsNeverReturned) {
         std::shuffle(order.begin(), order.end(), std::mt19937(12345));
         if (n > 1 && order.front() == 0) std::swap(order.front(), order.back());  // not in order
         for (int part = 0; part < n; ++part) {
-          fillPattern(buf.data() + kPartCapacity * part, sizeOfTag(tagOf(part)), seedOfTag(tagOf(part)));
+          fillPattern(buf.data() + kPartCapacity * part, sizeOfTag(tagOf(part)),
+                      seedOfTag(tagOf(part)));
         }
         char* hinted = buf.data() + kPartCapacity * n;
         char* next = buf.data() + kPartCapacity * (n + 1);
@@ -113,7 +115,8 @@ TEST_P(MultiRecv, TagsSelectBuffersAndHintIsNeverReturned) {
           reqs.push_back(req);
         }
         for (size_t i = 0; i < reqs.size(); ++i) {
-          expectComplete(plugin, reqs[i], deadline, "send " + std::to_string(i) + " of the multi-receive");
+          expectComplete(plugin, reqs[i], deadline,
+                         "send " + std::to_string(i) + " of the multi-receive");
         }
         ASSERT_NO_FATAL_FAILURE(sendOne(plugin, comm, hinted, 1024, mr.handle()));
         ASSERT_NO_FATAL_FAILURE(sendOne(plugin, comm, next, 4096, mr.handle()));
@@ -151,9 +154,11 @@ TEST_P(Backpressure, IsendReturnsNullThenDrains) {
         auto completeOldest = [&] {
           auto [i, req] = pending.front();
           pending.pop_front();
-          Completion c = expectComplete(plugin, req, deadline, "drain receive " + std::to_string(i));
+          Completion c =
+              expectComplete(plugin, req, deadline, "drain receive " + std::to_string(i));
           EXPECT_EQ(c.sizes[0], static_cast<int>(kSmall)) << "message " << i;
-          EXPECT_TRUE(matchesPattern(buf.data() + kSmall * i, kSmall, seedOfIndex(i))) << "message " << i;
+          EXPECT_TRUE(matchesPattern(buf.data() + kSmall * i, kSmall, seedOfIndex(i)))
+              << "message " << i;
         };
         for (int i = 0; i < total; ++i) {
           for (;;) {
@@ -175,15 +180,18 @@ TEST_P(Backpressure, IsendReturnsNullThenDrains) {
       },
       [&](NetPlugin& plugin, void* comm, PeerIo& io) {
         HostBuffer buf(kSmall * (kMaxPosts + 1));
-        for (int i = 0; i <= kMaxPosts; ++i) fillPattern(buf.data() + kSmall * i, kSmall, seedOfIndex(i));
+        for (int i = 0; i <= kMaxPosts; ++i)
+          fillPattern(buf.data() + kSmall * i, kSmall, seedOfIndex(i));
         MemReg mr(plugin, comm, buf.data(), buf.size());
         ASSERT_TRUE(mr.ok());
         std::vector<void*> reqs;
         bool sawNull = false;
         while (static_cast<int>(reqs.size()) < kMaxPosts) {
           void* req = nullptr;
-          int rc = plugin.isend(comm, buf.data() + kSmall * reqs.size(), kSmall, kTag, mr.handle(), &req);
-          ASSERT_EQ(rc, loader::kSuccess) << "isend " << reqs.size() << " returned an error, not NULL";
+          int rc = plugin.isend(comm, buf.data() + kSmall * reqs.size(), kSmall, kTag, mr.handle(),
+                                &req);
+          ASSERT_EQ(rc, loader::kSuccess)
+              << "isend " << reqs.size() << " returned an error, not NULL";
           if (req == nullptr) {
             sawNull = true;
             break;

@@ -66,7 +66,8 @@ TEST_P(Transfer, LargerReceiveBufferReportsRealSize) {
         ASSERT_TRUE(mr.ok());
         for (size_t i = 0; i < sizes.size(); ++i) {
           const size_t n = sizes[i];
-          SCOPED_TRACE(std::to_string(n) + " bytes into a " + std::to_string(kCapacity) + "-byte buffer");
+          SCOPED_TRACE(std::to_string(n) + " bytes into a " + std::to_string(kCapacity) +
+                       "-byte buffer");
           std::memset(buf.data(), kPoison, buf.size());
           ASSERT_NO_FATAL_FAILURE(recvOne(plugin, comm, buf.data(), kCapacity, mr.handle(), n));
           EXPECT_TRUE(matchesPattern(buf.data(), n, seedOf(i, n)));
@@ -119,7 +120,8 @@ void runStream(NetPlugin& plugin, bool receiver, void* comm, char* base, void* m
   auto completeOldest = [&] {
     auto [index, req] = pending.front();
     pending.pop_front();
-    (*results)[index] = expectComplete(plugin, req, deadline, "stream message " + std::to_string(index));
+    (*results)[index] =
+        expectComplete(plugin, req, deadline, "stream message " + std::to_string(index));
   };
   for (int i = 0; i < kStreamCount; ++i) {
     void* data = base + slots[i].offset;
@@ -156,10 +158,12 @@ TEST_P(Transfer, BackToBackMessagesArriveInOrder) {
         MemReg mr(plugin, comm, buf.data(), buf.size());
         ASSERT_TRUE(mr.ok());
         std::vector<Completion> results;
-        ASSERT_NO_FATAL_FAILURE(runStream(plugin, true, comm, buf.data(), mr.handle(), slots, &results));
+        ASSERT_NO_FATAL_FAILURE(
+            runStream(plugin, true, comm, buf.data(), mr.handle(), slots, &results));
         for (int i = 0; i < kStreamCount; ++i) {
           const Slot& s = slots[i];
-          SCOPED_TRACE("stream message " + std::to_string(i) + " of " + std::to_string(s.size) + " bytes");
+          SCOPED_TRACE("stream message " + std::to_string(i) + " of " + std::to_string(s.size) +
+                       " bytes");
           EXPECT_EQ(results[i].sizes[0], static_cast<int>(s.size)) << "reported size";
           EXPECT_TRUE(matchesPattern(buf.data() + s.offset, s.size, seedOf(i, s.size)));
           EXPECT_TRUE(isPoison(buf.data() + s.offset + s.size, s.capacity - s.size + kGuard));
@@ -174,7 +178,8 @@ TEST_P(Transfer, BackToBackMessagesArriveInOrder) {
         MemReg mr(plugin, comm, buf.data(), buf.size());
         ASSERT_TRUE(mr.ok());
         std::vector<Completion> results;
-        ASSERT_NO_FATAL_FAILURE(runStream(plugin, false, comm, buf.data(), mr.handle(), slots, &results));
+        ASSERT_NO_FATAL_FAILURE(
+            runStream(plugin, false, comm, buf.data(), mr.handle(), slots, &results));
       });
 }
 

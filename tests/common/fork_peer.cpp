@@ -27,7 +27,8 @@ std::string ChildOutcome::describe() const {
       if (code == kWatchdogExitCode) return "exited by its watchdog (hang)";
       return "exited with code " + std::to_string(code);
     case Kind::kSignaled:
-      return std::string("killed by signal ") + std::to_string(signal) + " (" + ::strsignal(signal) + ")";
+      return std::string("killed by signal ") + std::to_string(signal) + " (" +
+             ::strsignal(signal) + ")";
     case Kind::kTimedOut:
       return "did not end in time and was SIGKILLed";
   }

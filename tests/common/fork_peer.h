@@ -63,7 +63,8 @@ class ForkPeer {
   bool poll();
 
  private:
-  ForkPeer(std::string name, pid_t pid, int pidfd) : name_(std::move(name)), pid_(pid), pidfd_(pidfd) {}
+  ForkPeer(std::string name, pid_t pid, int pidfd)
+      : name_(std::move(name)), pid_(pid), pidfd_(pidfd) {}
   void reap(bool timed_out);
 
   std::string name_;

@@ -13,7 +13,9 @@ class ScopedEnv {
  public:
   ScopedEnv() = default;
   // Convenience: one variable. value == nullopt unsets it.
-  ScopedEnv(const std::string& name, std::optional<std::string> value) { set(name, std::move(value)); }
+  ScopedEnv(const std::string& name, std::optional<std::string> value) {
+    set(name, std::move(value));
+  }
   ~ScopedEnv();
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;

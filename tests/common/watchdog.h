@@ -21,7 +21,8 @@ inline constexpr int kWatchdogExitCode = 86;
 class Deadline {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit Deadline(std::chrono::milliseconds budget) : start_(Clock::now()), end_(start_ + budget) {}
+  explicit Deadline(std::chrono::milliseconds budget)
+      : start_(Clock::now()), end_(start_ + budget) {}
   bool expired() const { return Clock::now() >= end_; }
   std::chrono::milliseconds remaining() const {
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end_ - Clock::now());

@@ -18,7 +18,8 @@ TEST(UcxStatus, MapsEveryFamily) {
   EXPECT_EQ(ucx::toStatus(UCS_ERR_CANCELED), Status::kCanceled);
   EXPECT_EQ(ucx::toStatus(UCS_ERR_TIMED_OUT), Status::kTimeout);
   EXPECT_EQ(ucx::toStatus(UCS_ERR_UNSUPPORTED), Status::kUnsupported);
-  for (auto s : {UCS_ERR_UNREACHABLE, UCS_ERR_CONNECTION_RESET, UCS_ERR_ENDPOINT_TIMEOUT, UCS_ERR_REJECTED})
+  for (auto s : {UCS_ERR_UNREACHABLE, UCS_ERR_NOT_CONNECTED, UCS_ERR_CONNECTION_RESET,
+                 UCS_ERR_ENDPOINT_TIMEOUT, UCS_ERR_REJECTED, UCS_ERR_IO_ERROR})
     EXPECT_EQ(ucx::toStatus(s), Status::kRemoteError) << ucs_status_string(s);
   EXPECT_EQ(ucx::toStatus(UCS_ERR_IO_ERROR), Status::kRemoteError);
   EXPECT_EQ(ucx::toStatus(UCS_ERR_NO_ELEM), Status::kInternal);  // anything else
