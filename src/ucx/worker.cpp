@@ -1,5 +1,8 @@
 #include "ucx/worker.h"
 
+#include <ucs/debug/log_def.h>
+
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <utility>
@@ -13,6 +16,27 @@ namespace pact::ucx {
 
 namespace {
 struct ConfigDeleter { void operator()(ucp_config_t* c) const { ucp_config_release(c); } };
+
+// While this thread probes whether the transports support peer-failure handling, UCX's own
+// error line about a refused probe is expected and swallowed (only on this thread).
+thread_local bool t_probing = false;
+
+ucs_log_func_rc_t swallowProbeErrors(const char*, unsigned, const char*, ucs_log_level_t level,
+                                     const ucs_log_component_config_t*, const char*, va_list) {
+  return t_probing && level <= UCS_LOG_LEVEL_ERROR ? UCS_LOG_FUNC_RC_STOP : UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+class ProbeScope {
+ public:
+  ProbeScope() {
+    t_probing = true;
+    ucs_log_push_handler(swallowProbeErrors);
+  }
+  ~ProbeScope() {
+    ucs_log_pop_handler();
+    t_probing = false;
+  }
+};
 }  // namespace
 
 Result<Context> Context::create(const std::string& netDevice, const std::string& name) {
@@ -93,11 +117,16 @@ Result<Endpoint> Endpoint::create(ucp_worker_h worker, const std::vector<uint8_t
   params.err_handler.cb = onError;
   params.err_handler.arg = arg;
   ucp_ep_h ep = nullptr;
-  ucs_status_t st = ucp_ep_create(worker, &params, &ep);
+  ucs_status_t st;
+  if (*peerFailureSupported) {
+    ProbeScope probe;
+    st = ucp_ep_create(worker, &params, &ep);
+  } else {
+    st = ucp_ep_create(worker, &params, &ep);
+  }
   if (st == UCS_ERR_UNREACHABLE && *peerFailureSupported) {
-    // UCX 1.13's shared-memory transports have no peer-failure support (UCX logs one error line
-    // saying so). The control connection still detects a dead peer, so this worker connects
-    // without it from now on.
+    // UCX 1.13's shared-memory transports have no peer-failure support. The control connection
+    // still detects a dead peer, so this worker connects without it from now on.
     PACT_INFO("ucx transports lack peer-failure handling; endpoints on this worker go without it");
     *peerFailureSupported = false;
     params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
