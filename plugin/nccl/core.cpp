@@ -165,7 +165,7 @@ ncclResult_t connect(int dev, void* handle, void** sendComm, ncclNetDeviceHandle
     auto n = net();
     if (!n) return ncclInvalidUsage;
     transport::SendComm* sc = nullptr;
-    Status s = n->connect(dev, handle, &sc);
+    Status s = n->connect(dev, transport::ChannelConfig{}, handle, &sc);
     *sendComm = sc;
     return fail("connect", s);
   });
@@ -243,11 +243,11 @@ ncclResult_t isendInt(void* sendComm, void* data, int size, int tag, void* mhand
 
 ncclResult_t irecvInt(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
                       void** request) {
-  if (n < 1 || n > transport::kMaxParts) {
+  if (n < 1 || n > transport::kMaxBuffers) {
     *request = nullptr;
     return ncclInvalidArgument;
   }
-  size_t wide[transport::kMaxParts];
+  size_t wide[transport::kMaxBuffers];
   for (int i = 0; i < n; ++i) wide[i] = static_cast<size_t>(std::max(sizes[i], 0));
   return irecv(recvComm, n, data, wide, tags, mhandles, request);
 }

@@ -1,5 +1,7 @@
 #include "transport/comm.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "ucx/ucx_status.h"
 
@@ -17,6 +19,7 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
   Request* r = p->owner;
   --r->pending;
   if (r->comm == nullptr) return;  // orphaned: its comm is closed
+  r->comm->partDone(p);
   if (p->status != Status::kOk && p->status != Status::kCanceled)
     r->comm->fail(p->status, std::string(r->isSend ? "send" : "receive") + " failed: " +
                                  ucs_status_string(st));
@@ -30,6 +33,7 @@ void onSendDone(void* request, ucs_status_t st, void* user) {
 
 void onRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
   auto* p = static_cast<Part*>(user);
+  p->last = st == UCS_OK && tag::isLast(info->sender_tag);
   completePart(p, st, st == UCS_OK ? info->length : 0);
   ucp_request_free(request);
 }
@@ -39,9 +43,9 @@ void onEndpointError(void* arg, ucp_ep_h, ucs_status_t st) {
                                 std::string("ucx endpoint error: ") + ucs_status_string(st));
 }
 
-// Starts a UCX operation for one part: immediate completion, error, or a request UCX now owns.
+// The UCX call for one part returned: immediate completion, error, or a request UCX now owns.
+// The part was counted in its request's `pending` when the request was built.
 void track(Part* p, void* ret) {
-  p->owner->pending++;
   p->done = false;
   if (ret == nullptr) {  // sends only: receives never complete immediately (NO_IMM_CMPL)
     completePart(p, UCS_OK, p->size);
@@ -52,17 +56,19 @@ void track(Part* p, void* ret) {
   }
 }
 
-}  // namespace
-
-uint64_t makeTag(uint32_t tagSpace, int tag, uint32_t seq) {
-  return (static_cast<uint64_t>(tagSpace & 0xFFFFFu) << 44) |
-         (static_cast<uint64_t>(static_cast<uint32_t>(tag)) << 12) | (seq & 0xFFFu);
+void setMemh(ucp_request_param_t* param, const MemHandle* mh, const void* data, size_t size) {
+  if (mh != nullptr && mh->region->covers(reinterpret_cast<uintptr_t>(data), size, ucx::MemoryType::kHost)) {
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+    param->memh = mh->region->map.get();
+  }
 }
 
+}  // namespace
+
 Comm::Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, bool isSend,
-           std::string peer)
-    : dev_(std::move(dev)), sock_(std::move(sock)), pool_(std::make_unique<RequestPool>(poolSize)), isSend_(isSend),
-      peer_(std::move(peer)) {
+           std::string peer, const ChannelConfig& cfg)
+    : dev_(std::move(dev)), sock_(std::move(sock)), pool_(std::make_unique<RequestPool>(poolSize)),
+      isSend_(isSend), peer_(std::move(peer)), cfg_(cfg) {
   dev_->liveComms++;
 }
 
@@ -105,10 +111,19 @@ void Comm::checkPeer() {
   }
 }
 
+bool Comm::earlierInFlight(const Request* r) {
+  bool earlier = false;
+  pool_->forEachInUse([&](Request& o) {
+    earlier = earlier || (o.postIndex < r->postIndex && !o.done());
+  });
+  return earlier;
+}
+
 Status Comm::test(Request* r, bool* done, int* sizes) {
   *done = false;
-  if (!r->done()) dev_->worker().progress();
-  if (!r->done()) {
+  dev_->worker().progress();
+  progressComm(r);
+  if (!r->done() || (cfg_.ordered && earlierInFlight(r))) {
     if (error_ == Status::kOk) checkPeer();
     if (error_ != Status::kOk && !aborted_) {
       aborted_ = true;
@@ -116,14 +131,11 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
     }
     return isError(error_) ? error_ : Status::kOk;
   }
-  Status result = Status::kOk;
-  for (int i = 0; i < r->nparts; ++i) {
-    const Part& p = r->parts[static_cast<size_t>(i)];
-    if (p.status != Status::kOk && result == Status::kOk) result = p.status;
-    if (sizes) sizes[i] = static_cast<int>(std::min<size_t>(p.size, INT32_MAX));
-  }
+  if (!cfg_.ordered && earlierInFlight(r)) ++stats_.messagesOutOfOrder;
+  Status result = finish(r, sizes);
   pool_->release(r);
   if (result != Status::kOk) return result == Status::kCanceled ? Status::kRemoteError : result;
+  ++stats_.messages;
   *done = true;
   return Status::kOk;
 }
@@ -151,59 +163,106 @@ void Comm::sayBye() {
 // ---- send -------------------------------------------------------------------------------------
 
 SendComm::SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace,
-                   std::string peer)
-    : Comm(std::move(dev), std::move(sock), kSendPoolSize, true, std::move(peer)),
-      tagSpace_(tagSpace) {}
+                   std::string peer, const ChannelConfig& cfg)
+    : Comm(std::move(dev), std::move(sock), kSendPoolSize, true, std::move(peer), cfg),
+      tagSpace_(tagSpace) {
+  lanes_.configure(cfg_);
+}
 
 SendComm::~SendComm() = default;
 
-Status SendComm::connectEndpoint(const std::vector<uint8_t>& remoteWorkerAddress) {
-  auto ep = ucx::Endpoint::create(dev_->worker().get(), remoteWorkerAddress, onEndpointError, this,
-                                 &dev_->peerFailureSupported);
-  if (!ep.ok()) {
-    fail(ep.status(), ep.error().message);
-    return ep.status();
+Status SendComm::connectLanes(const std::vector<uint8_t>& remoteWorkerAddress) {
+  const int n = cfg_.ordered ? 1 : cfg_.lanes;
+  for (int i = 0; i < n; ++i) {
+    auto ep = ucx::Endpoint::create(dev_->worker().get(), remoteWorkerAddress, onEndpointError,
+                                    this, &dev_->peerFailureSupported);
+    if (!ep.ok()) {
+      fail(ep.status(), ep.error().message);
+      return ep.status();
+    }
+    lanes_.add(std::move(ep.value()));
   }
-  ep_ = std::move(ep.value());
   return Status::kOk;
+}
+
+void SendComm::post(Part* p, ucx::Endpoint& ep) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = onSendDone;
+  param.user_data = p;
+  setMemh(&param, postingMh_, p->data, p->size);
+  track(p, ucp_tag_send_nbx(ep.get(), p->data, p->size, p->ucxTag, &param));
 }
 
 Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out) {
   *out = nullptr;
   if (isError(error_)) return error_;
-  Request* r = pool_->acquire(this, true, 1);
-  if (r == nullptr) return Status::kOk;  // back-pressure
-  Part* p = &r->parts[0];
-  p->owner = r;
-  p->size = size;
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = onSendDone;
-  param.user_data = p;
-  if (mh != nullptr && mh->region->covers(reinterpret_cast<uintptr_t>(data), size, ucx::MemoryType::kHost)) {
-    param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    param.memh = mh->region->map.get();
+  const size_t chunk = cfg_.ordered ? std::max<size_t>(size, 1) : cfg_.chunk;
+  const size_t n = piecesFor(size, chunk);
+  if (n > tag::kMaxPieces) {
+    PACT_WARN("isend of %zu bytes needs %zu pieces of %zu bytes; at most %u per message", size, n,
+              chunk, tag::kMaxPieces);
+    return Status::kInvalidArgument;
   }
-  track(p, ucp_tag_send_nbx(ep_.get(), data, size, makeTag(tagSpace_, tag, nextSeq(tag)), &param));
+  Request* r = pool_->acquire(this, true, 1, n);
+  if (r == nullptr) return Status::kOk;  // back-pressure
+  const uint32_t seq = nextSeq(tag);
+  r->partCount[0] = static_cast<uint32_t>(n);
+  r->pending = static_cast<int>(n);
+  postingMh_ = mh;
+  for (size_t k = 0; k < n; ++k) {
+    Part* p = &r->parts[k];
+    p->piece = static_cast<uint32_t>(k);
+    p->data = const_cast<char*>(static_cast<const char*>(data)) + k * chunk;
+    p->size = std::min(chunk, size - std::min(size, k * chunk));
+    p->ucxTag = tag::make(tagSpace_, tag, seq, p->piece, k + 1 == n);
+    p->done = false;
+    lanes_.dispatch(p, [this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
+  }
+  postingMh_ = nullptr;
   *out = r;
   return Status::kOk;
 }
 
-void SendComm::abortInFlight() { ep_.close(true); }
+void SendComm::partDone(Part* p) {
+  ++stats_.pieces;
+  lanes_.completed(*p);
+}
+
+void SendComm::progressComm(Request*) {
+  lanes_.releaseDelayed([this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
+}
+
+Status SendComm::finish(Request* r, int* sizes) {
+  Status result = Status::kOk;
+  size_t total = 0;
+  for (const Part& p : r->parts) {
+    if (p.status != Status::kOk && result == Status::kOk) result = p.status;
+    total += p.size;
+  }
+  if (sizes) sizes[0] = static_cast<int>(std::min<size_t>(total, INT32_MAX));
+  return result;
+}
+
+void SendComm::abortInFlight() {
+  lanes_.dropDelayed([](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); });
+  lanes_.closeAll(true);
+}
 
 void SendComm::shutdown() {
   bool inFlight = false;
   pool_->forEachInUse([&](Request& r) { inFlight = inFlight || !r.done(); });
   sayBye();
-  ep_.close(inFlight || isError(error_));
+  lanes_.dropDelayed([](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); });
+  lanes_.closeAll(inFlight || isError(error_));
   drainParts();
 }
 
 // ---- receive ----------------------------------------------------------------------------------
 
 RecvComm::RecvComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace,
-                   std::string peer)
-    : Comm(std::move(dev), std::move(sock), kRecvPoolSize, false, std::move(peer)),
+                   std::string peer, const ChannelConfig& cfg)
+    : Comm(std::move(dev), std::move(sock), kRecvPoolSize, false, std::move(peer), cfg),
       tagSpace_(tagSpace) {}
 
 RecvComm::~RecvComm() = default;
@@ -213,37 +272,99 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
   *out = nullptr;
   if (isError(error_)) return error_;
   if (n < 1 || n > dev_->params().max_recvs) return Status::kInvalidArgument;
-  Request* r = pool_->acquire(this, false, n);
-  if (r == nullptr) return Status::kOk;  // back-pressure
+  size_t counts[kMaxBuffers];
+  size_t total = 0;
   for (int i = 0; i < n; ++i) {
-    Part* p = &r->parts[static_cast<size_t>(i)];
-    p->owner = r;
-    p->size = sizes[i];
-    ucp_request_param_t param{};
-    // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives
-    // always complete through the callback, which carries the real length.
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                         UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-    param.cb.recv = onRecvDone;
-    param.user_data = p;
-    MemHandle* mh = mhs ? mhs[i] : nullptr;
-    if (mh != nullptr &&
-        mh->region->covers(reinterpret_cast<uintptr_t>(data[i]), sizes[i], ucx::MemoryType::kHost)) {
-      param.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-      param.memh = mh->region->map.get();
+    counts[i] = cfg_.ordered ? 1 : std::min<size_t>(tag::kMaxPieces, piecesFor(sizes[i], cfg_.chunk));
+    total += counts[i];
+  }
+  Request* r = pool_->acquire(this, false, n, total);
+  if (r == nullptr) return Status::kOk;  // back-pressure
+  r->pending = static_cast<int>(total);
+  size_t next = 0;
+  for (int i = 0; i < n; ++i) {
+    const uint32_t seq = nextSeq(tags[i]);
+    const size_t chunk = cfg_.ordered ? std::max<size_t>(sizes[i], 1) : cfg_.chunk;
+    r->firstPart[static_cast<size_t>(i)] = static_cast<uint32_t>(next);
+    r->partCount[static_cast<size_t>(i)] = static_cast<uint32_t>(counts[i]);
+    for (size_t k = 0; k < counts[i]; ++k, ++next) {
+      Part* p = &r->parts[next];
+      p->buffer = static_cast<uint8_t>(i);
+      p->piece = static_cast<uint32_t>(k);
+      p->data = static_cast<char*>(data[i]) + k * chunk;
+      p->size = std::min(chunk, sizes[i] - std::min(sizes[i], k * chunk));
+      p->done = false;
+      // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives
+      // always complete through the callback, which carries the real length and sender tag.
+      ucp_request_param_t param{};
+      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                           UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+      param.cb.recv = onRecvDone;
+      param.user_data = p;
+      setMemh(&param, mhs ? mhs[i] : nullptr, p->data, p->size);
+      track(p, ucp_tag_recv_nbx(dev_->worker().get(), p->data, p->size,
+                                tag::make(tagSpace_, tags[i], seq, p->piece, false), tag::kRecvMask,
+                                &param));
     }
-    track(p, ucp_tag_recv_nbx(dev_->worker().get(), data[i], sizes[i],
-                              makeTag(tagSpace_, tags[i], nextSeq(tags[i])), ~0ull, &param));
   }
   *out = r;
   return Status::kOk;
 }
 
+void RecvComm::partDone(Part* p) {
+  if (p->canceled || p->status != Status::kOk) return;
+  ++stats_.pieces;
+  Request* r = p->owner;
+  if (p->piece != r->doneCount[p->buffer]) ++stats_.piecesOutOfOrder;
+  ++r->doneCount[p->buffer];
+  if (p->last) r->lastPiece[p->buffer] = p->piece;
+}
+
+void RecvComm::progressComm(Request* r) {
+  // Once a buffer's last piece has landed, receives posted past it will never match: cancel them.
+  for (int b = 0; b < r->nbuffers; ++b) {
+    const int64_t last = r->lastPiece[static_cast<size_t>(b)];
+    if (last < 0) continue;
+    const uint32_t first = r->firstPart[static_cast<size_t>(b)];
+    for (uint32_t k = static_cast<uint32_t>(last) + 1; k < r->partCount[static_cast<size_t>(b)]; ++k) {
+      Part& p = r->parts[first + k];
+      if (p.done || p.canceled || p.ucxRequest == nullptr) continue;
+      p.canceled = true;
+      ucp_request_cancel(dev_->worker().get(), p.ucxRequest);
+    }
+  }
+}
+
+Status RecvComm::finish(Request* r, int* sizes) {
+  Status result = Status::kOk;
+  for (int b = 0; b < r->nbuffers; ++b) {
+    const int64_t last = r->lastPiece[static_cast<size_t>(b)];
+    const uint32_t first = r->firstPart[static_cast<size_t>(b)];
+    size_t got = 0;
+    if (last < 0) {
+      // Every posted piece landed, none was the sender's last: the message exceeds the buffer.
+      if (result == Status::kOk) result = Status::kTruncated;
+    } else {
+      for (uint32_t k = 0; k <= static_cast<uint32_t>(last); ++k) {
+        const Part& p = r->parts[first + k];
+        if (p.status != Status::kOk && result == Status::kOk) result = p.status;
+        got += p.size;
+      }
+    }
+    if (sizes) sizes[b] = static_cast<int>(std::min<size_t>(got, INT32_MAX));
+  }
+  if (result == Status::kTruncated)
+    fail(result, "a message is larger than the posted receive buffer");
+  return result;
+}
+
 void RecvComm::abortInFlight() {
   pool_->forEachInUse([this](Request& r) {
-    for (int i = 0; i < r.nparts; ++i)
-      if (void* req = r.parts[static_cast<size_t>(i)].ucxRequest)
-        ucp_request_cancel(dev_->worker().get(), req);
+    for (Part& p : r.parts)
+      if (p.ucxRequest != nullptr && !p.canceled) {
+        p.canceled = true;
+        ucp_request_cancel(dev_->worker().get(), p.ucxRequest);
+      }
   });
 }
 

@@ -1,10 +1,7 @@
-// Comms of the NCCL-style data path: SendComm and RecvComm over one UCX worker per device.
-//
-// Matching: NCCL requires sends and receives on a comm to match in posting order; a tag only picks
-// which buffer of a multi-receive a send lands in. Both sides count messages per NCCL tag, and the
-// UCX tag is [receiver tag space:20][NCCL tag:32][per-tag sequence:12], so the j-th send with tag t
-// always lands in the j-th posted receive buffer with tag t. UCX moves the bytes (eager or
-// rendezvous, zero-copy into the posted buffer where the transport allows).
+// Comms of the NCCL-style data path: SendComm and RecvComm over one UCX worker per device and
+// traffic-class service. See channel.h for ordered vs unordered channels and the tag layout:
+// both sides count messages per NCCL tag, so the j-th send with tag t lands in the j-th receive
+// buffer posted with tag t, whatever order the bytes arrive in.
 //
 // Failure: errors are sticky per comm. A peer that dies is seen through the UCX endpoint error
 // handler or through the control socket (EOF without BYE); every request of the comm then
@@ -16,8 +13,10 @@
 #include <unordered_map>
 
 #include "common/clock.h"
+#include "transport/channel.h"
 #include "transport/control_socket.h"
 #include "transport/device_ctx.h"
+#include "transport/lanes.h"
 #include "transport/request.h"
 
 namespace pact::transport {
@@ -31,11 +30,18 @@ struct MemHandle {
   ~MemHandle() { magic = 0; }
 };
 
+struct CommStats {
+  uint64_t messages = 0;             // requests completed
+  uint64_t pieces = 0;               // UCX operations completed
+  uint64_t piecesOutOfOrder = 0;     // receive: a piece landed before a lower piece of its message
+  uint64_t messagesOutOfOrder = 0;   // a message completed while an earlier one was in flight
+};
+
 class Comm {
  public:
   static constexpr uint32_t kMagic = 0x4d4d4f43;  // "COMM"
   Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, bool isSend,
-       std::string peer);
+       std::string peer, const ChannelConfig& cfg);
   virtual ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
@@ -45,20 +51,29 @@ class Comm {
   const std::shared_ptr<DeviceCtx>& devPtr() const { return dev_; }
   bool isSend() const { return isSend_; }
   Status error() const { return error_; }
+  const ChannelConfig& channel() const { return cfg_; }
+  const CommStats& stats() const { return stats_; }
   // Records the first failure (sticky) and logs it once, naming the peer. Safe inside UCX callbacks.
   void fail(Status s, const std::string& why);
   // Test one request: progress, liveness, completion. Device mutex must be held.
   Status test(Request* r, bool* done, int* sizes);
   // Cancels what is in flight and says goodbye. Device mutex must be held.
   virtual void shutdown() = 0;
+  // A part finished (called from UCX callbacks and immediate completions).
+  virtual void partDone(Part* p) = 0;
 
   RequestPool& pool() { return *pool_; }
   uint32_t nextSeq(int tag) { return seq_[tag]++; }
   const std::string& peer() const { return peer_; }
 
  protected:
+  // Work the comm does on every test: release delayed pieces, settle receives.
+  virtual void progressComm(Request* r) = 0;
   // Failure was recorded: cancel/abort what UCX still holds so every part completes.
   virtual void abortInFlight() = 0;
+  // Final status and sizes of a finished request.
+  virtual Status finish(Request* r, int* sizes) = 0;
+  bool earlierInFlight(const Request* r);
   void checkPeer();
   // Progresses until no part is owned by UCX (bounded); parts UCX still holds after that keep
   // their pool alive in the device's graveyard, so a late callback never touches freed memory.
@@ -67,9 +82,11 @@ class Comm {
 
   std::shared_ptr<DeviceCtx> dev_;
   ControlSocket sock_;
-  std::unique_ptr<RequestPool> pool_;  // handed to the device if UCX still holds parts at close
+  std::unique_ptr<RequestPool> pool_;
   bool isSend_;
   std::string peer_;
+  ChannelConfig cfg_;
+  CommStats stats_;
   Status error_ = Status::kOk;
   bool aborted_ = false;
   bool byeReceived_ = false;
@@ -80,34 +97,45 @@ class Comm {
 
 class SendComm final : public Comm {
  public:
-  SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace, std::string peer);
+  SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace, std::string peer,
+           const ChannelConfig& cfg);
   ~SendComm() override;
-  // Creates the UCX endpoint to the receiver's worker (non-blocking; wire-up continues in progress).
-  Status connectEndpoint(const std::vector<uint8_t>& remoteWorkerAddress);
+  // Creates one UCX endpoint per lane to the receiver's worker (non-blocking; wire-up continues
+  // in progress).
+  Status connectLanes(const std::vector<uint8_t>& remoteWorkerAddress);
   // Posts a send; *out = nullptr when the request pool is full (retry later).
   Status isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out);
   void shutdown() override;
-  ucx::Endpoint& endpoint() { return ep_; }
+  void partDone(Part* p) override;
+  const Lanes& lanes() const { return lanes_; }
 
  private:
+  void progressComm(Request* r) override;
   void abortInFlight() override;
-  ucx::Endpoint ep_;
+  Status finish(Request* r, int* sizes) override;
+  void post(Part* p, ucx::Endpoint& ep);
+
+  Lanes lanes_;
   uint32_t tagSpace_;
+  MemHandle* postingMh_ = nullptr;  // the handle of the isend being dispatched
 };
 
 class RecvComm final : public Comm {
  public:
-  RecvComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace, std::string peer);
+  RecvComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace, std::string peer,
+           const ChannelConfig& cfg);
   ~RecvComm() override;
   Status irecv(int n, void* const* data, const size_t* sizes, const int* tags,
                MemHandle* const* mhs, Request** out);
   void shutdown() override;
+  void partDone(Part* p) override;
 
  private:
+  void progressComm(Request* r) override;
   void abortInFlight() override;
+  Status finish(Request* r, int* sizes) override;
+
   uint32_t tagSpace_;
 };
-
-uint64_t makeTag(uint32_t tagSpace, int tag, uint32_t seq);
 
 }  // namespace pact::transport

@@ -1,6 +1,7 @@
 #include "transport/device_ctx.h"
 
 #include "common/log.h"
+#include "transport/channel.h"
 
 namespace pact::transport {
 
@@ -28,9 +29,8 @@ void DeviceCtx::adoptOrphans(std::unique_ptr<RequestPool> pool) {
 }
 
 Result<uint32_t> DeviceCtx::allocTagSpace() {
-  constexpr uint32_t kTagSpaces = 1u << 20;
-  if (nextTagSpace_ >= kTagSpaces)
-    return Error{Status::kNoResource, "device " + info_.name + ": all 2^20 receive tag spaces used"};
+  if (nextTagSpace_ >= tag::kSpaces)
+    return Error{Status::kNoResource, "device " + info_.name + ": all 65535 receive tag spaces used"};
   return nextTagSpace_++;
 }
 

@@ -26,7 +26,7 @@ class DeviceCtx {
   std::mutex& mutex() { return mu_; }
   ucx::Worker& worker() { return worker_; }
   ucx::RegCache& cache() { return *cache_; }
-  // A tag space (20 bits) for a new receive comm. Never reused within this worker's life, so a
+  // A tag space (16 bits) for a new receive comm. Never reused within this worker's life, so a
   // late message of a closed comm can never match a new one.
   Result<uint32_t> allocTagSpace();
 

@@ -78,6 +78,7 @@ struct ConnectState {
   wire::ListenHandle handle;
   TimePoint start = now();
   std::string peer;
+  ChannelConfig channel;
 };
 
 Status Net::listen(int dev, void* handle, ListenComm** out) {
@@ -122,7 +123,7 @@ Status Net::listen(int dev, void* handle, ListenComm** out) {
   return Status::kOk;
 }
 
-Status Net::connect(int dev, void* handle, SendComm** out) {
+Status Net::connect(int dev, const ChannelConfig& channel, void* handle, SendComm** out) {
   *out = nullptr;
   auto* bytes = static_cast<uint8_t*>(handle);
   ConnectState* st = nullptr;
@@ -149,10 +150,14 @@ Status Net::connect(int dev, void* handle, SendComm** out) {
       PACT_WARN("connect: %s", sock.error().message.c_str());
       return sock.status();
     }
-    st = new ConnectState{*d, std::move(sock.value()), *h, now(), ""};
+    st = new ConnectState{*d, std::move(sock.value()), *h, now(), "", channel};
     std::memcpy(bytes + kScratchOffset, &st, sizeof st);
-    ignore(st->sock.send(wire::encode(wire::Hello{h->listenId, randomId(), params_.epoch,
-                                                  (*d)->worker().address()})));
+    wire::Hello hello{h->listenId, randomId(), params_.epoch, (*d)->worker().address()};
+    st->channel = channel;
+    hello.unordered = channel.ordered ? 0 : 1;
+    hello.lanes = static_cast<uint8_t>(channel.ordered ? 1 : channel.lanes);
+    hello.chunk = channel.chunk;
+    ignore(st->sock.send(wire::encode(hello)));
   }
   Status fl = st->sock.flush();
   if (isError(fl)) {
@@ -200,11 +205,14 @@ Status Net::connect(int dev, void* handle, SendComm** out) {
   if (acc->epoch != params_.epoch)
     return finish(refuse(st->sock, wire::Field::kEpoch, params_.epoch, acc->epoch, st->peer));
   std::lock_guard lock(st->dev->mutex());
-  auto comm = std::make_unique<SendComm>(st->dev, std::move(st->sock), acc->tagSpace, st->peer);
-  Status s = comm->connectEndpoint(acc->workerAddress);
+  auto comm = std::make_unique<SendComm>(st->dev, std::move(st->sock), acc->tagSpace, st->peer,
+                                         st->channel);
+  Status s = comm->connectLanes(acc->workerAddress);
   if (s != Status::kOk) return finish(s);
-  PACT_INFO("send comm %p connected to %s on %s (tag space %u)", static_cast<void*>(comm.get()),
-            st->peer.c_str(), st->dev->info().name.c_str(), acc->tagSpace);
+  PACT_INFO("send comm %p connected to %s on %s (tag space %u, %s, %d lane(s), chunk %zu)",
+            static_cast<void*>(comm.get()), st->peer.c_str(), st->dev->info().name.c_str(),
+            acc->tagSpace, st->channel.ordered ? "ordered" : "unordered",
+            st->channel.ordered ? 1 : st->channel.lanes, st->channel.chunk);
   *out = comm.release();
   return finish(Status::kOk);
 }
@@ -261,7 +269,11 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
       return space.status();
     }
     ignore(p.sock.send(wire::encode(wire::Accept{*space, params_.epoch, lc->dev->worker().address()})));
-    auto* comm = new RecvComm(lc->dev, std::move(p.sock), *space, peer);
+    ChannelConfig channel;
+    channel.ordered = hello->unordered == 0;
+    channel.lanes = hello->lanes;
+    channel.chunk = hello->chunk;
+    auto* comm = new RecvComm(lc->dev, std::move(p.sock), *space, peer, channel);
     drop();
     PACT_INFO("recv comm %p accepted from %s on %s (tag space %u)", static_cast<void*>(comm),
               peer.c_str(), lc->dev->info().name.c_str(), *space);

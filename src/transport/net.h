@@ -52,7 +52,7 @@ class Net {
   Status listen(int dev, void* handle, ListenComm** out);
   // Steps the connection; *out stays nullptr until it is established. handle's scratch bytes
   // hold the in-progress state between calls, as NCCL re-passes the same handle.
-  Status connect(int dev, void* handle, SendComm** out);
+  Status connect(int dev, const ChannelConfig& channel, void* handle, SendComm** out);
   Status accept(ListenComm* lc, RecvComm** out);
 
   // The calls below act on comms, requests and handles only, so they need no Net instance (and no

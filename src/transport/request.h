@@ -1,24 +1,24 @@
-// Requests of the NCCL-style data path and their fixed-size pool. A request groups up to kMaxParts
-// UCX operations (one per buffer of a multi-receive) and is done when all of them are.
+// Requests of the NCCL-style data path and their fixed-size pool. A request covers up to
+// kMaxBuffers buffers (a multi-receive) and, per buffer, one or more pieces; each piece is one
+// UCX operation (a Part). The request is done when no part is still owned by UCX.
 // Not thread-safe: the owning comm's device mutex protects it (UCX callbacks run under it too).
 #pragma once
-
-#include <ucp/api/ucp.h>
 
 #include <array>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "common/clock.h"
 #include "common/status.h"
 
 namespace pact::transport {
 
-inline constexpr int kMaxParts = 8;
+inline constexpr int kMaxBuffers = 8;
 // NCCL keeps at most 32 requests in flight per comm; a shared send comm may carry 32 per
 // multi-receive buffer.
 inline constexpr size_t kRecvPoolSize = 32;
-inline constexpr size_t kSendPoolSize = kRecvPoolSize * kMaxParts;
+inline constexpr size_t kSendPoolSize = kRecvPoolSize * kMaxBuffers;
 
 class Comm;
 struct Request;
@@ -26,9 +26,17 @@ struct Request;
 struct Part {
   Request* owner = nullptr;
   void* ucxRequest = nullptr;  // non-null while UCX owns an operation for this part
+  void* data = nullptr;        // where this piece lives
   size_t size = 0;             // posted size, then the size actually transferred
+  uint64_t ucxTag = 0;
+  TimePoint queuedAt{};        // when the piece was given to its lane
   Status status = Status::kOk;
   bool done = true;
+  bool last = false;           // receive side: the sender marked this piece as the message's last
+  bool canceled = false;       // receive side: cancelled because the message ended before it
+  uint8_t buffer = 0;          // which buffer of a multi-receive
+  uint8_t lane = 0;            // send side: the lane that carries it
+  uint32_t piece = 0;
 };
 
 struct Request {
@@ -36,10 +44,15 @@ struct Request {
   uint32_t magic = kMagic;
   bool inUse = false;
   bool isSend = false;
-  int nparts = 0;
-  int pending = 0;  // parts not yet done
+  int nbuffers = 0;
+  int pending = 0;          // parts still owned by UCX or waiting on a lane
+  uint64_t postIndex = 0;   // order of posting on the comm
   Comm* comm = nullptr;
-  std::array<Part, kMaxParts> parts{};
+  std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
+  std::array<uint32_t, kMaxBuffers> firstPart{};   // index of each buffer's piece 0 in parts
+  std::array<uint32_t, kMaxBuffers> partCount{};   // pieces posted for each buffer
+  std::array<int64_t, kMaxBuffers> lastPiece{};    // -1 until the sender's last piece landed
+  std::array<uint32_t, kMaxBuffers> doneCount{};   // pieces landed so far, per buffer
 
   bool done() const { return pending == 0; }
 };
@@ -47,9 +60,12 @@ struct Request {
 class RequestPool {
  public:
   explicit RequestPool(size_t capacity) : slots_(capacity) {}
-  // A free request, or nullptr when every slot is taken (back-pressure, not an error).
-  Request* acquire(Comm* comm, bool isSend, int nparts);
-  void release(Request* r) { r->inUse = false; --used_; }
+  // A free request with nparts parts, or nullptr when every slot is taken (back-pressure).
+  Request* acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts);
+  void release(Request* r) {
+    r->inUse = false;
+    --used_;
+  }
   bool owns(const Request* r) const {
     return r >= slots_.data() && r < slots_.data() + slots_.size();
   }
@@ -65,9 +81,10 @@ class RequestPool {
   std::vector<Request> slots_;
   size_t next_ = 0;
   size_t used_ = 0;
+  uint64_t posted_ = 0;
 };
 
-inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nparts) {
+inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts) {
   if (used_ == slots_.size()) return nullptr;
   for (size_t i = 0; i < slots_.size(); ++i) {
     Request& r = slots_[(next_ + i) % slots_.size()];
@@ -75,10 +92,16 @@ inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nparts) {
     next_ = (next_ + i + 1) % slots_.size();
     r.inUse = true;
     r.isSend = isSend;
-    r.nparts = nparts;
+    r.nbuffers = nbuffers;
     r.pending = 0;
+    r.postIndex = posted_++;
     r.comm = comm;
-    for (auto& p : r.parts) p = Part{};
+    r.parts.assign(nparts, Part{});
+    for (auto& p : r.parts) p.owner = &r;
+    r.firstPart.fill(0);
+    r.partCount.fill(0);
+    r.lastPiece.fill(-1);
+    r.doneCount.fill(0);
     ++used_;
     return &r;
   }

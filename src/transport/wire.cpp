@@ -151,6 +151,8 @@ std::vector<uint8_t> encode(const Hello& m) {
   w.u64(m.commId);
   w.u64(m.epoch);
   w.bytes(m.workerAddress);
+  w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
+  w.u64(m.chunk);
   return frame(FrameType::kHello, w);
 }
 
@@ -175,10 +177,20 @@ std::vector<uint8_t> encodeBye() { return frame(FrameType::kBye, Writer{}); }
 Result<Hello> decodeHello(std::span<const uint8_t> body) {
   Reader r(body, "hello");
   Hello m;
+  uint16_t channel = 0;
   if (!r.u64(&m.listenId, "listen_id") || !r.u64(&m.commId, "comm_id") ||
       !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
-      !r.done())
+      !r.u16(&channel, "channel") || !r.u64(&m.chunk, "chunk") || !r.done())
     return r.error();
+  m.unordered = static_cast<uint8_t>(channel & 0xff);
+  m.lanes = static_cast<uint8_t>(channel >> 8);
+  if (m.unordered > 1)
+    return Error{Status::kInvalidArgument, "hello.order: " + std::to_string(m.unordered) + " is not 0 or 1"};
+  if (m.lanes < 1 || m.lanes > kMaxLanes)
+    return Error{Status::kInvalidArgument, "hello.lanes: " + std::to_string(m.lanes) + " outside 1..16"};
+  if (m.unordered && (m.chunk < kMinChunk || m.chunk > kMaxChunk || (m.chunk & (m.chunk - 1)) != 0))
+    return Error{Status::kInvalidArgument,
+                 "hello.chunk: " + std::to_string(m.chunk) + " is not a power of two in [4096, 2^30]"};
   return m;
 }
 

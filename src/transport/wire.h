@@ -50,7 +50,14 @@ struct Hello {          // connector -> listener
   uint64_t commId = 0;  // connector's comm id, for logs
   uint64_t epoch = 0;
   std::vector<uint8_t> workerAddress;
+  // The sender's channel: the receiver cuts its buffers the same way.
+  uint8_t unordered = 0;  // 0 ordered, 1 unordered
+  uint8_t lanes = 1;      // 1..16
+  uint64_t chunk = 0;     // unordered: power of two in [4 KiB, 1 GiB]
 };
+inline constexpr uint8_t kMaxLanes = 16;
+inline constexpr uint64_t kMinChunk = 4096;
+inline constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
 struct Accept {         // listener -> connector
   uint32_t tagSpace = 0;  // receiver's comm id: the high bits of every UCX tag on this comm
   uint64_t epoch = 0;

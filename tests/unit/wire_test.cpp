@@ -5,7 +5,7 @@
 
 #include <cstring>
 
-#include "transport/comm.h"
+#include "transport/channel.h"
 #include "transport/wire.h"
 
 namespace pact::wire {
@@ -104,6 +104,7 @@ TEST(Frames, EveryTruncationIsRefusedWithTheField) {
   }
   EXPECT_EQ(decodeHello(std::span(body).first(3)).error().message, "hello.listen_id: truncated");
   EXPECT_EQ(decodeHello(std::span(body).first(25)).error().message, "hello.worker_address: truncated");
+  EXPECT_EQ(decodeHello(std::span(body).first(30)).error().message, "hello.channel: truncated");
 }
 
 TEST(Frames, OversizedAndTrailingAndUnknownAreRefused) {
@@ -129,14 +130,46 @@ TEST(Frames, OversizedAndTrailingAndUnknownAreRefused) {
   EXPECT_EQ(decodeRefuse(refuse).error().message, "refuse.field: unknown field 9");
 }
 
-TEST(TagLayout, SpaceTagAndSequenceNeverCollide) {
-  using transport::makeTag;
-  EXPECT_NE(makeTag(1, 0, 0), makeTag(2, 0, 0));
-  EXPECT_NE(makeTag(1, 0, 0), makeTag(1, 1, 0));
-  EXPECT_NE(makeTag(1, 0, 0), makeTag(1, 0, 1));
-  EXPECT_EQ(makeTag(1, 5, 4096), makeTag(1, 5, 0));  // the sequence wraps after 4096 per tag
-  EXPECT_NE(makeTag(1, -1, 0), makeTag(1, 0x7fffffff, 0));
-  EXPECT_EQ(makeTag(0xFFFFF, -1, 0xFFF), ~0ull);
+TEST(TagLayout, SpaceTagSequenceAndPieceNeverCollide) {
+  using transport::tag::make;
+  EXPECT_NE(make(1, 0, 0, 0, false), make(2, 0, 0, 0, false));
+  EXPECT_NE(make(1, 0, 0, 0, false), make(1, 1, 0, 0, false));
+  EXPECT_NE(make(1, 0, 0, 0, false), make(1, 0, 1, 0, false));
+  EXPECT_NE(make(1, 0, 0, 0, false), make(1, 0, 0, 1, false));
+  EXPECT_EQ(make(1, 5, 1024, 0, false), make(1, 5, 0, 0, false));  // sequence wraps after 1024
+  EXPECT_EQ(make(0xFFFF, -1, 0x3FF, transport::tag::kMaxPieces - 1, true), ~0ull);
+  // A receive (mask ignores `last`) matches the sender's last piece and learns it was the last.
+  const uint64_t sent = make(7, 3, 9, 4, true);
+  EXPECT_EQ(sent & transport::tag::kRecvMask, make(7, 3, 9, 4, false));
+  EXPECT_TRUE(transport::tag::isLast(sent));
+  EXPECT_FALSE(transport::tag::isLast(make(7, 3, 9, 4, false)));
+}
+
+TEST(TagLayout, PiecesPerMessage) {
+  EXPECT_EQ(transport::piecesFor(0, 4096), 1u);
+  EXPECT_EQ(transport::piecesFor(1, 4096), 1u);
+  EXPECT_EQ(transport::piecesFor(4096, 4096), 1u);
+  EXPECT_EQ(transport::piecesFor(4097, 4096), 2u);
+}
+
+TEST(Frames, HelloCarriesTheSendersChannel) {
+  Hello h{1, 2, 3, {4}};
+  h.unordered = 1;
+  h.lanes = 4;
+  h.chunk = 65536;
+  auto d = decodeHello(bodyOf(encode(h)));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->unordered, 1);
+  EXPECT_EQ(d->lanes, 4);
+  EXPECT_EQ(d->chunk, 65536u);
+  h.lanes = 17;
+  EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message, "hello.lanes: 17 outside 1..16");
+  h.lanes = 2;
+  h.chunk = 5000;
+  EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message,
+            "hello.chunk: 5000 is not a power of two in [4096, 2^30]");
+  h.unordered = 2;
+  EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message, "hello.order: 2 is not 0 or 1");
 }
 
 }  // namespace
