@@ -25,6 +25,15 @@ inline ncclResult_t connectCtx(void* /*ctx*/, int dev, void* handle, void** send
   return connect(dev, handle, sendComm, devComm);
 }
 
+// makeVDevice (v9+): the props struct differs only in its member capacity.
+template <typename VProps>
+ncclResult_t makeVDeviceV(int* d, VProps* props) {
+  if (props == nullptr) return ncclInvalidArgument;
+  const int cap = static_cast<int>(sizeof(props->devs) / sizeof(props->devs[0]));
+  if (props->ndevs < 1 || props->ndevs > cap) return ncclInvalidArgument;
+  return makeVDevice(d, props->ndevs, props->devs);
+}
+
 template <typename Config>
 ncclResult_t initCtx(void** ctx, uint64_t /*commId*/, Config* config, ncclDebugLogger_t logger,
                      ncclProfilerCallback_t /*prof*/) {

@@ -147,6 +147,15 @@ ncclResult_t properties(int dev, transport::Properties* out) {
   return fail("getProperties", n->properties(dev, out));
 }
 
+ncclResult_t makeVDevice(int* d, int ndevs, const int* devs) {
+  return guard("makeVDevice", [&] {
+    auto n = net();
+    if (!n) return ncclInvalidUsage;
+    if (d == nullptr || devs == nullptr || ndevs < 1) return ncclInvalidArgument;
+    return fail("makeVDevice", n->makeVDevice(std::vector<int>(devs, devs + ndevs), d));
+  });
+}
+
 ncclResult_t listen(int dev, void* handle, void** listenComm) {
   return guard("listen", [&] {
     auto n = net();

@@ -39,6 +39,7 @@ ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger);
 ncclResult_t finalize(void* ctx);
 ncclResult_t devices(int* ndev);
 ncclResult_t properties(int dev, transport::Properties* out);
+ncclResult_t makeVDevice(int* d, int ndevs, const int* devs);
 // Interned copy of a string that stays valid for the life of the loaded library.
 char* intern(const std::string& s);
 ncclResult_t listen(int dev, void* handle, void** listenComm);

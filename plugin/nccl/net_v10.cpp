@@ -54,5 +54,5 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlu
     .closeListen = closeListen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = makeVDeviceV<ncclNetVDeviceProps_v10_t>,
 };

@@ -46,7 +46,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v11_t ncclNetPlu
     .closeListen = closeListen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = makeVDeviceV<ncclNetVDeviceProps_v11_t>,
     .finalize = finalize,
     .setNetAttr = nullptr,
 };

@@ -48,7 +48,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlu
     .closeListen = closeListen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = makeVDeviceV<ncclNetVDeviceProps_v12_t>,
     .finalize = finalize,
     .setNetAttr = nullptr,
 };

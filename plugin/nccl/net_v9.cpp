@@ -1,6 +1,6 @@
 // ncclNetPlugin_v9 (NCCL 2.24+): size_t sizes, virtual-device properties.
 #include "abi/net_v9.h"
-#include "plugin/nccl/core.h"
+#include "plugin/nccl/adapters.h"
 
 namespace pact::plugin {
 namespace {
@@ -46,5 +46,5 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlug
     .closeListen = closeListen,
     .getDeviceMr = nullptr,
     .irecvConsumed = nullptr,
-    .makeVDevice = nullptr,
+    .makeVDevice = makeVDeviceV<ncclNetVDeviceProps_v9_t>,
 };

@@ -7,7 +7,7 @@ namespace pact::transport {
 
 Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, const Params& params) {
   std::shared_ptr<DeviceCtx> d(new DeviceCtx(info, params));
-  auto ctx = ucx::Context::create(info.name, "pact-" + info.name);
+  auto ctx = ucx::Context::create(info.ucxDevices(), "pact-" + info.name);
   if (!ctx.ok()) return ctx.error();
   d->context_ = std::move(ctx.value());
   auto worker = ucx::Worker::create(d->context_);

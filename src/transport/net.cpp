@@ -2,6 +2,8 @@
 
 #include <sys/resource.h>
 
+#include <algorithm>
+
 #include "common/log.h"
 
 namespace pact::transport {
@@ -29,10 +31,39 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
 
 Net::~Net() = default;
 
-Result<std::shared_ptr<DeviceCtx>> Net::device(int dev) {
-  if (dev < 0 || dev >= deviceCount())
-    return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
+int Net::deviceCount() const {
   std::lock_guard lock(openMu_);
+  return static_cast<int>(devices_.size());
+}
+
+Status Net::makeVDevice(const std::vector<int>& members, int* dev) {
+  std::lock_guard lock(openMu_);
+  std::vector<const ucx::DeviceInfo*> ports;
+  for (int m : members) {
+    const bool physical = m >= 0 && static_cast<size_t>(m) < devices_.size() &&
+                          devices_[static_cast<size_t>(m)].members.empty();
+    if (!physical || std::count(members.begin(), members.end(), m) > 1) {
+      PACT_WARN("makeVDevice: member %d is not a distinct physical device", m);
+      return Status::kInvalidArgument;
+    }
+    ports.push_back(&devices_[static_cast<size_t>(m)]);
+  }
+  if (ports.empty() || ports.size() > 8) {
+    PACT_WARN("makeVDevice: %zu members; 1 to 8 are allowed", ports.size());
+    return Status::kInvalidArgument;
+  }
+  devices_.push_back(ucx::fuseDevices(ports, members));
+  opened_.emplace_back();
+  *dev = static_cast<int>(devices_.size() - 1);
+  PACT_INFO("virtual device %d = %s (%d Mbps)", *dev, devices_.back().name.c_str(),
+            devices_.back().speedMbps);
+  return Status::kOk;
+}
+
+Result<std::shared_ptr<DeviceCtx>> Net::device(int dev) {
+  std::lock_guard lock(openMu_);
+  if (dev < 0 || static_cast<size_t>(dev) >= devices_.size())
+    return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
   auto& slot = opened_[static_cast<size_t>(dev)];
   if (!slot) {
     auto d = DeviceCtx::open(devices_[static_cast<size_t>(dev)], params_);
@@ -43,8 +74,10 @@ Result<std::shared_ptr<DeviceCtx>> Net::device(int dev) {
 }
 
 Status Net::properties(int dev, Properties* out) const {
-  if (dev < 0 || dev >= deviceCount()) return Status::kInvalidArgument;
-  const ucx::DeviceInfo& d = devices_[static_cast<size_t>(dev)];
+  std::unique_lock lock(openMu_);
+  if (dev < 0 || static_cast<size_t>(dev) >= devices_.size()) return Status::kInvalidArgument;
+  const ucx::DeviceInfo d = devices_[static_cast<size_t>(dev)];
+  lock.unlock();
   rlimit nofile{};
   getrlimit(RLIMIT_NOFILE, &nofile);
   Properties p;
@@ -60,7 +93,7 @@ Status Net::properties(int dev, Properties* out) const {
   // Each comm holds one control socket plus UCX's own descriptors.
   p.maxComms = static_cast<int>(std::max<rlim_t>(1, std::min<rlim_t>(nofile.rlim_cur / 4, 1 << 20)));
   p.maxRecvs = params_.max_recvs;
-  p.vDevs = {dev};
+  p.vDevs = d.memberIndices.empty() ? std::vector<int>{dev} : d.memberIndices;
   p.maxP2pBytes = size_t{1} << 40;  // NCCL's ceiling; UCX messages are 64-bit sized
   p.maxCollBytes = size_t{1} << 40;
   *out = std::move(p);

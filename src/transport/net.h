@@ -45,8 +45,11 @@ class Net {
   static Result<std::shared_ptr<Net>> create(const Params& params);
   ~Net();
 
-  int deviceCount() const { return static_cast<int>(devices_.size()); }
+  int deviceCount() const;
   Status properties(int dev, Properties* out) const;
+  // Fuses physical devices into a virtual one appended after the physical devices (and earlier
+  // virtual ones); *dev receives its index. Members must be distinct physical devices.
+  Status makeVDevice(const std::vector<int>& members, int* dev);
 
   // handle: kHandleSize bytes, filled for the peer.
   Status listen(int dev, void* handle, ListenComm** out);
@@ -81,7 +84,7 @@ class Net {
 
   Params params_;
   std::vector<ucx::DeviceInfo> devices_;
-  std::mutex openMu_;
+  mutable std::mutex openMu_;  // guards devices_ growth (makeVDevice) and opened_
   std::vector<std::shared_ptr<DeviceCtx>> opened_;
 };
 

@@ -177,6 +177,40 @@ void fillInfiniband(DeviceInfo& d) {
 
 }  // namespace
 
+std::string DeviceInfo::ucxDevices() const {
+  if (members.empty()) return name;
+  std::string out;
+  for (const auto& m : members) out += (out.empty() ? "" : ",") + m;
+  return out;
+}
+
+DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::vector<int>& indices) {
+  DeviceInfo v;
+  for (const DeviceInfo* p : ports) {
+    v.name += (v.name.empty() ? "" : "+") + p->name;
+    for (const auto& t : p->transports)
+      if (std::find(v.transports.begin(), v.transports.end(), t) == v.transports.end())
+        v.transports.push_back(t);
+    v.speedMbps += p->speedMbps;
+    v.latencyUs = std::max(v.latencyUs, p->latencyUs);
+    v.rdma = v.rdma || p->rdma;
+    v.loopback = v.loopback || p->loopback;
+    v.members.push_back(p->name);
+  }
+  const DeviceInfo& first = *ports.front();
+  v.netdev = first.netdev;
+  v.pciPath = first.pciPath;
+  v.port = first.port;
+  v.ipAddress = first.ipAddress;
+  v.speedSource = "sum of members";
+  // Distinct from every port's: the high byte marks a virtual device, the rest mixes the members.
+  uint64_t g = 0;
+  for (const DeviceInfo* p : ports) g = (g * 1099511628211ull) ^ p->guid;
+  v.guid = 0x7e00000000000000ull | (g & 0x00ffffffffffffffull);
+  v.memberIndices = indices;
+  return v;
+}
+
 Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter) {
   std::vector<UctResource> resources = queryUct();
   std::map<std::string, DeviceInfo> byName;

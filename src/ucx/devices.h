@@ -24,7 +24,16 @@ struct DeviceInfo {
   std::string ipAddress;       // address the bootstrap listens on (IPv4 or IPv6 text)
   bool loopback = false;
   bool rdma = false;           // has an RC or UD transport
+  // A virtual device fused from several ports: their names (UCX gets them all) and indices.
+  std::vector<std::string> members;
+  std::vector<int> memberIndices;
+  // The UCX_NET_DEVICES value of this device's UCP context.
+  std::string ucxDevices() const;
 };
+
+// Fuses ports into one virtual device: summed speed, slowest latency, the first port's address
+// for the bootstrap. UCX stripes the comm's traffic over the member rails.
+DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::vector<int>& indices);
 
 // filter: empty = all non-loopback ports; otherwise exactly the named ones (in that order).
 Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter);

@@ -1,0 +1,35 @@
+/* pact's control API beside the NCCL net ABI: extra calls exported by libnccl-net-pact.so under
+ * the pact_ prefix, for tools and tests that hold a comm pointer the plugin handed out.
+ * Thread safety: may be called from any thread; takes the comm's device lock. */
+#ifndef PACT_NCCL_EXT_H
+#define PACT_NCCL_EXT_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define PACT_MAX_LANES 16
+
+typedef struct {
+  uint64_t messages;             /* requests completed */
+  uint64_t pieces;               /* UCX operations (message pieces) completed */
+  uint64_t pieces_out_of_order;  /* receive: a piece landed before a lower piece of its message */
+  uint64_t messages_out_of_order;/* a message completed while an earlier one was in flight */
+  int unordered;                 /* the comm's channel: 0 ordered, 1 unordered */
+  int lanes;                     /* send comm: lanes in use; receive comm: the sender's lanes */
+  uint64_t chunk;                /* piece size of an unordered channel */
+  uint64_t lane_pieces[PACT_MAX_LANES]; /* send comm: pieces given to each lane */
+  uint64_t lane_bytes[PACT_MAX_LANES];  /* send comm: bytes given to each lane */
+} pact_comm_stats_t;
+
+/* Fills *out for a send or receive comm returned by connect/accept. 0 on success, -1 when comm
+ * is not a live pact comm or out is NULL. */
+int pact_comm_stats(void* comm, pact_comm_stats_t* out);
+typedef int (*pact_comm_stats_fn)(void* comm, pact_comm_stats_t* out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

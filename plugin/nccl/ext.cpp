@@ -1,0 +1,29 @@
+// The pact_* control API exported beside the NCCL tables (include/pact/nccl_ext.h).
+#include "pact/nccl_ext.h"
+
+#include <mutex>
+
+#include "transport/comm.h"
+
+extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm, pact_comm_stats_t* out) {
+  auto* c = static_cast<pact::transport::Comm*>(comm);
+  if (c == nullptr || out == nullptr || c->magic != pact::transport::Comm::kMagic) return -1;
+  std::lock_guard lock(c->dev().mutex());
+  *out = pact_comm_stats_t{};
+  const auto& s = c->stats();
+  out->messages = s.messages;
+  out->pieces = s.pieces;
+  out->pieces_out_of_order = s.piecesOutOfOrder;
+  out->messages_out_of_order = s.messagesOutOfOrder;
+  out->unordered = c->channel().ordered ? 0 : 1;
+  out->lanes = c->channel().ordered ? 1 : c->channel().lanes;
+  out->chunk = c->channel().chunk;
+  if (c->isSend()) {
+    const auto& lanes = static_cast<pact::transport::SendComm*>(c)->lanes();
+    for (size_t i = 0; i < lanes.size() && i < PACT_MAX_LANES; ++i) {
+      out->lane_pieces[i] = lanes.stats(i).pieces;
+      out->lane_bytes[i] = lanes.stats(i).bytes;
+    }
+  }
+  return 0;
+}
