@@ -22,6 +22,9 @@ enum class Steering : uint8_t { kAdaptive, kRoundRobin };
 struct ChannelConfig {
   bool ordered = true;
   int lanes = 1;
+  // Receive side: the rails a piece may arrive on (min of the sender's lanes and both sides'
+  // rails); each piece is posted on every one of them and the copies that stay empty are cancelled.
+  int rails = 1;
   size_t chunk = size_t{512} << 10;
   Steering steering = Steering::kAdaptive;
   // Test hook (PACT_FAULT delay=laneN:DUR): pieces sent on this lane wait this long first.

@@ -44,22 +44,25 @@ void onEndpointError(void* arg, ucp_ep_h, ucs_status_t st) {
 }
 
 // The UCX call for one part returned: immediate completion, error, or a request UCX now owns.
-// The part was counted in its request's `pending` when the request was built.
+// The part was counted in its request's `pending` (and marked not done) before the call. UCX
+// may already have run the callback inside the call (a receive matching a message that had
+// arrived): then the part is done and the returned request was released by the callback.
 void track(Part* p, void* ret) {
-  p->done = false;
   if (ret == nullptr) {  // sends only: receives never complete immediately (NO_IMM_CMPL)
     completePart(p, UCS_OK, p->size);
   } else if (UCS_PTR_IS_ERR(ret)) {
     completePart(p, UCS_PTR_STATUS(ret), 0);
-  } else {
+  } else if (!p->done) {
     p->ucxRequest = ret;
   }
 }
 
-void setMemh(ucp_request_param_t* param, const MemHandle* mh, const void* data, size_t size) {
-  if (mh != nullptr && mh->region->covers(reinterpret_cast<uintptr_t>(data), size, ucx::MemoryType::kHost)) {
+void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
+  if (mh == nullptr || p->rail >= mh->regions.size()) return;
+  const auto& region = mh->regions[p->rail];
+  if (region->covers(reinterpret_cast<uintptr_t>(p->data), p->size, ucx::MemoryType::kHost)) {
     param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
-    param->memh = mh->region->map.get();
+    param->memh = region->map.get();
   }
 }
 
@@ -98,7 +101,7 @@ void Comm::checkPeer() {
     auto f = sock_.poll();
     if (!f.ok()) {
       // Drain what UCX already delivered before declaring the loss.
-      dev_->worker().progress();
+      dev_->progress();
       fail(Status::kRemoteError, f.error().message + " without goodbye (peer process died?)");
       return;
     }
@@ -121,7 +124,7 @@ bool Comm::earlierInFlight(const Request* r) {
 
 Status Comm::test(Request* r, bool* done, int* sizes) {
   *done = false;
-  dev_->worker().progress();
+  dev_->progress();
   progressComm(r);
   if (!r->done() || (cfg_.ordered && earlierInFlight(r))) {
     if (error_ == Status::kOk) checkPeer();
@@ -147,7 +150,7 @@ void Comm::drainParts() {
     pool_->forEachInUse([&](Request& r) { any = any || !r.done(); });
     return any;
   };
-  while (busy() && now() < deadline) dev_->worker().progress();
+  while (busy() && now() < deadline) dev_->progress();
   if (busy()) {
     PACT_INFO("comm %p: UCX still holds operations after close; their slots outlive the comm",
               static_cast<void*>(this));
@@ -171,16 +174,21 @@ SendComm::SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t 
 
 SendComm::~SendComm() = default;
 
-Status SendComm::connectLanes(const std::vector<uint8_t>& remoteWorkerAddress) {
+Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails) {
+  // Lane i runs on rail i mod (rails both sides have): rail r of this side talks to rail r of the
+  // peer, each pinned to its own port.
   const int n = cfg_.ordered ? 1 : cfg_.lanes;
+  const size_t rails = std::min(dev_->rails(), remoteRails.size());
   for (int i = 0; i < n; ++i) {
-    auto ep = ucx::Endpoint::create(dev_->worker().get(), remoteWorkerAddress, onEndpointError,
-                                    this, &dev_->peerFailureSupported);
+    const size_t r = static_cast<size_t>(i) % rails;
+    auto& rail = dev_->rail(r);
+    auto ep = ucx::Endpoint::create(rail.worker.get(), remoteRails[r], onEndpointError, this,
+                                    &rail.peerFailureSupported);
     if (!ep.ok()) {
       fail(ep.status(), ep.error().message);
       return ep.status();
     }
-    lanes_.add(std::move(ep.value()));
+    lanes_.add(std::move(ep.value()), static_cast<uint8_t>(r));
   }
   return Status::kOk;
 }
@@ -190,7 +198,7 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = onSendDone;
   param.user_data = p;
-  setMemh(&param, postingMh_, p->data, p->size);
+  setMemh(&param, postingMh_, p);
   track(p, ucp_tag_send_nbx(ep.get(), p->data, p->size, p->ucxTag, &param));
 }
 
@@ -272,43 +280,56 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
   *out = nullptr;
   if (isError(error_)) return error_;
   if (n < 1 || n > dev_->params().max_recvs) return Status::kInvalidArgument;
+  const size_t rails = static_cast<size_t>(std::max(1, cfg_.rails));
   size_t counts[kMaxBuffers];
   size_t total = 0;
   for (int i = 0; i < n; ++i) {
     counts[i] = cfg_.ordered ? 1 : std::min<size_t>(tag::kMaxPieces, piecesFor(sizes[i], cfg_.chunk));
-    total += counts[i];
+    total += counts[i] * rails;
   }
   Request* r = pool_->acquire(this, false, n, total);
   if (r == nullptr) return Status::kOk;  // back-pressure
   r->pending = static_cast<int>(total);
+  r->rails = static_cast<int>(rails);
   size_t next = 0;
   for (int i = 0; i < n; ++i) {
     const uint32_t seq = nextSeq(tags[i]);
     const size_t chunk = cfg_.ordered ? std::max<size_t>(sizes[i], 1) : cfg_.chunk;
     r->firstPart[static_cast<size_t>(i)] = static_cast<uint32_t>(next);
     r->partCount[static_cast<size_t>(i)] = static_cast<uint32_t>(counts[i]);
-    for (size_t k = 0; k < counts[i]; ++k, ++next) {
-      Part* p = &r->parts[next];
-      p->buffer = static_cast<uint8_t>(i);
-      p->piece = static_cast<uint32_t>(k);
-      p->data = static_cast<char*>(data[i]) + k * chunk;
-      p->size = std::min(chunk, sizes[i] - std::min(sizes[i], k * chunk));
-      p->done = false;
-      // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives
-      // always complete through the callback, which carries the real length and sender tag.
-      ucp_request_param_t param{};
-      param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                           UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-      param.cb.recv = onRecvDone;
-      param.user_data = p;
-      setMemh(&param, mhs ? mhs[i] : nullptr, p->data, p->size);
-      track(p, ucp_tag_recv_nbx(dev_->worker().get(), p->data, p->size,
-                                tag::make(tagSpace_, tags[i], seq, p->piece, false), tag::kRecvMask,
-                                &param));
+    for (size_t k = 0; k < counts[i]; ++k) {
+      for (size_t rail = 0; rail < rails; ++rail, ++next) {
+        Part* p = &r->parts[next];
+        p->buffer = static_cast<uint8_t>(i);
+        p->piece = static_cast<uint32_t>(k);
+        p->rail = static_cast<uint8_t>(rail);
+        p->data = static_cast<char*>(data[i]) + k * chunk;
+        p->size = std::min(chunk, sizes[i] - std::min(sizes[i], k * chunk));
+        p->done = false;
+        // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives
+        // always complete through the callback, which carries the real length and sender tag.
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        param.cb.recv = onRecvDone;
+        param.user_data = p;
+        setMemh(&param, mhs ? mhs[i] : nullptr, p);
+        track(p, ucp_tag_recv_nbx(dev_->worker(rail).get(), p->data, p->size,
+                                  tag::make(tagSpace_, tags[i], seq, p->piece, false),
+                                  tag::kRecvMask, &param));
+      }
     }
   }
   *out = r;
   return Status::kOk;
+}
+
+// The copy of `piece` that received the data, or nullptr.
+static const Part* landed(const Request& r, int buffer, uint32_t piece) {
+  const size_t base = r.firstPart[static_cast<size_t>(buffer)] + piece * static_cast<size_t>(r.rails);
+  for (size_t i = base; i < base + static_cast<size_t>(r.rails); ++i)
+    if (r.parts[i].done && !r.parts[i].canceled && r.parts[i].status == Status::kOk) return &r.parts[i];
+  return nullptr;
 }
 
 void RecvComm::partDone(Part* p) {
@@ -320,35 +341,46 @@ void RecvComm::partDone(Part* p) {
   if (p->last) r->lastPiece[p->buffer] = p->piece;
 }
 
+void RecvComm::cancel(Part& p) {
+  if (p.done || p.canceled || p.ucxRequest == nullptr) return;
+  p.canceled = true;
+  ucp_request_cancel(dev_->worker(p.rail).get(), p.ucxRequest);
+}
+
 void RecvComm::progressComm(Request* r) {
+  if (r->rails > 1) {
+    // A piece landed on one rail: its copies posted on the other rails will never match.
+    for (Part& p : r->parts)
+      if (!p.done && !p.canceled && landed(*r, p.buffer, p.piece) != nullptr) cancel(p);
+  }
   // Once a buffer's last piece has landed, receives posted past it will never match: cancel them.
   for (int b = 0; b < r->nbuffers; ++b) {
     const int64_t last = r->lastPiece[static_cast<size_t>(b)];
     if (last < 0) continue;
-    const uint32_t first = r->firstPart[static_cast<size_t>(b)];
-    for (uint32_t k = static_cast<uint32_t>(last) + 1; k < r->partCount[static_cast<size_t>(b)]; ++k) {
-      Part& p = r->parts[first + k];
-      if (p.done || p.canceled || p.ucxRequest == nullptr) continue;
-      p.canceled = true;
-      ucp_request_cancel(dev_->worker().get(), p.ucxRequest);
-    }
+    const size_t first = r->firstPart[static_cast<size_t>(b)];
+    const size_t end = first + r->partCount[static_cast<size_t>(b)] * static_cast<size_t>(r->rails);
+    for (size_t i = first + (static_cast<size_t>(last) + 1) * static_cast<size_t>(r->rails); i < end; ++i)
+      cancel(r->parts[i]);
   }
 }
 
 Status RecvComm::finish(Request* r, int* sizes) {
+  if (isError(error_)) return error_;
   Status result = Status::kOk;
   for (int b = 0; b < r->nbuffers; ++b) {
     const int64_t last = r->lastPiece[static_cast<size_t>(b)];
-    const uint32_t first = r->firstPart[static_cast<size_t>(b)];
     size_t got = 0;
     if (last < 0) {
       // Every posted piece landed, none was the sender's last: the message exceeds the buffer.
       if (result == Status::kOk) result = Status::kTruncated;
     } else {
       for (uint32_t k = 0; k <= static_cast<uint32_t>(last); ++k) {
-        const Part& p = r->parts[first + k];
-        if (p.status != Status::kOk && result == Status::kOk) result = p.status;
-        got += p.size;
+        const Part* p = landed(*r, b, k);
+        if (p == nullptr) {
+          if (result == Status::kOk) result = Status::kRemoteError;  // a piece never arrived
+          continue;
+        }
+        got += p->size;
       }
     }
     if (sizes) sizes[b] = static_cast<int>(std::min<size_t>(got, INT32_MAX));
@@ -360,11 +392,7 @@ Status RecvComm::finish(Request* r, int* sizes) {
 
 void RecvComm::abortInFlight() {
   pool_->forEachInUse([this](Request& r) {
-    for (Part& p : r.parts)
-      if (p.ucxRequest != nullptr && !p.canceled) {
-        p.canceled = true;
-        ucp_request_cancel(dev_->worker().get(), p.ucxRequest);
-      }
+    for (Part& p : r.parts) cancel(p);
   });
 }
 

@@ -26,7 +26,7 @@ struct MemHandle {
   static constexpr uint32_t kMagic = 0x524d4350;  // "PCMR"
   uint32_t magic = kMagic;
   std::shared_ptr<DeviceCtx> dev;
-  std::shared_ptr<ucx::Region> region;
+  std::vector<std::shared_ptr<ucx::Region>> regions;  // one per rail of the device
   ~MemHandle() { magic = 0; }
 };
 
@@ -102,7 +102,7 @@ class SendComm final : public Comm {
   ~SendComm() override;
   // Creates one UCX endpoint per lane to the receiver's worker (non-blocking; wire-up continues
   // in progress).
-  Status connectLanes(const std::vector<uint8_t>& remoteWorkerAddress);
+  Status connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails);
   // Posts a send; *out = nullptr when the request pool is full (retry later).
   Status isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out);
   void shutdown() override;
@@ -134,6 +134,7 @@ class RecvComm final : public Comm {
   void progressComm(Request* r) override;
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
+  void cancel(Part& p);
 
   uint32_t tagSpace_;
 };

@@ -7,16 +7,34 @@ namespace pact::transport {
 
 Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, const Params& params) {
   std::shared_ptr<DeviceCtx> d(new DeviceCtx(info, params));
-  auto ctx = ucx::Context::create(info.ucxDevices(), "pact-" + info.name);
-  if (!ctx.ok()) return ctx.error();
-  d->context_ = std::move(ctx.value());
-  auto worker = ucx::Worker::create(d->context_);
-  if (!worker.ok()) return worker.error();
-  d->worker_ = std::move(worker.value());
-  d->cache_ = std::make_unique<ucx::RegCache>(d->context_.get());
-  PACT_INFO("device %s opened: ucx worker address %zu bytes", info.name.c_str(),
-            d->worker_.address().size());
+  const std::vector<std::string> ports = info.members.empty() ? std::vector<std::string>{info.name}
+                                                              : info.members;
+  for (const auto& port : ports) {
+    auto rail = std::make_unique<Rail>();
+    auto ctx = ucx::Context::create(port, "pact-" + port);
+    if (!ctx.ok()) return ctx.error();
+    rail->context = std::move(ctx.value());
+    auto worker = ucx::Worker::create(rail->context);
+    if (!worker.ok()) return worker.error();
+    rail->worker = std::move(worker.value());
+    rail->cache = std::make_unique<ucx::RegCache>(rail->context.get());
+    PACT_INFO("device %s rail %s opened: ucx worker address %zu bytes", info.name.c_str(),
+              port.c_str(), rail->worker.address().size());
+    d->rails_.push_back(std::move(rail));
+  }
   return d;
+}
+
+unsigned DeviceCtx::progress() {
+  unsigned n = 0;
+  for (auto& r : rails_) n += r->worker.progress();
+  return n;
+}
+
+std::vector<std::vector<uint8_t>> DeviceCtx::addresses() const {
+  std::vector<std::vector<uint8_t>> out;
+  for (const auto& r : rails_) out.push_back(r->worker.address());
+  return out;
 }
 
 void DeviceCtx::adoptOrphans(std::unique_ptr<RequestPool> pool) {

@@ -1,5 +1,7 @@
-// DeviceCtx: the UCX state of one network device (context, worker, registration cache) and the
-// mutex that serializes every use of them, by every comm on the device and every thread.
+// DeviceCtx: the UCX state of one network device and the mutex that serializes every use of it,
+// by every comm on the device and every thread. A device has one rail per port: a physical port
+// one, a virtual device (makeVDevice) one per member, each a UCP context pinned to that port with
+// its own worker and registration cache, so a comm's lanes can be pinned to rails.
 // Shared (shared_ptr) by the Net that opened it and by each comm and memory handle on it, so it
 // lives until the last of them is gone.
 #pragma once
@@ -24,8 +26,21 @@ class DeviceCtx {
   const ucx::DeviceInfo& info() const { return info_; }
   const Params& params() const { return params_; }
   std::mutex& mutex() { return mu_; }
-  ucx::Worker& worker() { return worker_; }
-  ucx::RegCache& cache() { return *cache_; }
+
+  struct Rail {
+    // Destroyed in reverse order: cache (regions) before the worker before the context.
+    ucx::Context context;
+    ucx::Worker worker;
+    std::unique_ptr<ucx::RegCache> cache;
+    bool peerFailureSupported = true;  // cleared once UCX says the transports lack it
+  };
+  size_t rails() const { return rails_.size(); }
+  Rail& rail(size_t i) { return *rails_[i]; }
+  ucx::Worker& worker(size_t railIndex = 0) { return rails_[railIndex]->worker; }
+  // Progresses every rail's worker once; returns the number of events.
+  unsigned progress();
+  // Every rail's worker address, in rail order (what the peer needs to reach each rail).
+  std::vector<std::vector<uint8_t>> addresses() const;
   // A tag space (16 bits) for a new receive comm. Never reused within this worker's life, so a
   // late message of a closed comm can never match a new one.
   Result<uint32_t> allocTagSpace();
@@ -35,7 +50,6 @@ class DeviceCtx {
   void adoptOrphans(std::unique_ptr<RequestPool> pool);
   size_t orphanPools() const { return orphans_.size(); }
 
-  bool peerFailureSupported = true;  // cleared once UCX says the transports lack it
   std::atomic<int64_t> liveComms{0};
   std::atomic<int64_t> liveMemHandles{0};
 
@@ -45,11 +59,8 @@ class DeviceCtx {
   ucx::DeviceInfo info_;
   Params params_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<RequestPool>> orphans_;  // outlives the worker (declared first)
-  // Destroyed in reverse order: cache (regions) before the worker before the context.
-  ucx::Context context_;
-  ucx::Worker worker_;
-  std::unique_ptr<ucx::RegCache> cache_;
+  std::vector<std::unique_ptr<RequestPool>> orphans_;  // outlives the workers (declared first)
+  std::vector<std::unique_ptr<Rail>> rails_;
   uint32_t nextTagSpace_ = 1;
 };
 

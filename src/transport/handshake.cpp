@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -157,6 +158,7 @@ Status Net::connect(int dev, const ChannelConfig& channel, void* handle, SendCom
     hello.unordered = channel.ordered ? 0 : 1;
     hello.lanes = static_cast<uint8_t>(channel.ordered ? 1 : channel.lanes);
     hello.chunk = channel.chunk;
+    hello.rails = static_cast<uint8_t>((*d)->rails());
     ignore(st->sock.send(wire::encode(hello)));
   }
   Status fl = st->sock.flush();
@@ -207,7 +209,7 @@ Status Net::connect(int dev, const ChannelConfig& channel, void* handle, SendCom
   std::lock_guard lock(st->dev->mutex());
   auto comm = std::make_unique<SendComm>(st->dev, std::move(st->sock), acc->tagSpace, st->peer,
                                          st->channel);
-  Status s = comm->connectLanes(acc->workerAddress);
+  Status s = comm->connectLanes(acc->railAddresses);
   if (s != Status::kOk) return finish(s);
   PACT_INFO("send comm %p connected to %s on %s (tag space %u, %s, %d lane(s), chunk %zu)",
             static_cast<void*>(comm.get()), st->peer.c_str(), st->dev->info().name.c_str(),
@@ -268,11 +270,12 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
       PACT_WARN("accept: %s", space.error().message.c_str());
       return space.status();
     }
-    ignore(p.sock.send(wire::encode(wire::Accept{*space, params_.epoch, lc->dev->worker().address()})));
+    ignore(p.sock.send(wire::encode(wire::Accept{*space, params_.epoch, lc->dev->addresses()})));
     ChannelConfig channel;
     channel.ordered = hello->unordered == 0;
     channel.lanes = hello->lanes;
     channel.chunk = hello->chunk;
+    channel.rails = static_cast<int>(std::min<size_t>({hello->lanes, hello->rails, lc->dev->rails()}));
     auto* comm = new RecvComm(lc->dev, std::move(p.sock), *space, peer, channel);
     drop();
     PACT_INFO("recv comm %p accepted from %s on %s (tag space %u)", static_cast<void*>(comm),

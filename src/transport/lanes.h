@@ -23,9 +23,10 @@ struct LaneStats {
 class Lanes {
  public:
   void configure(const ChannelConfig& cfg) { cfg_ = cfg; }
-  void add(ucx::Endpoint ep) {
+  void add(ucx::Endpoint ep, uint8_t rail) {
     lanes_.emplace_back();
     lanes_.back().ep = std::move(ep);
+    lanes_.back().rail = rail;
   }
   size_t size() const { return lanes_.size(); }
   ucx::Endpoint& endpoint(size_t i) { return lanes_[i].ep; }
@@ -48,6 +49,7 @@ class Lanes {
  private:
   struct Lane {
     ucx::Endpoint ep;
+    uint8_t rail = 0;
     size_t inflight = 0;
     double bytesPerUs = 0;
     TimePoint lastDone{};
@@ -67,6 +69,7 @@ void Lanes::dispatch(Part* p, Post&& post) {
   size_t i = choose(p->size);
   Lane& l = lanes_[i];
   p->lane = static_cast<uint8_t>(i);
+  p->rail = l.rail;
   p->queuedAt = now();
   l.inflight += p->size;
   ++l.pieces;

@@ -104,13 +104,17 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
                   uint64_t dmabufOffset, MemHandle** out) {
   *out = nullptr;
   if (!valid(comm)) return Status::kInvalidArgument;
-  auto region = comm->dev().cache().acquire({data, size, type, dmabufFd, dmabufOffset});
-  if (!region.ok()) {
-    PACT_WARN("regMr %p+%zu on %s: %s", data, size, comm->dev().info().name.c_str(),
-              region.error().message.c_str());
-    return region.status();
+  std::vector<std::shared_ptr<ucx::Region>> regions;
+  for (size_t i = 0; i < comm->dev().rails(); ++i) {
+    auto region = comm->dev().rail(i).cache->acquire({data, size, type, dmabufFd, dmabufOffset});
+    if (!region.ok()) {
+      PACT_WARN("regMr %p+%zu on %s: %s", data, size, comm->dev().info().name.c_str(),
+                region.error().message.c_str());
+      return region.status();
+    }
+    regions.push_back(std::move(region.value()));
   }
-  auto* mh = new MemHandle{MemHandle::kMagic, comm->devPtr(), std::move(region.value())};
+  auto* mh = new MemHandle{MemHandle::kMagic, comm->devPtr(), std::move(regions)};
   comm->dev().liveMemHandles++;
   *out = mh;
   return Status::kOk;

@@ -36,6 +36,7 @@ struct Part {
   bool canceled = false;       // receive side: cancelled because the message ended before it
   uint8_t buffer = 0;          // which buffer of a multi-receive
   uint8_t lane = 0;            // send side: the lane that carries it
+  uint8_t rail = 0;            // the rail (worker) its UCX operation runs on
   uint32_t piece = 0;
 };
 
@@ -45,6 +46,7 @@ struct Request {
   bool inUse = false;
   bool isSend = false;
   int nbuffers = 0;
+  int rails = 1;            // receive: copies of each piece, one per rail (parts are [piece][rail])
   int pending = 0;          // parts still owned by UCX or waiting on a lane
   uint64_t postIndex = 0;   // order of posting on the comm
   Comm* comm = nullptr;
@@ -93,6 +95,7 @@ inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size
     r.inUse = true;
     r.isSend = isSend;
     r.nbuffers = nbuffers;
+    r.rails = 1;
     r.pending = 0;
     r.postIndex = posted_++;
     r.comm = comm;

@@ -152,6 +152,7 @@ std::vector<uint8_t> encode(const Hello& m) {
   w.u64(m.epoch);
   w.bytes(m.workerAddress);
   w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
+  w.u16(m.rails);
   w.u64(m.chunk);
   return frame(FrameType::kHello, w);
 }
@@ -160,7 +161,8 @@ std::vector<uint8_t> encode(const Accept& m) {
   Writer w;
   w.u32(m.tagSpace);
   w.u64(m.epoch);
-  w.bytes(m.workerAddress);
+  w.u16(static_cast<uint16_t>(m.railAddresses.size()));
+  for (const auto& a : m.railAddresses) w.bytes(a);
   return frame(FrameType::kAccept, w);
 }
 
@@ -177,11 +179,15 @@ std::vector<uint8_t> encodeBye() { return frame(FrameType::kBye, Writer{}); }
 Result<Hello> decodeHello(std::span<const uint8_t> body) {
   Reader r(body, "hello");
   Hello m;
-  uint16_t channel = 0;
+  uint16_t channel = 0, rails = 0;
   if (!r.u64(&m.listenId, "listen_id") || !r.u64(&m.commId, "comm_id") ||
       !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
-      !r.u16(&channel, "channel") || !r.u64(&m.chunk, "chunk") || !r.done())
+      !r.u16(&channel, "channel") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
+      !r.done())
     return r.error();
+  if (rails < 1 || rails > kMaxRails)
+    return Error{Status::kInvalidArgument, "hello.rails: " + std::to_string(rails) + " outside 1..8"};
+  m.rails = static_cast<uint8_t>(rails);
   m.unordered = static_cast<uint8_t>(channel & 0xff);
   m.lanes = static_cast<uint8_t>(channel >> 8);
   if (m.unordered > 1)
@@ -197,9 +203,15 @@ Result<Hello> decodeHello(std::span<const uint8_t> body) {
 Result<Accept> decodeAccept(std::span<const uint8_t> body) {
   Reader r(body, "accept");
   Accept m;
-  if (!r.u32(&m.tagSpace, "tag_space") || !r.u64(&m.epoch, "epoch") ||
-      !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") || !r.done())
+  uint16_t rails = 0;
+  if (!r.u32(&m.tagSpace, "tag_space") || !r.u64(&m.epoch, "epoch") || !r.u16(&rails, "rails"))
     return r.error();
+  if (rails < 1 || rails > kMaxRails)
+    return Error{Status::kInvalidArgument, "accept.rails: " + std::to_string(rails) + " outside 1..8"};
+  m.railAddresses.resize(rails);
+  for (auto& a : m.railAddresses)
+    if (!r.bytes(&a, kMaxWorkerAddress, "worker_address")) return r.error();
+  if (!r.done()) return r.error();
   return m;
 }
 

@@ -53,15 +53,17 @@ struct Hello {          // connector -> listener
   // The sender's channel: the receiver cuts its buffers the same way.
   uint8_t unordered = 0;  // 0 ordered, 1 unordered
   uint8_t lanes = 1;      // 1..16
+  uint8_t rails = 1;      // the sender's rails (ports of its virtual device), 1..8
   uint64_t chunk = 0;     // unordered: power of two in [4 KiB, 1 GiB]
 };
 inline constexpr uint8_t kMaxLanes = 16;
+inline constexpr size_t kMaxRails = 8;
 inline constexpr uint64_t kMinChunk = 4096;
 inline constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
 struct Accept {         // listener -> connector
   uint32_t tagSpace = 0;  // receiver's comm id: the high bits of every UCX tag on this comm
   uint64_t epoch = 0;
-  std::vector<uint8_t> workerAddress;
+  std::vector<std::vector<uint8_t>> railAddresses;  // one worker address per rail, 1..8
 };
 enum class Field : uint16_t { kMagic = 1, kVersion = 2, kListenId = 3, kEpoch = 4 };
 const char* fieldName(Field f);

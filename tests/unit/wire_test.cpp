@@ -78,10 +78,13 @@ TEST(Frames, HelloAcceptRefuseRoundTrip) {
   EXPECT_EQ(h->epoch, 3u);
   EXPECT_EQ(h->workerAddress, (std::vector<uint8_t>{9, 8, 7}));
 
-  auto a = decodeAccept(bodyOf(encode(Accept{77, 5, {1}})));
+  auto a = decodeAccept(bodyOf(encode(Accept{77, 5, {{1}, {2, 3}}})));
   ASSERT_TRUE(a.ok());
   EXPECT_EQ(a->tagSpace, 77u);
   EXPECT_EQ(a->epoch, 5u);
+  EXPECT_EQ(a->railAddresses, (std::vector<std::vector<uint8_t>>{{1}, {2, 3}}));
+  EXPECT_EQ(decodeAccept(bodyOf(encode(Accept{77, 5, {}}))).error().message,
+            "accept.rails: 0 outside 1..8");
 
   auto r = decodeRefuse(bodyOf(encode(Refuse{Field::kEpoch, 4, 6})));
   ASSERT_TRUE(r.ok());
@@ -118,13 +121,13 @@ TEST(Frames, OversizedAndTrailingAndUnknownAreRefused) {
   f[0] = 0;
   EXPECT_EQ(decodeHeader(f).error().message, "frame.magic: not a pact frame");
 
-  auto body = bodyOf(encode(Accept{1, 2, {3}}));
+  auto body = bodyOf(encode(Accept{1, 2, {{3}}}));
   body.push_back(0);
   EXPECT_EQ(decodeAccept(body).error().message, "accept.body: 1 trailing bytes");
   auto empty = bodyOf(encode(Hello{1, 2, 3, {}}));
   EXPECT_EQ(decodeHello(empty).error().message, "hello.worker_address: length 0 outside 1..2048");
   std::vector<uint8_t> big(kMaxWorkerAddress + 1, 1);
-  EXPECT_FALSE(decodeAccept(bodyOf(encode(Accept{1, 2, big}))).ok());
+  EXPECT_FALSE(decodeAccept(bodyOf(encode(Accept{1, 2, {big}}))).ok());
   auto refuse = bodyOf(encode(Refuse{Field::kEpoch, 1, 2}));
   refuse[0] = 9;
   EXPECT_EQ(decodeRefuse(refuse).error().message, "refuse.field: unknown field 9");
