@@ -1,15 +1,19 @@
-// pact-info: what pact sees on this host: devices and their NCCL properties, and the effective
-// value of every PACT_* variable. --help documents each variable; --params-md prints
-// docs/params.md. A malformed PACT_* variable prints the same one-line error the plugin logs and
-// exits non-zero.
+// pact-info: what pact sees on this host: devices and their NCCL properties, the effective
+// value of every PACT_* variable, and every traffic class with its resolved profile, its UCX
+// service settings and the transports UCX actually selects for it on device 0. --help documents
+// each variable and profile key; --params-md prints docs/params.md. A malformed PACT_* variable
+// prints the same one-line error the plugin logs and exits non-zero.
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <sstream>
 
 #include "common/params.h"
 #include "pact_config.h"
 #include "transport/net.h"
+#include "transport/service.h"
 
 namespace {
 
@@ -19,7 +23,54 @@ std::string variablesHelp() {
     out += std::string("  ") + p.name + " (default '" + p.defaultValue + "'; " + p.allowed + ")\n      " +
            p.doc + "\n";
   }
-  return out;
+  return out + "\n" + pact::Params::profileHelp();
+}
+
+void printClass(const pact::ClassTable::Entry& e) {
+  std::printf("  %s (%s, %s)\n      profile     %s\n", e.name.c_str(), e.variable.c_str(),
+              e.set ? "set" : e.name == "DEFAULT" ? "built-in" : "inherits DEFAULT",
+              e.profile.describe().c_str());
+}
+
+// Every class with its service on device; probes each distinct context once. Returns false when
+// a class cannot be served (fallback=fail): plugin init would fail the same way.
+bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* device, bool probe) {
+  if (device == nullptr) {
+    std::printf("traffic classes:\n");
+    for (const auto& e : classes.entries()) printClass(e);
+    return true;
+  }
+  std::printf("traffic classes (service on device 0, %s):\n", device->name.c_str());
+  bool ok = true;
+  std::map<std::string, std::string> probed;  // context key -> first class probed with it
+  for (const auto& e : classes.entries()) {
+    printClass(e);
+    auto svc = pact::transport::serviceFor(e.profile, *device, e.name);
+    if (!svc.ok()) {
+      std::printf("      error       %s\n", svc.error().message.c_str());
+      ok = false;
+      continue;
+    }
+    std::printf("      service     %s\n      context     %s\n", svc->summary.c_str(),
+                svc->key.c_str());
+    if (!svc->fallbackWarning.empty()) std::printf("      warning     %s\n", svc->fallbackWarning.c_str());
+    if (!probe) continue;
+    if (auto it = probed.find(svc->key); it != probed.end()) {
+      std::printf("      transports  same context as %s\n", it->second.c_str());
+      continue;
+    }
+    probed.emplace(svc->key, e.name);
+    auto lanes = pact::transport::probeTransports(*device, *svc);
+    if (!lanes.ok()) {
+      std::printf("      transports  probe failed: %s\n", lanes.error().message.c_str());
+      continue;
+    }
+    std::istringstream in(*lanes);
+    const char* label = "transports";
+    for (std::string line; std::getline(in, line); label = "")
+      std::printf("      %-11s %s\n", label, line.c_str());
+  }
+  return ok;
 }
 
 void printDevices(pact::transport::Net& net) {
@@ -48,8 +99,10 @@ int main(int argc, char** argv) {
   app.footer(variablesHelp());
   bool paramsMd = false;
   bool noDevices = false;
+  bool noProbe = false;
   app.add_flag("--params-md", paramsMd, "print docs/params.md (generated from the registry) and exit");
-  app.add_flag("--no-devices", noDevices, "skip device discovery");
+  app.add_flag("--no-devices", noDevices, "skip device discovery (and the traffic-class services)");
+  app.add_flag("--no-probe", noProbe, "do not probe the transports UCX selects for each class");
   CLI11_PARSE(app, argc, argv);
 
   if (paramsMd) {
@@ -65,12 +118,14 @@ int main(int argc, char** argv) {
   std::printf("pact %s\nconfiguration:\n", PACT_VERSION);
   for (const auto& [name, value] : params->effective())
     std::printf("  %-24s %s\n", name.c_str(), value.c_str());
-  if (noDevices) return 0;
+  if (noDevices) return printClasses(params->classes, nullptr, false) ? 0 : 2;
   auto net = pact::transport::Net::create(*params);
   if (!net.ok()) {
     std::fprintf(stderr, "pact-info: %s\n", net.error().message.c_str());
     return 2;
   }
   printDevices(**net);
-  return 0;
+  const auto& devices = (*net)->devices();
+  return printClasses(params->classes, devices.empty() ? nullptr : &devices.front(), !noProbe) ? 0
+                                                                                               : 2;
 }

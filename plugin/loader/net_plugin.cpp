@@ -375,6 +375,8 @@ int NetPlugin::closeListen(void* listenComm) {
   return impl_->call([&](auto* t) -> int { return t->closeListen(listenComm); });
 }
 
+void* NetPlugin::symbol(const char* name) const { return dlsym(impl_->dl, name); }
+
 bool NetPlugin::hasMakeVDevice() const {
   return std::visit(
       [](auto* t) -> bool {

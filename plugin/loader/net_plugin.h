@@ -74,6 +74,8 @@ class NetPlugin {
   int closeSend(void* sendComm);
   int closeRecv(void* recvComm);
   int closeListen(void* listenComm);
+  // Any other symbol the library exports (e.g. a plugin's own control API), or nullptr.
+  void* symbol(const char* name) const;
   bool hasMakeVDevice() const;
   int makeVDevice(int* d, int ndevs, const int* devs);
   int finalize();  // v11+: finalize(ctx); older: no-op returning kSuccess

@@ -16,13 +16,24 @@ inline ncclResult_t irecvP(void* comm, int n, void** data, size_t* sizes, int* t
   return irecv(comm, n, data, sizes, tags, mhs, req);
 }
 
-inline ncclResult_t listenCtx(void* /*ctx*/, int dev, void* handle, void** listenComm) {
-  return listen(dev, handle, listenComm);
+// v8..v10: no class on listen; v8/v9: none on connect either (DEFAULT).
+inline ncclResult_t listenNoClass(int dev, void* handle, void** listenComm) {
+  return listen(-1, dev, handle, listenComm);
 }
 
-inline ncclResult_t connectCtx(void* /*ctx*/, int dev, void* handle, void** sendComm,
+inline ncclResult_t connectNoClass(int dev, void* handle, void** sendComm,
+                                   ncclNetDeviceHandle_v7_t** devComm) {
+  return connect(-1, dev, handle, sendComm, devComm);
+}
+
+// v11+: the class comes with the per-communicator context from init.
+inline ncclResult_t listenCtx(void* ctx, int dev, void* handle, void** listenComm) {
+  return listen(ctxTrafficClass(ctx), dev, handle, listenComm);
+}
+
+inline ncclResult_t connectCtx(void* ctx, int dev, void* handle, void** sendComm,
                                ncclNetDeviceHandle_v7_t** devComm) {
-  return connect(dev, handle, sendComm, devComm);
+  return connect(ctxTrafficClass(ctx), dev, handle, sendComm, devComm);
 }
 
 // makeVDevice (v9+): the props struct differs only in its member capacity.

@@ -156,25 +156,31 @@ ncclResult_t makeVDevice(int* d, int ndevs, const int* devs) {
   });
 }
 
-ncclResult_t listen(int dev, void* handle, void** listenComm) {
+int ctxTrafficClass(void* ctx) {
+  auto* c = as<Ctx>(ctx);
+  return c != nullptr && c->magic == Ctx::kMagic ? c->trafficClass : -1;
+}
+
+ncclResult_t listen(int trafficClass, int dev, void* handle, void** listenComm) {
   return guard("listen", [&] {
     auto n = net();
     if (!n) return ncclInvalidUsage;
     transport::ListenComm* lc = nullptr;
-    Status s = n->listen(dev, handle, &lc);
+    Status s = n->listen(dev, trafficClass, handle, &lc);
     *listenComm = lc;
     return fail("listen", s);
   });
 }
 
-ncclResult_t connect(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v7_t** devComm) {
+ncclResult_t connect(int trafficClass, int dev, void* handle, void** sendComm,
+                     ncclNetDeviceHandle_v7_t** devComm) {
   return guard("connect", [&] {
     *sendComm = nullptr;
     if (devComm) *devComm = nullptr;  // host plugin: no device-side handle
     auto n = net();
     if (!n) return ncclInvalidUsage;
     transport::SendComm* sc = nullptr;
-    Status s = n->connect(dev, transport::ChannelConfig{}, handle, &sc);
+    Status s = n->connect(dev, trafficClass, handle, &sc);
     *sendComm = sc;
     return fail("connect", s);
   });

@@ -42,8 +42,13 @@ ncclResult_t properties(int dev, transport::Properties* out);
 ncclResult_t makeVDevice(int* d, int ndevs, const int* devs);
 // Interned copy of a string that stays valid for the life of the loaded library.
 char* intern(const std::string& s);
-ncclResult_t listen(int dev, void* handle, void** listenComm);
-ncclResult_t connect(int dev, void* handle, void** sendComm, ncclNetDeviceHandle_v7_t** devComm);
+// trafficClass: NCCL's class of the communicator (-1 = unset), from init's config (v11+) or
+// connect's (v10); v8/v9 have none.
+ncclResult_t listen(int trafficClass, int dev, void* handle, void** listenComm);
+ncclResult_t connect(int trafficClass, int dev, void* handle, void** sendComm,
+                     ncclNetDeviceHandle_v7_t** devComm);
+// The traffic class a v11+ context was created with.
+int ctxTrafficClass(void* ctx);
 ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v7_t** devComm);
 ncclResult_t regMr(void* comm, void* data, size_t size, int type, void** mhandle);
 ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,

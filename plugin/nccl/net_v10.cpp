@@ -24,9 +24,9 @@ ncclResult_t getProperties(int dev, ncclNetProperties_v10_t* props) {
   });
 }
 
-ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t*, void* handle, void** sendComm,
+ncclResult_t connectV10(int dev, ncclNetCommConfig_v10_t* config, void* handle, void** sendComm,
                         ncclNetDeviceHandle_v10_t** devComm) {
-  return connect(dev, handle, sendComm, devComm);
+  return connect(config ? config->trafficClass : -1, dev, handle, sendComm, devComm);
 }
 
 }  // namespace
@@ -39,7 +39,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlu
     .init = initV10,
     .devices = devices,
     .getProperties = pact::plugin::getProperties,
-    .listen = listen,
+    .listen = listenNoClass,
     .connect = connectV10,
     .accept = accept,
     .regMr = regMr,

@@ -1,6 +1,6 @@
 // ncclNetPlugin_v8 (NCCL 2.20+): int message sizes, init(logger), no makeVDevice.
 #include "abi/net_v8.h"
-#include "plugin/nccl/core.h"
+#include "plugin/nccl/adapters.h"
 
 namespace pact::plugin {
 namespace {
@@ -26,8 +26,8 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlug
     .init = initV8,
     .devices = devices,
     .getProperties = pact::plugin::getProperties,
-    .listen = listen,
-    .connect = connect,
+    .listen = listenNoClass,
+    .connect = connectNoClass,
     .accept = accept,
     .regMr = regMr,
     .regMrDmaBuf = nullptr,  // no dmabuf-capable UCX/NIC behind this plugin build

@@ -19,6 +19,7 @@ std::string_view trim(std::string_view s) {
 
 std::string formatValue(uint64_t v) { return std::to_string(v); }
 std::string formatValue(int v) { return std::to_string(v); }
+std::string formatValue(const FaultSpec& v) { return v.describe(); }
 std::string formatValue(log::Level v) { return log::levelName(v); }
 std::string formatValue(Microseconds v) {
   auto us = v.count();
@@ -117,10 +118,18 @@ Result<log::Level> LogLevelParser::parse(std::string_view s) {
 }
 
 const std::vector<ParamInfo>& Params::table() {
+  static const std::string builtin = Profile{}.describe();
   static const std::vector<ParamInfo> t = {
 #define PACT_PARAM(field, name, parser, def, doc) {name, def, parser::allowed(), doc},
 #include "common/params.def"
 #undef PACT_PARAM
+  // The class family after every scalar variable, wherever params.def lists it (effective()
+  // keeps the same order).
+#define PACT_TC_CLASS(suffix, doc)                                                           \
+  {"PACT_TC_" suffix, std::string_view(suffix) == "DEFAULT" ? builtin.c_str() : "PACT_TC_DEFAULT", \
+   "a service profile (see the profile keys)", doc},
+#include "common/params.def"
+#undef PACT_TC_CLASS
   };
   return t;
 }
@@ -144,9 +153,12 @@ Result<Params> Params::load(const EnvMap& env, std::vector<std::string>* unknown
   }
 #include "common/params.def"
 #undef PACT_PARAM
+  auto classes = ClassTable::load(env);
+  if (!classes.ok()) return classes.error();
+  p.classes = std::move(classes.value());
   if (unknown) {
     for (const auto& [k, v] : env) {
-      bool known = false;
+      bool known = k.compare(0, ClassTable::kPrefix.size(), ClassTable::kPrefix) == 0;
       for (const auto& info : table()) known = known || k == info.name;
       if (!known && k.compare(0, kPrefix.size(), kPrefix) == 0) unknown->push_back(k);
     }
@@ -166,11 +178,21 @@ const Result<Params>& Params::global() {
 }
 
 std::vector<std::pair<std::string, std::string>> Params::effective() const {
-  return {
+  std::vector<std::pair<std::string, std::string>> out = {
 #define PACT_PARAM(field, name, parser, def, doc) {name, formatValue(field)},
 #include "common/params.def"
 #undef PACT_PARAM
   };
+  for (auto& row : classes.effective()) out.push_back(std::move(row));
+  return out;
+}
+
+std::string Params::profileHelp() {
+  std::string out = std::string(profileGrammar()) + "\n\nProfile keys:\n";
+  for (const auto& k : profileKeys())
+    out += std::string("  ") + k.key + " (default '" + k.defaultValue + "'; " + k.allowed +
+           ")\n      " + k.doc + "\n";
+  return out;
 }
 
 std::string Params::markdown() {
@@ -182,6 +204,13 @@ std::string Params::markdown() {
     << "| variable | default | allowed | meaning |\n|---|---|---|---|\n";
   for (const auto& p : table())
     o << "| `" << p.name << "` | `" << p.defaultValue << "` | " << p.allowed << " | " << p.doc
+      << " |\n";
+  o << "\n## Service profiles (PACT_TC_*)\n\n"
+    << profileGrammar()
+    << " See [traffic-classes.md](traffic-classes.md).\n\n"
+    << "| key | default | allowed | meaning |\n|---|---|---|---|\n";
+  for (const auto& k : profileKeys())
+    o << "| `" << k.key << "` | `" << k.defaultValue << "` | " << k.allowed << " | " << k.doc
       << " |\n";
   return o.str();
 }

@@ -10,7 +10,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/fault.h"
 #include "common/log.h"
+#include "common/profile.h"
 #include "common/status.h"
 
 namespace pact {
@@ -90,16 +92,22 @@ struct Params {
 #define PACT_PARAM(field, name, parser, def, doc) typename parser::value_type field{};
 #include "common/params.def"
 #undef PACT_PARAM
+  // The PACT_TC_* family: every traffic class and its resolved service profile.
+  ClassTable classes;
 
-  // Parses every registered variable from env. Unknown PACT_* names are returned in *unknown
-  // (the caller warns: a typo check).
+  // Parses every registered variable from env, then the PACT_TC_* family. Unknown PACT_* names
+  // are returned in *unknown (the caller warns: a typo check); a PACT_TC_* name is never unknown
+  // (a class that does not exist is an error).
   static Result<Params> load(const EnvMap& env, std::vector<std::string>* unknown = nullptr);
   // Parsed once from the process environment, on first use; later calls return the same result.
   static const Result<Params>& global();
-  // Every registered variable, in registry order.
+  // Every registered variable, in registry order, then one row per PACT_TC_CLASS entry.
   static const std::vector<ParamInfo>& table();
-  // Effective value of each registered variable, as text (for pact-info and logs).
+  // Effective value of each registered variable, as text (for pact-info and logs), in table()
+  // order; the PACT_TC_<n> row expands to each configured PACT_TC_<n> (ClassTable::effective).
   std::vector<std::pair<std::string, std::string>> effective() const;
+  // The profile grammar and every profile key, for --help.
+  static std::string profileHelp();
   // docs/params.md, generated from the registry.
   static std::string markdown();
 };

@@ -73,6 +73,7 @@ Comm::Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, 
     : dev_(std::move(dev)), sock_(std::move(sock)), pool_(std::make_unique<RequestPool>(poolSize)),
       isSend_(isSend), peer_(std::move(peer)), cfg_(cfg) {
   dev_->liveComms++;
+  enableKeepalive(sock_.fd(), dev_->params().peer_timeout);
 }
 
 Comm::~Comm() {
@@ -170,9 +171,12 @@ SendComm::SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t 
     : Comm(std::move(dev), std::move(sock), kSendPoolSize, true, std::move(peer), cfg),
       tagSpace_(tagSpace) {
   lanes_.configure(cfg_);
+  if (cfg_.delayLane >= 0) dev_->addTicker(this);
 }
 
-SendComm::~SendComm() = default;
+SendComm::~SendComm() {
+  if (cfg_.delayLane >= 0) dev_->removeTicker(this);
+}
 
 Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails) {
   // Lane i runs on rail i mod (rails both sides have): rail r of this side talks to rail r of the
@@ -237,7 +241,9 @@ void SendComm::partDone(Part* p) {
   lanes_.completed(*p);
 }
 
-void SendComm::progressComm(Request*) {
+void SendComm::progressComm(Request*) {}
+
+void SendComm::tick() {
   lanes_.releaseDelayed([this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
 }
 
@@ -262,7 +268,8 @@ void SendComm::shutdown() {
   pool_->forEachInUse([&](Request& r) { inFlight = inFlight || !r.done(); });
   sayBye();
   lanes_.dropDelayed([](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); });
-  lanes_.closeAll(inFlight || isError(error_));
+  // A flush needs the peer's cooperation: skip it when the peer is gone or has closed.
+  lanes_.closeAll(inFlight || isError(error_) || byeReceived_);
   drainParts();
 }
 

@@ -95,7 +95,7 @@ class Comm {
   std::unordered_map<int, uint32_t> seq_;
 };
 
-class SendComm final : public Comm {
+class SendComm final : public Comm, private Ticker {
  public:
   SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace, std::string peer,
            const ChannelConfig& cfg);
@@ -114,6 +114,7 @@ class SendComm final : public Comm {
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void post(Part* p, ucx::Endpoint& ep);
+  void tick() override;  // releases pieces whose injected lane delay has passed
 
   Lanes lanes_;
   uint32_t tagSpace_;

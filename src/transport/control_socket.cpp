@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 
+#include <algorithm>
 #include <cstring>
 
 namespace pact::transport {
@@ -20,6 +21,23 @@ void setNoDelay(int fd) {
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
+
+}  // namespace
+
+void enableKeepalive(int fd, std::chrono::microseconds peerTimeout) {
+  // A link that dies closes nothing: TCP keepalive turns silence into a socket error within
+  // about peerTimeout (idle half of it, then three probes over the other half).
+  const int total = std::max(3, static_cast<int>(peerTimeout.count() / 1000000));
+  int on = 1, idle = std::max(1, total / 2), intvl = std::max(1, (total - idle) / 3), cnt = 3;
+  unsigned userTimeoutMs = static_cast<unsigned>(total) * 1000u;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
+}
+
+namespace {
 
 }  // namespace
 

@@ -5,6 +5,7 @@
 
 #include <sys/socket.h>
 
+#include <chrono>
 #include <optional>
 #include <string>
 #include <vector>
@@ -43,6 +44,9 @@ class ControlSocket {
   std::vector<uint8_t> out_;
   std::vector<uint8_t> in_;
 };
+
+// Turns a silent peer (dead link, frozen host) into a socket error within about peerTimeout.
+void enableKeepalive(int fd, std::chrono::microseconds peerTimeout);
 
 // A non-blocking listening socket bound to ip (port chosen by the kernel).
 struct Listener {

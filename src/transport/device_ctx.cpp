@@ -5,13 +5,14 @@
 
 namespace pact::transport {
 
-Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, const Params& params) {
+Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, const Params& params,
+                                                   const ucx::Context::Settings& settings) {
   std::shared_ptr<DeviceCtx> d(new DeviceCtx(info, params));
   const std::vector<std::string> ports = info.members.empty() ? std::vector<std::string>{info.name}
                                                               : info.members;
   for (const auto& port : ports) {
     auto rail = std::make_unique<Rail>();
-    auto ctx = ucx::Context::create(port, "pact-" + port);
+    auto ctx = ucx::Context::create(port, "pact-" + port, settings);
     if (!ctx.ok()) return ctx.error();
     rail->context = std::move(ctx.value());
     auto worker = ucx::Worker::create(rail->context);
@@ -28,6 +29,7 @@ Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, 
 unsigned DeviceCtx::progress() {
   unsigned n = 0;
   for (auto& r : rails_) n += r->worker.progress();
+  for (Ticker* t : tickers_) t->tick();
   return n;
 }
 

@@ -19,9 +19,21 @@
 
 namespace pact::transport {
 
+// Work that must advance whenever the device progresses, whichever comm is being tested (the
+// injected lane delay releases pieces this way). Device mutex held when tick() runs.
+class Ticker {
+ public:
+  virtual void tick() = 0;
+
+ protected:
+  ~Ticker() = default;
+};
+
 class DeviceCtx {
  public:
-  static Result<std::shared_ptr<DeviceCtx>> open(const ucx::DeviceInfo& info, const Params& params);
+  // settings: the UCX settings of the traffic-class service this context serves (service.h).
+  static Result<std::shared_ptr<DeviceCtx>> open(const ucx::DeviceInfo& info, const Params& params,
+                                                 const ucx::Context::Settings& settings = {});
 
   const ucx::DeviceInfo& info() const { return info_; }
   const Params& params() const { return params_; }
@@ -37,8 +49,10 @@ class DeviceCtx {
   size_t rails() const { return rails_.size(); }
   Rail& rail(size_t i) { return *rails_[i]; }
   ucx::Worker& worker(size_t railIndex = 0) { return rails_[railIndex]->worker; }
-  // Progresses every rail's worker once; returns the number of events.
+  // Progresses every rail's worker once and runs the tickers; returns the number of events.
   unsigned progress();
+  void addTicker(Ticker* t) { tickers_.push_back(t); }
+  void removeTicker(Ticker* t) { std::erase(tickers_, t); }
   // Every rail's worker address, in rail order (what the peer needs to reach each rail).
   std::vector<std::vector<uint8_t>> addresses() const;
   // A tag space (16 bits) for a new receive comm. Never reused within this worker's life, so a
@@ -61,6 +75,7 @@ class DeviceCtx {
   std::mutex mu_;
   std::vector<std::unique_ptr<RequestPool>> orphans_;  // outlives the workers (declared first)
   std::vector<std::unique_ptr<Rail>> rails_;
+  std::vector<Ticker*> tickers_;
   uint32_t nextTagSpace_ = 1;
 };
 

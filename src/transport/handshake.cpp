@@ -82,9 +82,9 @@ struct ConnectState {
   ChannelConfig channel;
 };
 
-Status Net::listen(int dev, void* handle, ListenComm** out) {
+Status Net::listen(int dev, int trafficClass, void* handle, ListenComm** out) {
   *out = nullptr;
-  auto d = device(dev);
+  auto d = device(dev, trafficClass);
   if (!d.ok()) {
     PACT_WARN("listen on device %d: %s", dev, d.error().message.c_str());
     return d.status();
@@ -124,7 +124,7 @@ Status Net::listen(int dev, void* handle, ListenComm** out) {
   return Status::kOk;
 }
 
-Status Net::connect(int dev, const ChannelConfig& channel, void* handle, SendComm** out) {
+Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   *out = nullptr;
   auto* bytes = static_cast<uint8_t*>(handle);
   ConnectState* st = nullptr;
@@ -141,11 +141,15 @@ Status Net::connect(int dev, const ChannelConfig& channel, void* handle, SendCom
       PACT_WARN("connect: bad handle: %s", h.error().message.c_str());
       return h.status();
     }
-    auto d = device(dev);
+    auto d = device(dev, trafficClass);
     if (!d.ok()) {
       PACT_WARN("connect on device %d: %s", dev, d.error().message.c_str());
       return d.status();
     }
+    const ChannelConfig channel = channelFor(trafficClass);
+    PACT_INFO("connect on %s: traffic class %s, profile %s", (*d)->info().name.c_str(),
+              trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass).c_str(),
+              params_.classes.forNccl(trafficClass).describe().c_str());
     auto sock = ControlSocket::connectTo(*h);
     if (!sock.ok()) {
       PACT_WARN("connect: %s", sock.error().message.c_str());

@@ -32,15 +32,21 @@ size_t Lanes::choose(size_t bytes) {
 void Lanes::completed(const Part& p) {
   Lane& l = lanes_[p.lane];
   l.inflight -= std::min(l.inflight, p.size);
+  if (p.status != Status::kOk) return;
+  // Throughput = bytes completed over a window in which the lane was busy the whole time.
+  // Windows of at least kWindow smooth out completions that arrive in bursts (one progress call
+  // often completes many pieces), which a per-piece estimate would read as infinite speed.
+  constexpr auto kWindow = std::chrono::microseconds(2000);
+  l.windowBytes += p.size;
   const auto t = now();
-  // Time this piece held the lane: from when it was queued, or from the previous completion
-  // if the lane was already busy then (pieces overlap on a lane).
-  auto from = std::max(p.queuedAt, l.lastDone);
-  double us = std::chrono::duration<double, std::micro>(t - from).count();
-  l.lastDone = t;
-  if (p.status != Status::kOk || p.size == 0 || us <= 0) return;
-  double sample = static_cast<double>(p.size) / us;
-  l.bytesPerUs = l.bytesPerUs == 0 ? sample : 0.8 * l.bytesPerUs + 0.2 * sample;
+  const auto span = t - l.windowStart;
+  if (span >= kWindow) {
+    double sample = static_cast<double>(l.windowBytes) /
+                    std::chrono::duration<double, std::micro>(span).count();
+    l.bytesPerUs = l.bytesPerUs == 0 ? sample : 0.7 * l.bytesPerUs + 0.3 * sample;
+    l.windowStart = t;
+    l.windowBytes = 0;
+  }
 }
 
 void Lanes::closeAll(bool force) {

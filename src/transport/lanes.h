@@ -51,8 +51,9 @@ class Lanes {
     ucx::Endpoint ep;
     uint8_t rail = 0;
     size_t inflight = 0;
-    double bytesPerUs = 0;
-    TimePoint lastDone{};
+    double bytesPerUs = 0;    // EWMA over busy windows
+    TimePoint windowStart{};  // start of the current busy window
+    size_t windowBytes = 0;   // completed in the current window
     std::deque<Part*> delayed;
     uint64_t pieces = 0;
     uint64_t bytes = 0;
@@ -71,6 +72,10 @@ void Lanes::dispatch(Part* p, Post&& post) {
   p->lane = static_cast<uint8_t>(i);
   p->rail = l.rail;
   p->queuedAt = now();
+  if (l.inflight == 0) {  // an idle lane starts a new measurement window
+    l.windowStart = p->queuedAt;
+    l.windowBytes = 0;
+  }
   l.inflight += p->size;
   ++l.pieces;
   l.bytes += p->size;

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "transport/service.h"
 
 namespace pact::transport {
 
@@ -22,7 +23,11 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
   auto devs = ucx::discoverDevices(params.net_devices);
   if (!devs.ok()) return devs.error();
   net->devices_ = std::move(devs.value());
-  net->opened_.resize(net->devices_.size());
+  // A class that must not fall back fails init here, naming the class and the device.
+  for (const auto& d : net->devices_) {
+    auto services = servicesFor(params.classes, d);
+    if (!services.ok()) return services.error();
+  }
   if (net->devices_.empty())
     PACT_WARN("no usable network device (PACT_NET_DEVICES=%s); name lo to use loopback",
               params.net_devices.empty() ? "" : params.net_devices.front().c_str());
@@ -53,24 +58,42 @@ Status Net::makeVDevice(const std::vector<int>& members, int* dev) {
     return Status::kInvalidArgument;
   }
   devices_.push_back(ucx::fuseDevices(ports, members));
-  opened_.emplace_back();
   *dev = static_cast<int>(devices_.size() - 1);
   PACT_INFO("virtual device %d = %s (%d Mbps)", *dev, devices_.back().name.c_str(),
             devices_.back().speedMbps);
   return Status::kOk;
 }
 
-Result<std::shared_ptr<DeviceCtx>> Net::device(int dev) {
+Result<std::shared_ptr<DeviceCtx>> Net::device(int dev, int trafficClass) {
   std::lock_guard lock(openMu_);
   if (dev < 0 || static_cast<size_t>(dev) >= devices_.size())
     return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
-  auto& slot = opened_[static_cast<size_t>(dev)];
+  const ucx::DeviceInfo& info = devices_[static_cast<size_t>(dev)];
+  const std::string cls = trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass);
+  auto svc = serviceFor(params_.classes.forNccl(trafficClass), info, cls);
+  if (!svc.ok()) return svc.error();
+  if (!svc->fallbackWarning.empty() && warned_.insert(cls + "/" + info.name).second)
+    PACT_WARN("%s", svc->fallbackWarning.c_str());
+  auto& slot = opened_[{dev, svc->key}];
   if (!slot) {
-    auto d = DeviceCtx::open(devices_[static_cast<size_t>(dev)], params_);
+    auto d = DeviceCtx::open(info, params_, svc->ucxSettings);
     if (!d.ok()) return d.error();
     slot = std::move(d.value());
+    PACT_INFO("device %s: UCX context for service %s", info.name.c_str(), svc->summary.c_str());
   }
   return slot;
+}
+
+ChannelConfig Net::channelFor(int trafficClass) const {
+  const Profile& p = params_.classes.forNccl(trafficClass);
+  ChannelConfig c;
+  c.ordered = p.order == Order::kOrdered;
+  c.lanes = p.lanes;
+  c.chunk = p.chunk;
+  c.steering = p.steer == Steer::kAdaptive ? Steering::kAdaptive : Steering::kRoundRobin;
+  c.delayLane = params_.fault.delayLane;
+  c.laneDelay = params_.fault.delay;
+  return c;
 }
 
 Status Net::properties(int dev, Properties* out) const {

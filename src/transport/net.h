@@ -7,7 +7,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,11 +53,13 @@ class Net {
   // virtual ones); *dev receives its index. Members must be distinct physical devices.
   Status makeVDevice(const std::vector<int>& members, int* dev);
 
+  // trafficClass: NCCL's (-1 = unset): picks the class's profile (PACT_TC_<n> or DEFAULT), hence
+  // the UCX service context and the channel of the comms.
   // handle: kHandleSize bytes, filled for the peer.
-  Status listen(int dev, void* handle, ListenComm** out);
+  Status listen(int dev, int trafficClass, void* handle, ListenComm** out);
   // Steps the connection; *out stays nullptr until it is established. handle's scratch bytes
   // hold the in-progress state between calls, as NCCL re-passes the same handle.
-  Status connect(int dev, const ChannelConfig& channel, void* handle, SendComm** out);
+  Status connect(int dev, int trafficClass, void* handle, SendComm** out);
   Status accept(ListenComm* lc, RecvComm** out);
 
   // The calls below act on comms, requests and handles only, so they need no Net instance (and no
@@ -80,12 +84,16 @@ class Net {
 
  private:
   explicit Net(const Params& p) : params_(p) {}
-  Result<std::shared_ptr<DeviceCtx>> device(int dev);
+  // The device context serving this class on dev (opened on first use; one per distinct service).
+  Result<std::shared_ptr<DeviceCtx>> device(int dev, int trafficClass);
+  // The channel a class's send comms use (profile + the PACT_FAULT lane delay).
+  ChannelConfig channelFor(int trafficClass) const;
 
   Params params_;
   std::vector<ucx::DeviceInfo> devices_;
-  mutable std::mutex openMu_;  // guards devices_ growth (makeVDevice) and opened_
-  std::vector<std::shared_ptr<DeviceCtx>> opened_;
+  mutable std::mutex openMu_;  // guards devices_ growth (makeVDevice), opened_ and warned_
+  std::map<std::pair<int, std::string>, std::shared_ptr<DeviceCtx>> opened_;  // (dev, service key)
+  std::set<std::string> warned_;  // classes whose fallback was already reported
 };
 
 }  // namespace pact::transport

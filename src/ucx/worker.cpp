@@ -39,7 +39,8 @@ class ProbeScope {
 };
 }  // namespace
 
-Result<Context> Context::create(const std::string& netDevice, const std::string& name) {
+Result<Context> Context::create(const std::string& netDevice, const std::string& name,
+                                const Settings& settings) {
   ucp_config_t* raw = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
   if (st != UCS_OK) return error("config_read", st);
@@ -49,6 +50,11 @@ Result<Context> Context::create(const std::string& netDevice, const std::string&
     st = ucp_config_modify(config.get(), "NET_DEVICES", netDevice.c_str());
     if (st != UCS_OK) return error("config_modify(NET_DEVICES)", st);
     PACT_DEBUG("ucx context %s: NET_DEVICES=%s", name.c_str(), netDevice.c_str());
+  }
+  for (const auto& [key, value] : settings) {
+    st = ucp_config_modify(config.get(), key.c_str(), value.c_str());
+    if (st != UCS_OK) return error(("config_modify(" + key + "=" + value + ")").c_str(), st);
+    PACT_DEBUG("ucx context %s: %s=%s", name.c_str(), key.c_str(), value.c_str());
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
@@ -95,9 +101,10 @@ ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::millis
       ucp_worker_progress(worker);
       st = ucp_request_check_status(request);
       if (st == UCS_INPROGRESS) {
-        // Still owned by UCX; it frees it when it completes. Never block forever.
-        PACT_WARN("ucx request %p still in progress after %lld ms; abandoned", request,
+        // Released to UCX, which frees it when it completes. Never block forever.
+        PACT_INFO("ucx request %p still in progress after %lld ms; released", request,
                   static_cast<long long>(limit.count()));
+        ucp_request_free(request);
         return UCS_ERR_TIMED_OUT;
       }
       break;
@@ -157,7 +164,7 @@ void Endpoint::close(bool force) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   void* req = ucp_ep_close_nbx(ep_, &param);
-  ucs_status_t st = waitRequest(worker_, req, std::chrono::milliseconds(force ? 2000 : 5000));
+  ucs_status_t st = waitRequest(worker_, req, std::chrono::milliseconds(force ? 500 : 1000));
   if (st != UCS_OK && !force) {
     // A flush that failed (dead peer) cannot be retried on the same ep; UCX released it.
     PACT_DEBUG("ucx ep %p flush-close ended with %s", static_cast<void*>(ep_), ucs_status_string(st));

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -21,7 +22,12 @@ class Context {
  public:
   // netDevice: restricts UCX to that network device (plus shared memory) unless the user set
   // UCX_NET_DEVICES, which always wins. Empty = UCX's default.
-  static Result<Context> create(const std::string& netDevice, const std::string& name);
+  // settings: further UCX settings (key without the UCX_ prefix, e.g. {"TLS", "rc,sm,self"}),
+  // applied in order with ucp_config_modify; the caller decides whether the user's UCX_<KEY>
+  // wins (transport/service.h leaves out every key the user set).
+  using Settings = std::vector<std::pair<std::string, std::string>>;
+  static Result<Context> create(const std::string& netDevice, const std::string& name,
+                                const Settings& settings = {});
   ucp_context_h get() const { return h_.get(); }
 
  private:

@@ -1,0 +1,122 @@
+// Traffic classes and their service profiles (docs/traffic-classes.md).
+//
+// A Profile is what one class asks of the transport: the UCX service family, ordering, lanes,
+// chunking, credits, deadline, retries, payload check, fabric QoS and what to do on a host
+// without RDMA. It is written as comma-separated tokens, `key=value` or a shorthand
+// (`rc`, `ud`, `ordered`, `unordered`), applied left to right on top of a base profile.
+//
+// ClassTable holds every class of the process, parsed once from PACT_TC_* by the config
+// registry (Params::load): PACT_TC_DEFAULT on top of the built-in defaults, and each
+// PACT_TC_<n> (NCCL trafficClass n) and PACT_TC_<NAME> (engine classes) on top of DEFAULT.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pact {
+
+enum class Service : uint8_t { kAuto, kRc, kUd };
+enum class Order : uint8_t { kOrdered, kUnordered };
+enum class Verify : uint8_t { kNone, kCrc32c, kXxh3 };
+enum class Fallback : uint8_t { kTcp, kFail };
+enum class Steer : uint8_t { kAdaptive, kRoundRobin };
+
+const char* serviceName(Service s);
+const char* orderName(Order o);
+const char* verifyName(Verify v);
+const char* fallbackName(Fallback f);
+const char* steerName(Steer s);
+
+struct Profile {
+  static constexpr int kMaxLanes = 16;
+  static constexpr int kMaxRetries = 100;
+  static constexpr uint64_t kMinChunk = 4ull << 10;
+  static constexpr uint64_t kMaxChunk = 1ull << 30;
+
+  Service service = Service::kAuto;
+  Order order = Order::kOrdered;
+  int lanes = 1;                          // 1..16
+  uint64_t chunk = 512ull << 10;          // power of two in [4K, 1G]
+  uint64_t credits = 0;                   // bytes in flight per sender; 0 = unlimited, else >= chunk
+  std::chrono::microseconds timeout{0};   // per-transfer deadline; 0 = none
+  int retries = 0;                        // 0..100
+  Verify verify = Verify::kNone;
+  int tc = -1;                            // 0..255; -1 = UCX default
+  int sl = -1;                            // 0..15;  -1 = UCX default
+  Fallback fallback = Fallback::kTcp;
+  Steer steer = Steer::kAdaptive;
+
+  bool operator==(const Profile&) const = default;
+
+  // Applies text's tokens, left to right (a later token overrides an earlier one), on top of
+  // base. On error the message is "'TOKEN': expected ALLOWED" (TOKEN as written, trimmed).
+  static Result<Profile> parse(std::string_view text, const Profile& base);
+  static Result<Profile> parse(std::string_view text);  // on top of the built-in defaults
+  // Canonical text of every key; parse(describe()) gives back the same profile.
+  std::string describe() const;
+};
+
+// One profile key, for --help and docs/params.md.
+struct ProfileKeyInfo {
+  const char* key;
+  const char* allowed;
+  const char* defaultValue;
+  const char* doc;
+};
+const std::vector<ProfileKeyInfo>& profileKeys();
+// The grammar in one paragraph (for --help and docs).
+const char* profileGrammar();
+
+// A size as text with the largest exact K/M/G suffix ("512K", "3M", "17").
+std::string formatSize(uint64_t bytes);
+
+class ClassTable {
+ public:
+  static constexpr int kMaxNcclClass = 255;
+  static constexpr std::string_view kPrefix = "PACT_TC_";
+
+  struct Entry {
+    std::string name;      // "DEFAULT", "3", "KV"
+    std::string variable;  // "PACT_TC_DEFAULT", "PACT_TC_3", "PACT_TC_KV"
+    Profile profile;       // resolved
+    bool set = false;      // the variable is present in the environment
+  };
+
+  // Built-in defaults for every class.
+  ClassTable();
+
+  // Parses every PACT_TC_* entry of env (other names are ignored). The first malformed one is
+  // the error: "invalid PACT_TC_1='lanes=0': 'lanes=0': expected an integer from 1 to 16";
+  // an unknown class name: "invalid PACT_TC_FOO='rc': 'FOO': expected DEFAULT, ...".
+  static Result<ClassTable> load(const std::map<std::string, std::string>& env);
+
+  const Profile& defaultProfile() const { return default_; }
+  // NCCL's trafficClass: -1 (unset) or a class without PACT_TC_<n> resolves to DEFAULT.
+  const Profile& forNccl(int trafficClass) const;
+  // "DEFAULT" or an engine class name, any case ("KV", "kv"); any other name resolves to DEFAULT.
+  const Profile& forName(std::string_view name) const;
+  // Whether name (any case) is an engine class (KV, A2A, CTRL, CKPT).
+  static bool isEngineClass(std::string_view name);
+  static const std::vector<std::string>& engineClassNames();
+
+  // Every class: DEFAULT, each configured PACT_TC_<n> in ascending n, each engine class.
+  std::vector<Entry> entries() const;
+  // The effective value of each PACT_TC_* registry row (see params.def), in registry order:
+  // PACT_TC_DEFAULT, then each configured PACT_TC_<n> (or one "PACT_TC_<n>" row saying none is
+  // set), then each engine class.
+  std::vector<std::pair<std::string, std::string>> effective() const;
+
+ private:
+  Profile default_;
+  std::map<int, Profile> nccl_;
+  std::map<std::string, Profile, std::less<>> engine_;
+  std::map<std::string, bool, std::less<>> set_;  // variable names present in env
+};
+
+}  // namespace pact

@@ -1,0 +1,239 @@
+#include "transport/service.h"
+
+#include <ucp/api/ucp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <sstream>
+
+#include "common/clock.h"
+#include "common/params.h"
+#include "ucx/ucx_status.h"
+#include "ucx/worker.h"
+
+namespace pact::transport {
+
+namespace {
+
+// The service mapping, one row per service (UCX 1.13 transport aliases: `rc` = rc_mlx5 and
+// rc_verbs with ud as wire-up auxiliary, `ud` = ud_mlx5 and ud_verbs; `sm` = every shared-memory
+// transport, `self` = the loopback to the own worker). `family` is the UCT transport name prefix
+// the device must list for the service to be available.
+struct ServiceRow {
+  Service service;
+  const char* family;  // nullptr: any device
+  const char* tls;     // nullptr: no TLS setting (UCX chooses)
+};
+constexpr ServiceRow kServiceTable[] = {
+    {Service::kAuto, nullptr, nullptr},
+    {Service::kRc, "rc_", "rc,sm,self"},
+    {Service::kUd, "ud_", "ud,sm,self"},
+};
+// fallback=tcp on a device that has RDMA, but not the family asked for. A device without any
+// RDMA transport gets no TLS setting instead: UCX can only choose TCP and shared memory there,
+// and the class shares the context of the `auto` classes.
+constexpr const char* kFallbackTls = "tcp,sm,self";
+
+// Transports probeTransports leaves out for its "remote" view.
+constexpr std::string_view kLocalOnly[] = {"sm",   "shm",   "mm",   "posix", "sysv",
+                                           "cma",  "knem",  "xpmem", "self"};
+
+const ServiceRow& rowFor(Service s) {
+  for (const auto& r : kServiceTable)
+    if (r.service == s) return r;
+  return kServiceTable[0];
+}
+
+bool hasFamily(const ucx::DeviceInfo& d, const char* prefix) {
+  return std::any_of(d.transports.begin(), d.transports.end(),
+                     [prefix](const std::string& t) { return t.rfind(prefix, 0) == 0; });
+}
+
+std::string joined(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// Adds UCX_<key>=value unless the user set UCX_<key>; says what happened in *notes.
+void addSetting(ServiceConfig& c, std::vector<std::string>& notes, const std::string& key,
+                const std::string& value) {
+  const std::string env = "UCX_" + key;
+  if (envIsSet(env.c_str())) {
+    notes.push_back(env + "=" + std::getenv(env.c_str()) + " (set by the user; wins over " + value +
+                    ")");
+    return;
+  }
+  c.ucxSettings.emplace_back(key, value);
+  notes.push_back(env + "=" + value);
+}
+
+}  // namespace
+
+Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
+                                 std::string_view className) {
+  ServiceConfig c;
+  std::vector<std::string> notes;
+  const ServiceRow& row = rowFor(profile.service);
+  const std::string asked = std::string("service=") + serviceName(profile.service);
+  const bool available = row.family == nullptr || (device.rdma && hasFamily(device, row.family));
+  const std::string tls = device.transports.empty() ? "none" : joined(device.transports, ",");
+
+  if (!available) {
+    const std::string what = "traffic class " + std::string(className) + " asked for " + asked +
+                             " but device " + device.name + " has no " +
+                             (device.rdma ? std::string(row.family) + "* transport" : "RDMA transport") +
+                             " (transports: " + tls + ")";
+    if (profile.fallback == Fallback::kFail)
+      return Error{Status::kUnsupported, what + " and fallback=fail"};
+    if (device.rdma) {
+      addSetting(c, notes, "TLS", kFallbackTls);
+      c.fallbackWarning = what + "; using " + kFallbackTls + " (fallback=tcp)";
+    } else {
+      notes.push_back("UCX chooses among TCP and shared memory (fallback=tcp)");
+      c.fallbackWarning = what + "; using TCP and shared memory (fallback=tcp)";
+    }
+  } else if (row.tls != nullptr) {
+    addSetting(c, notes, "TLS", row.tls);
+  } else {
+    notes.push_back("UCX chooses the transports");
+  }
+
+  // Fabric QoS applies to the RDMA transports only.
+  std::vector<std::string> ignoredQos;
+  const bool qosApplies = device.rdma && available;
+  if (profile.tc >= 0) {
+    if (qosApplies) addSetting(c, notes, "IB_TRAFFIC_CLASS", std::to_string(profile.tc));
+    else ignoredQos.push_back("tc=" + std::to_string(profile.tc));
+  }
+  if (profile.sl >= 0) {
+    if (qosApplies) addSetting(c, notes, "IB_SL", std::to_string(profile.sl));
+    else ignoredQos.push_back("sl=" + std::to_string(profile.sl));
+  }
+  if (!ignoredQos.empty()) {
+    const std::string q = joined(ignoredQos, " and ");
+    notes.push_back(q + " ignored (no RDMA transport)");
+    if (c.fallbackWarning.empty())
+      c.fallbackWarning = "traffic class " + std::string(className) + " asked for " + q +
+                          " but device " + device.name + " has no RDMA transport; ignored";
+    else
+      c.fallbackWarning += "; " + q + " ignored";
+  }
+
+  std::vector<std::string> keyParts;
+  for (const auto& [k, v] : c.ucxSettings) keyParts.push_back(k + "=" + v);
+  c.key = keyParts.empty() ? "ucx-default" : joined(keyParts, ";");
+  c.summary = asked + ": " + joined(notes, ", ");
+  return c;
+}
+
+Result<std::vector<ClassService>> servicesFor(const ClassTable& classes,
+                                              const ucx::DeviceInfo& device) {
+  std::vector<ClassService> out;
+  for (auto& e : classes.entries()) {
+    auto c = serviceFor(e.profile, device, e.name);
+    if (!c.ok()) return c.error();
+    out.push_back(ClassService{std::move(e), std::move(c.value())});
+  }
+  return out;
+}
+
+namespace {
+
+// The TLS list for the "remote" view: the effective one (ours, else the user's, else all)
+// without shared memory and self. Empty when nothing would be left.
+std::string remoteTls(const ServiceConfig& config) {
+  std::string tls;
+  for (const auto& [k, v] : config.ucxSettings)
+    if (k == "TLS") tls = v;
+  if (tls.empty() && envIsSet("UCX_TLS")) tls = std::getenv("UCX_TLS");
+  if (tls.empty() || tls == "all") return "^sm,self";
+  if (tls[0] == '^') return tls + ",sm,self";
+  std::vector<std::string> kept;
+  std::istringstream in(tls);
+  for (std::string t; std::getline(in, t, ',');)
+    if (std::find(std::begin(kLocalOnly), std::end(kLocalOnly), t) == std::end(kLocalOnly))
+      kept.push_back(t);
+  return joined(kept, ",");
+}
+
+// "lane[0]:  0:tcp/lo.0 md[0]  -> md[0]/tcp/sysdev[255] rma_bw#0 am am_bw#0 wireup"
+// becomes "lane[0]: tcp/lo.0 (rma_bw#0 am am_bw#0 wireup)"; other lines are dropped.
+std::vector<std::string> laneLines(const std::string& info) {
+  std::vector<std::string> out;
+  std::istringstream in(info);
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("lane[");
+    if (at == std::string::npos) continue;
+    std::istringstream words(line.substr(at));
+    std::vector<std::string> w;
+    for (std::string s; words >> s;) w.push_back(s);
+    auto arrow = std::find(w.begin(), w.end(), "->");
+    if (w.size() < 2 || arrow == w.end() || arrow + 1 == w.end()) {
+      out.push_back(line.substr(at));
+      continue;
+    }
+    std::string tl = w[1].substr(w[1].find(':') + 1);  // "0:tcp/lo.0" -> "tcp/lo.0"
+    std::vector<std::string> uses(arrow + 2, w.end());
+    out.push_back(w[0] + " " + tl + " (" + joined(uses, " ") + ")");
+  }
+  return out;
+}
+
+// One view: context with settings, two workers, an endpoint from one to the other.
+Result<std::vector<std::string>> probeOnce(const ucx::DeviceInfo& device,
+                                           const ucx::Context::Settings& settings) {
+  auto ctx = ucx::Context::create(device.ucxDevices(), "pact-probe", settings);
+  if (!ctx.ok()) return ctx.error();
+  auto server = ucx::Worker::create(*ctx);
+  if (!server.ok()) return server.error();
+  auto client = ucx::Worker::create(*ctx);
+  if (!client.ok()) return client.error();
+  bool peerFailure = false;
+  auto ep = ucx::Endpoint::create(client->get(), server->address(), nullptr, nullptr, &peerFailure);
+  if (!ep.ok()) return ep.error();
+  // The flush completes once wire-up has settled; both workers must progress for that.
+  ucp_request_param_t param{};
+  void* req = ucp_ep_flush_nbx(ep->get(), &param);
+  if (UCS_PTR_IS_PTR(req)) {
+    const auto deadline = now() + std::chrono::seconds(1);
+    while (ucp_request_check_status(req) == UCS_INPROGRESS && now() < deadline) {
+      client->progress();
+      server->progress();
+    }
+    ucp_request_free(req);  // released by UCX when it completes, if it has not yet
+  }
+  auto lines = laneLines(ep->describe());
+  ep->close(true);
+  return lines;
+}
+
+}  // namespace
+
+Result<std::string> probeTransports(const ucx::DeviceInfo& device, const ServiceConfig& config) {
+  std::string out;
+  auto addView = [&out](const char* view, const std::vector<std::string>& lines) {
+    for (const auto& l : lines) out += std::string(view) + " " + l + "\n";
+    if (lines.empty()) out += std::string(view) + " (no lanes)\n";
+  };
+  auto local = probeOnce(device, config.ucxSettings);
+  if (!local.ok()) return local.error();
+
+  const std::string tls = remoteTls(config);
+  if (tls.empty()) {
+    out += "remote (no network transport in the TLS list)\n";
+  } else {
+    ucx::Context::Settings settings;
+    for (const auto& s : config.ucxSettings)
+      if (s.first != "TLS") settings.push_back(s);
+    settings.emplace_back("TLS", tls);
+    auto remote = probeOnce(device, settings);
+    if (remote.ok()) addView("remote", *remote);
+    else out += "remote (" + remote.error().message + ")\n";
+  }
+  addView("same-host", *local);
+  if (!out.empty()) out.pop_back();
+  return out;
+}
+
+}  // namespace pact::transport

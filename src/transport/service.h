@@ -1,0 +1,52 @@
+// Service mapping: from a traffic class's profile and a device to the UCX settings of the class's
+// UCP context (docs/traffic-classes.md has the table). Classes whose settings are equal share one
+// context/worker per device (equal ServiceConfig::key).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/profile.h"
+#include "common/status.h"
+#include "ucx/devices.h"
+
+namespace pact::transport {
+
+struct ServiceConfig {
+  // UCX settings without the UCX_ prefix, in a fixed order (TLS, IB_TRAFFIC_CLASS, IB_SL), for
+  // ucx::Context::create. A key the user set in the environment (UCX_<KEY>) is left out: the
+  // user's value wins.
+  std::vector<std::pair<std::string, std::string>> ucxSettings;
+  // Equal key = the classes share one UCP context/worker on a device. "ucx-default" when there
+  // are no settings, else the settings as "K=V;K=V".
+  std::string key;
+  // One line: what the class asked and what UCX is told (for logs and pact-info).
+  std::string summary;
+  // Non-empty when the device cannot give what the class asked (fallback=tcp): the caller logs
+  // it once per class as a warning.
+  std::string fallbackWarning;
+};
+
+// className names the class in messages ("DEFAULT", "3", "KV"). Fails (kUnsupported) when the
+// device has no transport of the asked service family and the profile says fallback=fail.
+Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
+                                 std::string_view className);
+
+struct ClassService {
+  ClassTable::Entry entry;
+  ServiceConfig config;
+};
+// serviceFor every class of the table (ClassTable::entries() order); the first error wins.
+Result<std::vector<ClassService>> servicesFor(const ClassTable& classes,
+                                              const ucx::DeviceInfo& device);
+
+// The transports UCX actually selects with config on device: creates a context with those
+// settings, two workers and an endpoint between them, flushes it (wire-up; bounded to about 1 s),
+// and returns one line per lane of ucp_ep_print_info, each "<view> lane[i]: <tl>/<dev> (<uses>)":
+// view "remote" is probed with shared memory and self excluded (what a peer on another host
+// gets), view "same-host" with the settings as they are. Everything is released before return.
+Result<std::string> probeTransports(const ucx::DeviceInfo& device, const ServiceConfig& config);
+
+}  // namespace pact::transport

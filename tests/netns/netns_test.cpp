@@ -1,0 +1,842 @@
+// netns suite: the plugin between two processes in two network namespaces (pactA, pactB) joined
+// by veth pairs that ci/netns.sh builds, optionally rate-limited (tbf) or lossy (nftables).
+// Unlike the abi suite (loopback), traffic here must cross a real link, so rate limits, loss and
+// link failures act on it. Driven through the newest exported ABI version.
+//
+// Peer A is always in pactA (links pa<i>, 10.77.<i>.1), peer B in pactB (pb<i>, 10.77.<i>.2).
+// Every peer uses UCX_TLS=tcp: shared memory works across network namespaces and would bypass
+// the veth entirely.
+//
+// When `ci/netns.sh check` reports namespaces unavailable (not root, no `ip netns`), every test
+// is skipped with its message.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cinttypes>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "pact/nccl_ext.h"
+#include "tests/abi/harness.h"
+#include "tests/common/scoped_env.h"
+#include "tests/netns/netns_util.h"
+
+namespace pact::netns_test {
+namespace {
+
+using namespace abi_test;  // NOLINT: the harness's NetPlugin, PeerPair, buffers, helpers
+using test::ScopedEnv;
+
+constexpr int kVersion = loader::kNewestVersion;
+constexpr auto kStreamBudget = std::chrono::milliseconds(40000);  // one 64-message stream
+constexpr auto kStreamWatchdog = std::chrono::milliseconds(60000);
+constexpr auto kStreamPairTimeout = std::chrono::milliseconds(75000);
+
+// ---- the suite's lock and fixture -----------------------------------------------------------
+
+// The namespace names are fixed, so two runs of this suite at once (two build dirs) would tear
+// down each other's links. Each test holds an exclusive flock on this file from `up` to `down`.
+constexpr const char* kLockPath = "/run/lock/pact-netns.lock";
+constexpr auto kLockWait = std::chrono::milliseconds(150000);
+
+class Netns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!checkFailure().empty()) FAIL() << checkFailure();
+    if (const auto& why = unavailableReason()) GTEST_SKIP() << *why;
+  }
+
+  void TearDown() override {
+    if (built_) {
+      ScriptResult r = runScript({"down"});
+      EXPECT_EQ(r.exitCode, 0) << "ci/netns.sh down: " << r.output;
+    }
+    if (lockFd_ >= 0) ::close(lockFd_);  // releases the flock
+  }
+
+  // ci/netns.sh up OPTIONS... (after taking the suite's lock).
+  void up(const std::vector<std::string>& options) {
+    ASSERT_NO_FATAL_FAILURE(lock());
+    std::vector<std::string> args{"up"};
+    args.insert(args.end(), options.begin(), options.end());
+    built_ = true;  // also when up fails half-way: down is idempotent
+    ScriptResult r = runScript(args);
+    std::string cmd = "ci/netns.sh";
+    for (const auto& a : args) cmd += " " + a;
+    ASSERT_FALSE(r.timedOut) << cmd << " timed out: " << r.output;
+    ASSERT_EQ(r.exitCode, 0) << cmd << ": " << r.output;
+  }
+
+ private:
+  void lock() {
+    lockFd_ = ::open(kLockPath, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    ASSERT_GE(lockFd_, 0) << "open " << kLockPath << ": " << std::strerror(errno);
+    // Waiting for ANOTHER process's test (not a synchronisation inside this test): try, then
+    // retry every 100 ms within the bound.
+    test::Deadline deadline(kLockWait);
+    while (::flock(lockFd_, LOCK_EX | LOCK_NB) != 0) {
+      ASSERT_EQ(errno, EWOULDBLOCK) << "flock " << kLockPath << ": " << std::strerror(errno);
+      ASSERT_FALSE(deadline.expired())
+          << kLockPath << " held by another run of the netns suite for " << kLockWait.count()
+          << " ms";
+      ::poll(nullptr, 0, 100);
+    }
+  }
+
+  bool built_ = false;
+  int lockFd_ = -1;
+};
+
+// ---- peers ----------------------------------------------------------------------------------
+
+struct Side {
+  std::string ns;          // pactA / pactB
+  std::string link;        // a link that must be visible after entering (pa0 / pb0)
+  std::string devices;     // PACT_NET_DEVICES
+  bool pinUcx = true;      // also set UCX_NET_DEVICES = devices
+  std::string peerTimeout; // PACT_PEER_TIMEOUT, empty = the plugin's default
+  std::string tc;          // PACT_TC_DEFAULT, empty = unset
+};
+
+Side sideA(const std::string& devices = "pa0") { return {"pactA", "pa0", devices, true, "", ""}; }
+Side sideB(const std::string& devices = "pb0") { return {"pactB", "pb0", devices, true, "", ""}; }
+
+// PACT_PLUGIN_PATH as the harness will read it (it removes the variable on its first use).
+const std::string& pluginPath() {
+  static const std::string path = [] {
+    const char* p = std::getenv("PACT_PLUGIN_PATH");
+    return std::string(p ? p : "");
+  }();
+  return path;
+}
+
+// Enters the side's namespace, sets its environment (kept in *env) and opens the plugin.
+std::unique_ptr<NetPlugin> openIn(const Side& side, ScopedEnv* env) {
+  pluginPath();
+  // A peer must not outlive a gtest process that was killed: it would keep its namespace alive.
+  EXPECT_EQ(::prctl(PR_SET_PDEATHSIG, SIGKILL), 0);
+  if (::getppid() == 1) return nullptr;  // the parent is already gone
+  enterNamespace(side.ns, side.link);
+  if (::testing::Test::HasFatalFailure()) return nullptr;
+  env->set("UCX_TLS", "tcp");
+  env->set("PACT_NET_DEVICES", side.devices);
+  env->set("UCX_NET_DEVICES",
+           side.pinUcx ? std::optional<std::string>(side.devices) : std::nullopt);
+  if (!side.peerTimeout.empty()) env->set("PACT_PEER_TIMEOUT", side.peerTimeout);
+#ifdef PACT_NETNS_TC_VAR
+  if (!side.tc.empty()) env->set(PACT_NETNS_TC_VAR, side.tc);
+#endif
+  return openPlugin(kVersion);
+}
+
+// Index of the device named `name`; ADD_FAILURE (listing the names seen) and -1 when absent.
+int findDevice(NetPlugin& plugin, const std::string& name) {
+  int n = 0;
+  EXPECT_EQ(plugin.devices(&n), loader::kSuccess);
+  std::string seen;
+  for (int d = 0; d < n; ++d) {
+    loader::Properties p;
+    EXPECT_EQ(plugin.getProperties(d, &p), loader::kSuccess) << "getProperties(" << d << ")";
+    if (p.name == name) return d;
+    seen += (seen.empty() ? "" : ", ") + p.name;
+  }
+  ADD_FAILURE() << "no device named " << name << " among " << n << " devices: " << seen;
+  return -1;
+}
+
+// ---- the 64-message stream ------------------------------------------------------------------
+
+constexpr int kMessages = 64;
+constexpr int kWindow = 8;  // messages in flight per side
+constexpr size_t kMaxMessage = 4 << 20;
+constexpr size_t kGuard = 4096;
+
+size_t messageSize(int i) {
+  static constexpr size_t kSizes[] = {kMaxMessage, 1,         4096,          65536,
+                                      (1 << 20) + 3, 256 << 10, (2 << 20) - 1, 8191};
+  return kSizes[static_cast<size_t>(i) % std::size(kSizes)];
+}
+uint64_t messageSeed(int i) { return 0x6E65746E73ull + static_cast<uint64_t>(i); }
+uint64_t streamBytes() {
+  uint64_t total = 0;
+  for (int i = 0; i < kMessages; ++i) total += messageSize(i);
+  return total;
+}
+
+struct StreamReport {
+  uint64_t bytes = 0;       // payload received
+  double seconds = 0;       // from the start barrier to the last completion
+  uint64_t linkRxBytes = 0; // growth of the receiving link's rx_bytes over the stream
+};
+
+// Slot buffers, each registered on `comm`.
+struct Slots {
+  std::vector<std::unique_ptr<HostBuffer>> bufs;
+  std::vector<std::unique_ptr<MemReg>> regs;
+  Slots(NetPlugin& plugin, void* comm, size_t size) {
+    for (int i = 0; i < kWindow; ++i) {
+      bufs.push_back(std::make_unique<HostBuffer>(size));
+      regs.push_back(std::make_unique<MemReg>(plugin, comm, bufs.back()->data(), size));
+    }
+  }
+  bool ok() const {
+    return std::all_of(regs.begin(), regs.end(), [](const auto& r) { return r->ok(); });
+  }
+};
+
+// Receives the 64 messages, kWindow receives in flight, each checked for size, contents
+// (per-message pattern: message i must land in receive i) and an untouched guard after it.
+// `link` (optional): the link whose rx_bytes growth is reported.
+void receiveStream(NetPlugin& plugin, void* comm, Channel& peer, const std::string& link,
+                   StreamReport* report) {
+  Slots slots(plugin, comm, kMaxMessage + kGuard);
+  ASSERT_TRUE(slots.ok());
+  Deadline deadline(kStreamBudget);
+  void* reqs[kWindow] = {};
+  auto post = [&](int i) {
+    HostBuffer& b = *slots.bufs[static_cast<size_t>(i % kWindow)];
+    std::memset(b.data(), kPoison, b.size());
+    void* data = b.data();
+    size_t cap = kMaxMessage;
+    int tag = kTag;
+    void* mh = slots.regs[static_cast<size_t>(i % kWindow)]->handle();
+    postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, deadline, &reqs[i % kWindow]);
+  };
+  for (int i = 0; i < kWindow; ++i) ASSERT_NO_FATAL_FAILURE(post(i));
+  const uint64_t rx0 = link.empty() ? 0 : linkCounter(link, "rx_bytes");
+  ASSERT_NO_FATAL_FAILURE(barrier(peer));  // the sender starts now
+  Deadline clock(kStreamBudget);
+  for (int i = 0; i < kMessages; ++i) {
+    Completion c = waitRequest(plugin, reqs[i % kWindow], deadline);
+    ASSERT_NE(c.rc, kTimedOut) << "message " << i << " (" << messageSize(i)
+                               << " bytes) not received after " << clock.elapsed().count()
+                               << " ms";
+    ASSERT_EQ(c.rc, loader::kSuccess) << "test() of the receive of message " << i;
+    ASSERT_TRUE(c.done);
+    const char* got = slots.bufs[static_cast<size_t>(i % kWindow)]->data();
+    ASSERT_EQ(c.sizes[0], static_cast<int>(messageSize(i)))
+        << "receive " << i << " got the size of another message (out of order?)";
+    ASSERT_TRUE(matchesPattern(got, messageSize(i), messageSeed(i))) << "message " << i;
+    ASSERT_TRUE(isPoison(got + messageSize(i), kGuard)) << "bytes after message " << i;
+    report->bytes += messageSize(i);
+    if (i + kWindow < kMessages) {
+      ASSERT_NO_FATAL_FAILURE(post(i + kWindow));
+    }
+  }
+  report->seconds = static_cast<double>(clock.elapsed().count()) / 1000.0;
+  if (!link.empty()) report->linkRxBytes = linkCounter(link, "rx_bytes") - rx0;
+}
+
+void sendStream(NetPlugin& plugin, void* comm, Channel& peer) {
+  Slots slots(plugin, comm, kMaxMessage);
+  ASSERT_TRUE(slots.ok());
+  ASSERT_NO_FATAL_FAILURE(barrier(peer));
+  Deadline deadline(kStreamBudget);
+  void* reqs[kWindow] = {};
+  auto post = [&](int i) {
+    HostBuffer& b = *slots.bufs[static_cast<size_t>(i % kWindow)];
+    fillPattern(b.data(), messageSize(i), messageSeed(i));
+    postSend(plugin, comm, b.data(), messageSize(i), kTag,
+             slots.regs[static_cast<size_t>(i % kWindow)]->handle(), deadline,
+             &reqs[i % kWindow]);
+  };
+  for (int i = 0; i < kWindow; ++i) ASSERT_NO_FATAL_FAILURE(post(i));
+  for (int i = 0; i < kMessages; ++i) {
+    Completion c = expectComplete(plugin, reqs[i % kWindow], deadline,
+                                  "isend of message " + std::to_string(i));
+    ASSERT_TRUE(c.done && c.rc == loader::kSuccess);
+    if (i + kWindow < kMessages) {
+      ASSERT_NO_FATAL_FAILURE(post(i + kWindow));
+    }
+  }
+}
+
+// A receives the stream on pa0, B sends it from pb0. Returns A's report (zeros on failure).
+StreamReport runStream(const Side& a, const Side& b) {
+  StreamReport report;
+  PeerPair pair(
+      kVersion,
+      [&](PeerIo& io) {
+        ScopedEnv env;
+        auto plugin = openIn(a, &env);
+        ASSERT_TRUE(plugin);
+        const int dev = findDevice(*plugin, a.link);
+        ASSERT_GE(dev, 0);
+        void* comm = nullptr;
+        ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm, dev));
+        StreamReport r;
+        ASSERT_NO_FATAL_FAILURE(receiveStream(*plugin, comm, *io.peer, a.link, &r));
+        EXPECT_TRUE(io.parent->sendValue(r));
+        notifyDone(*io.peer);
+        EXPECT_EQ(plugin->closeRecv(comm), loader::kSuccess) << "closeRecv";
+      },
+      [&](PeerIo& io) {
+        ScopedEnv env;
+        auto plugin = openIn(b, &env);
+        ASSERT_TRUE(plugin);
+        const int dev = findDevice(*plugin, b.link);
+        ASSERT_GE(dev, 0);
+        void* comm = nullptr;
+        ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm, dev));
+        ASSERT_NO_FATAL_FAILURE(sendStream(*plugin, comm, *io.peer));
+        awaitDone(*io.peer);
+        EXPECT_EQ(plugin->closeSend(comm), loader::kSuccess) << "closeSend";
+      },
+      kStreamWatchdog);
+  if (!pair.controlA().recvValue(&report, kStreamPairTimeout)) report = StreamReport{};
+  pair.expectSuccess(kStreamPairTimeout);
+  return report;
+}
+
+double mbps(const StreamReport& r) {
+  return r.seconds > 0 ? static_cast<double>(r.bytes) * 8 / r.seconds / 1e6 : 0;
+}
+
+// ---- a. rate-limited veth ---------------------------------------------------------------------
+
+// 64 messages of mixed sizes (1 B .. 4 MiB) over one veth pair limited to 200 Mbit/s: all arrive
+// byte-exact and in order, the payload crossed pa0 (its rx_bytes grew by at least the payload)
+// and the throughput stays under the limit (x1.2 for the bucket and timing slack): over loopback
+// or shared memory it would be many times higher.
+TEST_F(Netns, RateLimitedVethCarriesOrderedStream) {
+  constexpr double kRateMbps = 200;
+  ASSERT_NO_FATAL_FAILURE(up({"--rate", "200mbit"}));
+  const StreamReport r = runStream(sideA(), sideB());
+  ASSERT_EQ(r.bytes, streamBytes()) << "the receiver did not report a complete stream";
+  std::printf("[   INFO   ] %" PRIu64 " bytes in %.3f s = %.1f Mbit/s over pa0 (tbf %.0f Mbit/s), "
+              "pa0 rx_bytes +%" PRIu64 "\n",
+              r.bytes, r.seconds, mbps(r), kRateMbps, r.linkRxBytes);
+  RecordProperty("throughput_mbps", std::to_string(mbps(r)));
+  EXPECT_GE(r.linkRxBytes, r.bytes) << "the payload did not cross pa0";
+  EXPECT_LT(mbps(r), kRateMbps * 1.2) << "faster than the veth's rate limit: not over the veth?";
+  // Lower bound only against a collapse (e.g. stalls until a timer); TCP keeps tbf near full.
+  EXPECT_GT(mbps(r), kRateMbps * 0.25) << "far below the link's rate";
+}
+
+// ---- b. random loss ---------------------------------------------------------------------------
+
+// The same stream with 1% of the packets on pair 0 dropped in both directions (no rate limit):
+// TCP retransmits; the plugin completes every message byte-exact and reports no error. The drop
+// counters prove that loss happened.
+TEST_F(Netns, LossyVethStreamCompletesByteExact) {
+  ASSERT_NO_FATAL_FAILURE(up({"--loss", "1"}));
+  const StreamReport r = runStream(sideA(), sideB());
+  ASSERT_EQ(r.bytes, streamBytes()) << "the receiver did not report a complete stream";
+  const long long dropsA = lossDrops("A"), dropsB = lossDrops("B");
+  std::printf("[   INFO   ] %" PRIu64 " bytes in %.3f s = %.1f Mbit/s with 1%% loss; dropped "
+              "%lld packets into A, %lld into B\n",
+              r.bytes, r.seconds, mbps(r), dropsA, dropsB);
+  RecordProperty("throughput_mbps", std::to_string(mbps(r)));
+  EXPECT_GE(r.linkRxBytes, r.bytes) << "the payload did not cross pa0";
+  EXPECT_GT(dropsA + dropsB, 0) << "the loss rule dropped nothing: the test proved nothing";
+}
+
+// ---- c. peer failure across the link -----------------------------------------------------------
+
+constexpr auto kDetectBound = std::chrono::milliseconds(10000);
+constexpr size_t kFailMessage = 8 << 20;
+
+struct FailureReport {
+  int rc = -100;             // the first error test()/isend/irecv returned
+  long long msAfterNote = -1; // since the parent announced the disruption
+  long long closeMs = -1;     // closeSend/closeRecv after the error
+};
+
+enum class Disruption { kKillPeer, kLinkDown };
+
+// The survivor (A) streams 8 MiB messages (sending or receiving) until the plugin reports an
+// error, which must come after the parent's note (sent just before the disruption) and within
+// kDetectBound of it. The victim (B) streams the other side until it fails or is killed.
+void survivorBody(PeerIo& io, bool sends) {
+  Side a = sideA();
+  a.peerTimeout = "2s";
+  ScopedEnv env;
+  auto plugin = openIn(a, &env);
+  ASSERT_TRUE(plugin);
+  const int dev = findDevice(*plugin, "pa0");
+  ASSERT_GE(dev, 0);
+  void* comm = nullptr;
+  if (sends) {
+    ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm, dev));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm, dev));
+  }
+  HostBuffer buf(kFailMessage);
+  fillPattern(buf.data(), buf.size(), 7);
+  auto mr = std::make_unique<MemReg>(*plugin, comm, buf.data(), buf.size());
+  ASSERT_TRUE(mr->ok());
+  // One complete message first: the path works before the disruption.
+  if (sends) {
+    ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comm, buf.data(), kFailMessage, mr->handle()));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(
+        recvOne(*plugin, comm, buf.data(), kFailMessage, mr->handle(), kFailMessage));
+  }
+  const char ready = 'R';
+  ASSERT_TRUE(io.parent->sendValue(ready));
+
+  bool noted = false;
+  Deadline sinceNote(kDetectBound);
+  auto checkNote = [&] {
+    if (!noted && io.parent->readable()) {
+      char note = 0;
+      EXPECT_TRUE(io.parent->recvValue(&note, kOpTimeout));
+      noted = true;
+      sinceNote = Deadline(kDetectBound);
+    }
+  };
+  Deadline overall(kOpTimeout * 2);
+  void* req = nullptr;
+  long long completedAfterNote = 0;
+  FailureReport report;
+  for (;;) {
+    int rc = loader::kSuccess;
+    if (req == nullptr) {
+      if (sends) {
+        rc = plugin->isend(comm, buf.data(), kFailMessage, kTag, mr->handle(), &req);
+      } else {
+        void* data = buf.data();
+        size_t cap = kFailMessage;
+        int tag = kTag;
+        void* mh = mr->handle();
+        rc = plugin->irecv(comm, 1, &data, &cap, &tag, &mh, &req);
+      }
+    } else {
+      int done = 0;
+      int sizes[loader::kMaxRecvs];
+      rc = plugin->test(req, &done, sizes);
+      if (rc == loader::kSuccess && done != 0) {
+        req = nullptr;
+        if (noted) ++completedAfterNote;
+      }
+    }
+    if (rc != loader::kSuccess) {
+      checkNote();  // after the error: the note is readable from the disruption on
+      ASSERT_TRUE(noted) << "the plugin returned " << rc << " before the disruption";
+      report.rc = rc;
+      report.msAfterNote = sinceNote.elapsed().count();
+      break;
+    }
+    checkNote();
+    ASSERT_FALSE(noted && sinceNote.expired())
+        << "no error within " << kDetectBound.count() << " ms of the disruption ("
+        << completedAfterNote << " messages completed after it, one request "
+        << (req ? "pending" : "not posted") << ")";
+    ASSERT_FALSE(overall.expired()) << "the parent never announced the disruption";
+  }
+  mr.reset();
+  Deadline close(kDetectBound);
+  EXPECT_GE(sends ? plugin->closeSend(comm) : plugin->closeRecv(comm), 0);
+  report.closeMs = close.elapsed().count();
+  EXPECT_LT(close.elapsed(), kDetectBound) << "close after the failure";
+  EXPECT_TRUE(io.parent->sendValue(report));
+}
+
+void victimBody(PeerIo& io, bool sends) {
+  ScopedEnv env;
+  Side b = sideB();
+  b.peerTimeout = "2s";
+  auto plugin = openIn(b, &env);
+  ASSERT_TRUE(plugin);
+  const int dev = findDevice(*plugin, "pb0");
+  ASSERT_GE(dev, 0);
+  void* comm = nullptr;
+  if (sends) {
+    ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm, dev));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm, dev));
+  }
+  HostBuffer buf(kFailMessage);
+  MemReg mr(*plugin, comm, buf.data(), buf.size());
+  ASSERT_TRUE(mr.ok());
+  if (sends) {
+    ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comm, buf.data(), kFailMessage, mr.handle()));
+  } else {
+    ASSERT_NO_FATAL_FAILURE(
+        recvOne(*plugin, comm, buf.data(), kFailMessage, mr.handle(), kFailMessage));
+  }
+  const char ready = 'R';
+  ASSERT_TRUE(io.parent->sendValue(ready));
+  // Stream until an error (then exit: the outcome is not judged) or until SIGKILLed.
+  Deadline deadline(kStreamWatchdog);
+  while (!deadline.expired()) {
+    void* req = nullptr;
+    int rc = loader::kSuccess;
+    while (req == nullptr && rc == loader::kSuccess && !deadline.expired()) {
+      if (sends) {
+        rc = plugin->isend(comm, buf.data(), kFailMessage, kTag, mr.handle(), &req);
+      } else {
+        void* data = buf.data();
+        size_t cap = kFailMessage;
+        int tag = kTag;
+        void* mh = mr.handle();
+        rc = plugin->irecv(comm, 1, &data, &cap, &tag, &mh, &req);
+      }
+    }
+    if (rc != loader::kSuccess || req == nullptr) return;
+    Completion c = waitRequest(*plugin, req, deadline);
+    if (c.rc != loader::kSuccess) return;
+  }
+}
+
+using FailureParam = std::tuple<Disruption, bool>;  // what happens, survivor sends
+
+class NetnsFailure : public Netns, public ::testing::WithParamInterface<FailureParam> {};
+
+void runFailure(Disruption what, bool survivorSends) {
+  PeerPair pair(
+      kVersion, [&](PeerIo& io) { survivorBody(io, survivorSends); },
+      [&](PeerIo& io) { victimBody(io, !survivorSends); }, kStreamWatchdog);
+  char note = 0;
+  ASSERT_TRUE(pair.controlA().recvValue(&note, kOpTimeout * 2)) << "survivor did not get ready";
+  ASSERT_TRUE(pair.controlB().recvValue(&note, kOpTimeout * 2)) << "victim did not get ready";
+  const char disrupting = 'K';
+  ASSERT_TRUE(pair.controlA().sendValue(disrupting)) << "survivor already gone";
+  if (what == Disruption::kKillPeer) {
+    pair.b().kill(SIGKILL);
+    EXPECT_TRUE(pair.b().wait(kOpTimeout).killedBy(SIGKILL))
+        << "victim " << pair.b().outcome().describe();
+  } else {
+    ScriptResult r = runScript({"run", "B", "ip", "link", "set", "pb0", "down"});
+    ASSERT_EQ(r.exitCode, 0) << "ip link set pb0 down: " << r.output;
+  }
+  FailureReport report;
+  const bool reported = pair.controlA().recvValue(&report, kDetectBound + kOpTimeout);
+  pair.a().wait(kOpTimeout);
+  if (!pair.b().finished()) {  // link down: the victim may still be waiting on its dead link
+    pair.b().kill(SIGKILL);
+    pair.b().wait(kOpTimeout);
+  }
+  EXPECT_TRUE(pair.a().outcome().ok()) << "survivor " << pair.a().outcome().describe();
+  ASSERT_TRUE(reported) << "the survivor reported no error";
+  std::printf("[   INFO   ] survivor (%s) got rc %d %lld ms after the %s; close took %lld ms\n",
+              survivorSends ? "sender" : "receiver", report.rc, report.msAfterNote,
+              what == Disruption::kKillPeer ? "SIGKILL" : "link down", report.closeMs);
+  EXPECT_TRUE(report.rc == loader::kRemoteError || report.rc == loader::kSystemError)
+      << "error " << report.rc << ", expected ncclRemoteError(6) or ncclSystemError(2)";
+  EXPECT_LT(report.msAfterNote, kDetectBound.count()) << "error reported too late";
+}
+
+// While 8 MiB messages stream over pa0/pb0, the peer in pactB is SIGKILLed (its kernel closes its
+// sockets: FIN/RST over the veth) or pb0 is set down (nothing is closed, packets just vanish);
+// the survivor's test() must fail within kDetectBound (10 s; PACT_PEER_TIMEOUT=2s on both sides),
+// never hang, and close must return promptly after that.
+TEST_P(NetnsFailure, SurvivorSeesErrorWithinBound) {
+  ASSERT_NO_FATAL_FAILURE(up({}));
+  runFailure(std::get<0>(GetParam()), std::get<1>(GetParam()));
+}
+
+std::string failureName(const ::testing::TestParamInfo<FailureParam>& info) {
+  return std::string(std::get<0>(info.param) == Disruption::kKillPeer ? "PeerKilled"
+                                                                      : "LinkDown") +
+         (std::get<1>(info.param) ? "_SurvivorSends" : "_SurvivorReceives");
+}
+
+INSTANTIATE_TEST_SUITE_P(Kill, NetnsFailure,
+                         ::testing::Combine(::testing::Values(Disruption::kKillPeer),
+                                            ::testing::Bool()),
+                         failureName);
+// DISABLED: the plugin does not detect a dead link. With pb0 set down (no process dies, no socket
+// closes, so no FIN/RST ever arrives) and PACT_PEER_TIMEOUT=2s, the survivor's test() kept
+// returning "not done, no error" for 150 s in both directions (measured; the bound here is 10 s).
+// TCP keeps retransmitting for ~15 minutes (tcp_retries2=15), the control socket sees nothing,
+// and PACT_PEER_TIMEOUT only bounds handshakes and post-BYE receives. Enable once the plugin has
+// a liveness check that does not rely on the peer's kernel closing the socket.
+INSTANTIATE_TEST_SUITE_P(DISABLED_Link, NetnsFailure,
+                         ::testing::Combine(::testing::Values(Disruption::kLinkDown),
+                                            ::testing::Bool()),
+                         failureName);
+
+// ---- d. two devices -----------------------------------------------------------------------------
+
+// Two pairs; PACT_NET_DEVICES names both links on each side (UCX_NET_DEVICES unset, so the plugin
+// pins each device's UCX context itself). devices() is 2 with distinct names and GUIDs, and a
+// transfer over each device crosses that device's link and not the other one.
+constexpr size_t kPerDevice = 8 << 20;
+
+void checkTwoDevices(NetPlugin& plugin, const std::string& prefix) {
+  int n = 0;
+  ASSERT_EQ(plugin.devices(&n), loader::kSuccess);
+  ASSERT_EQ(n, 2) << "devices() with PACT_NET_DEVICES=" << prefix << "0," << prefix << "1";
+  loader::Properties p[2];
+  for (int d = 0; d < 2; ++d) ASSERT_EQ(plugin.getProperties(d, &p[d]), loader::kSuccess);
+  EXPECT_EQ((std::set<std::string>{p[0].name, p[1].name}),
+            (std::set<std::string>{prefix + "0", prefix + "1"}));
+  EXPECT_NE(p[0].guid, p[1].guid) << "both devices report GUID " << p[0].guid;
+  EXPECT_NE(p[0].guid, 0u);
+  EXPECT_NE(p[1].guid, 0u);
+}
+
+TEST_F(Netns, TwoPairsTwoDevices) {
+  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2"}));
+  PeerPair pair(
+      kVersion,
+      [&](PeerIo& io) {
+        Side a = sideA("pa0,pa1");
+        a.pinUcx = false;
+        ScopedEnv env;
+        auto plugin = openIn(a, &env);
+        ASSERT_TRUE(plugin);
+        ASSERT_NO_FATAL_FAILURE(checkTwoDevices(*plugin, "pa"));
+        // Both comms first, then one transfer on each, then both closes: the peer keeps both
+        // devices progressed until the end (see DISABLED_CloseWhilePeerDeviceIdle for why).
+        void* comms[2] = {};
+        for (int i = 0; i < 2; ++i) {
+          const int dev = findDevice(*plugin, "pa" + std::to_string(i));
+          ASSERT_GE(dev, 0);
+          ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comms[i], dev));
+        }
+        HostBuffer buf(kPerDevice);
+        for (int i = 0; i < 2; ++i) {
+          const std::string link = "pa" + std::to_string(i), other = "pa" + std::to_string(1 - i);
+          const uint64_t rx0 = linkCounter(link, "rx_bytes");
+          const uint64_t otherRx0 = linkCounter(other, "rx_bytes");
+          {
+            MemReg mr(*plugin, comms[i], buf.data(), buf.size());
+            ASSERT_TRUE(mr.ok());
+            std::memset(buf.data(), kPoison, buf.size());
+            ASSERT_NO_FATAL_FAILURE(
+                recvOne(*plugin, comms[i], buf.data(), kPerDevice, mr.handle(), kPerDevice));
+            EXPECT_TRUE(matchesPattern(buf.data(), kPerDevice, 100 + static_cast<uint64_t>(i)))
+                << "transfer over " << link;
+          }
+          const uint64_t rx = linkCounter(link, "rx_bytes") - rx0;
+          const uint64_t otherRx = linkCounter(other, "rx_bytes") - otherRx0;
+          std::printf("[   INFO   ] device %s: %" PRIu64 " bytes in on %s, %" PRIu64 " on %s\n",
+                      link.c_str(), rx, link.c_str(), otherRx, other.c_str());
+          EXPECT_GE(rx, kPerDevice) << "the transfer over device " << link << " did not cross it";
+          EXPECT_LT(otherRx, kPerDevice / 8) << "the transfer over " << link << " used " << other;
+        }
+        notifyDone(*io.peer);
+        for (void* c : comms) EXPECT_EQ(plugin->closeRecv(c), loader::kSuccess) << "closeRecv";
+      },
+      [&](PeerIo& io) {
+        Side b = sideB("pb0,pb1");
+        b.pinUcx = false;
+        ScopedEnv env;
+        auto plugin = openIn(b, &env);
+        ASSERT_TRUE(plugin);
+        ASSERT_NO_FATAL_FAILURE(checkTwoDevices(*plugin, "pb"));
+        void* comms[2] = {};
+        for (int i = 0; i < 2; ++i) {
+          const int dev = findDevice(*plugin, "pb" + std::to_string(i));
+          ASSERT_GE(dev, 0);
+          ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comms[i], dev));
+        }
+        HostBuffer buf(kPerDevice);
+        for (int i = 0; i < 2; ++i) {
+          MemReg mr(*plugin, comms[i], buf.data(), buf.size());
+          ASSERT_TRUE(mr.ok());
+          fillPattern(buf.data(), kPerDevice, 100 + static_cast<uint64_t>(i));
+          ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comms[i], buf.data(), kPerDevice, mr.handle()));
+        }
+        awaitDone(*io.peer);
+        for (void* c : comms) EXPECT_EQ(plugin->closeSend(c), loader::kSuccess) << "closeSend";
+      });
+  pair.expectSuccess();
+}
+
+// ---- e. traffic class: unordered, two lanes ---------------------------------------------------
+
+#ifdef PACT_NETNS_TC_VAR
+// pact_comm_stats from the plugin the harness opened: the loader does not expose its dlopen
+// handle, so look the already-loaded library up again (RTLD_NOLOAD: no second copy).
+pact_comm_stats_fn statsFunction() {
+  void* h = ::dlopen(pluginPath().c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h == nullptr) {
+    ADD_FAILURE() << "dlopen(" << pluginPath() << ", RTLD_NOLOAD): " << ::dlerror();
+    return nullptr;
+  }
+  auto fn = reinterpret_cast<pact_comm_stats_fn>(::dlsym(h, "pact_comm_stats"));
+  ::dlclose(h);  // drops only the reference taken here
+  if (fn == nullptr) ADD_FAILURE() << "the plugin exports no pact_comm_stats";
+  return fn;
+}
+
+struct TcReport {
+  StreamReport stream;
+  pact_comm_stats_t stats{};
+  int statsRc = -100;
+  uint64_t rx[2] = {};  // rx_bytes growth of pa0 / pa1 (A)
+};
+
+constexpr const char* kTcValue = "unordered,lanes=2,chunk=64K";
+
+// The 64-message stream on an unordered traffic class with two lanes over a virtual device that
+// fuses pa0 and pa1; pa0 is slowed to 100 Mbit/s, pa1 runs at 1 Gbit/s (tbf on both).
+void runTwoLaneStream(TcReport* recv, TcReport* send) {
+  auto body = [](PeerIo& io, bool isA) {
+    Side side = isA ? sideA("pa0,pa1") : sideB("pb0,pb1");
+    side.pinUcx = false;
+    side.tc = kTcValue;
+    ScopedEnv env;
+    auto plugin = openIn(side, &env);
+    ASSERT_TRUE(plugin);
+    auto stats = statsFunction();
+    ASSERT_NE(stats, nullptr);
+    ASSERT_TRUE(plugin->hasMakeVDevice());
+    const std::string p = isA ? "pa" : "pb";
+    const int members[2] = {findDevice(*plugin, p + "0"), findDevice(*plugin, p + "1")};
+    ASSERT_TRUE(members[0] >= 0 && members[1] >= 0);
+    int vdev = -1;
+    ASSERT_EQ(plugin->makeVDevice(&vdev, 2, members), loader::kSuccess);
+    void* comm = nullptr;
+    TcReport report;
+    if (isA) {
+      ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm, vdev));
+      const uint64_t rx0[2] = {linkCounter("pa0", "rx_bytes"), linkCounter("pa1", "rx_bytes")};
+      ASSERT_NO_FATAL_FAILURE(receiveStream(*plugin, comm, *io.peer, "", &report.stream));
+      for (int i = 0; i < 2; ++i) {
+        report.rx[i] = linkCounter("pa" + std::to_string(i), "rx_bytes") - rx0[i];
+      }
+    } else {
+      ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm, vdev));
+      ASSERT_NO_FATAL_FAILURE(sendStream(*plugin, comm, *io.peer));
+    }
+    report.statsRc = stats(comm, &report.stats);
+    EXPECT_TRUE(io.parent->sendValue(report));
+    if (isA) {
+      notifyDone(*io.peer);
+      EXPECT_EQ(plugin->closeRecv(comm), loader::kSuccess) << "closeRecv";
+    } else {
+      awaitDone(*io.peer);
+      EXPECT_EQ(plugin->closeSend(comm), loader::kSuccess) << "closeSend";
+    }
+  };
+  PeerPair pair(
+      kVersion, [&](PeerIo& io) { body(io, true); }, [&](PeerIo& io) { body(io, false); },
+      kStreamWatchdog);
+  const bool gotRecv = pair.controlA().recvValue(recv, kStreamPairTimeout);
+  const bool gotSend = pair.controlB().recvValue(send, kStreamPairTimeout);
+  pair.expectSuccess(kStreamPairTimeout);
+  ASSERT_TRUE(gotRecv && gotSend) << "a peer did not report";
+  ASSERT_EQ(recv->stream.bytes, streamBytes());
+  ASSERT_EQ(recv->statsRc, 0) << "pact_comm_stats(recv comm)";
+  ASSERT_EQ(send->statsRc, 0) << "pact_comm_stats(send comm)";
+  const auto& ss = send->stats;
+  std::printf("[   INFO   ] %s: %.1f Mbit/s; pa0 (100 Mbit/s) +%" PRIu64 " B, pa1 (1 Gbit/s) +%"
+              PRIu64 " B; lane bytes %" PRIu64 " / %" PRIu64 ", lane pieces %" PRIu64 " / %"
+              PRIu64 "; recv: %" PRIu64 " messages, %" PRIu64 " pieces out of order\n",
+              kTcValue, mbps(recv->stream), recv->rx[0], recv->rx[1], ss.lane_bytes[0],
+              ss.lane_bytes[1], ss.lane_pieces[0], ss.lane_pieces[1], recv->stats.messages,
+              recv->stats.pieces_out_of_order);
+}
+
+constexpr const char* kTwoLaneSetup[] = {"--pairs", "2", "--rate", "1gbit", "--slow-rate",
+                                         "100mbit"};
+
+// Every message arrives byte-exact in its own receive (receiveStream), pact_comm_stats reports
+// the class (unordered, 2 lanes, 64K chunks, 64 messages) on both comms, and both lanes and both
+// links carried data.
+TEST_F(Netns, UnorderedTwoLanesOverSlowedVDevice) {
+  ASSERT_NO_FATAL_FAILURE(up({std::begin(kTwoLaneSetup), std::end(kTwoLaneSetup)}));
+  TcReport recv, send;
+  ASSERT_NO_FATAL_FAILURE(runTwoLaneStream(&recv, &send));
+  for (const auto* st : {&send.stats, &recv.stats}) {
+    const char* who = st == &send.stats ? "send comm" : "recv comm";
+    EXPECT_EQ(st->unordered, 1) << who;
+    EXPECT_EQ(st->lanes, 2) << who;
+    EXPECT_EQ(st->messages, static_cast<uint64_t>(kMessages)) << who;
+  }
+  const auto& ss = send.stats;
+  EXPECT_EQ(ss.chunk, 64u << 10);
+  EXPECT_GT(ss.lane_bytes[0], 0u);
+  EXPECT_GT(ss.lane_bytes[1], 0u);
+  EXPECT_EQ(ss.lane_bytes[0] + ss.lane_bytes[1], streamBytes()) << "bytes given to the lanes";
+  EXPECT_EQ(ss.lane_pieces[0] + ss.lane_pieces[1], recv.stats.pieces) << "pieces sent vs received";
+  EXPECT_GT(recv.rx[0], 0u) << "nothing crossed pa0";
+  EXPECT_GT(recv.rx[1], 0u) << "nothing crossed pa1";
+  EXPECT_GE(recv.rx[0] + recv.rx[1], streamBytes()) << "the payload did not cross the veths";
+}
+
+// DISABLED: adaptive steering (the default `steer`) does not adapt enough on this setup. Measured
+// (6 runs): 184-219 Mbit/s, i.e. about twice the SLOW rail, with the bytes split between 51/49 and
+// 44/56 (100 Mbit/s rail / 1 Gbit/s rail); one ordered lane over a 1 Gbit/s pair alone carries
+// 780-830 Mbit/s (same stream). Expected of "each piece where it is expected to finish first":
+// the fast rail carries at least twice the bytes of the slow one, and the stream runs at more
+// than 3x the slow rail's rate.
+TEST_F(Netns, DISABLED_AdaptiveSteeringFavoursFastRail) {
+  ASSERT_NO_FATAL_FAILURE(up({std::begin(kTwoLaneSetup), std::end(kTwoLaneSetup)}));
+  TcReport recv, send;
+  ASSERT_NO_FATAL_FAILURE(runTwoLaneStream(&recv, &send));
+  EXPECT_GE(recv.rx[1], 2 * recv.rx[0]) << "pa1 (1 Gbit/s) vs pa0 (100 Mbit/s) bytes";
+  EXPECT_GT(mbps(recv.stream), 300.0) << "Mbit/s over a 100 Mbit/s + 1 Gbit/s pair of rails";
+}
+#endif  // PACT_NETNS_TC_VAR
+
+// ---- found by this suite ------------------------------------------------------------------------
+
+// DISABLED: fails on the plugin as of this writing (the sender aborts). Enable once fixed.
+//
+// B closes its send comm after the transfer while A, having closed its receive comm, keeps its
+// plugin (and the device) open without progressing that device any more, as an NCCL rank does
+// between finishing with a peer and finalizing. Observed: B's closeSend blocks 5 s ("ucx request
+// ... still in progress after 5000 ms; abandoned", src/ucx/worker.cpp waitRequest on the
+// endpoint close), and later, when B's plugin is finalized, UCX aborts the process in
+// ucp_worker_destroy -> ucp_ep_destroy_base: "Assertion `req->flags & UCP_REQUEST_FLAG_RELEASED'
+// failed": the abandoned request was never handed back with ucp_request_free (adding that call
+// to waitRequest's abandon branch removes the abort; the 5 s close remains).
+// Not specific to namespaces: the same happens over lo.
+// Expected: closeSend returns within 1 s, and B finalizes and exits cleanly.
+TEST_F(Netns, DISABLED_CloseWhilePeerDeviceIdle) {
+  constexpr size_t kSize = 1 << 20;
+  constexpr auto kCloseBound = std::chrono::milliseconds(1000);
+  ASSERT_NO_FATAL_FAILURE(up({}));
+  PeerPair pair(
+      kVersion,
+      [&](PeerIo& io) {
+        ScopedEnv env;
+        auto plugin = openIn(sideA(), &env);
+        ASSERT_TRUE(plugin);
+        void* comm = nullptr;
+        ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm, findDevice(*plugin, "pa0")));
+        HostBuffer buf(kSize);
+        {
+          MemReg mr(*plugin, comm, buf.data(), buf.size());
+          ASSERT_NO_FATAL_FAILURE(recvOne(*plugin, comm, buf.data(), kSize, mr.handle(), kSize));
+        }
+        notifyDone(*io.peer);
+        EXPECT_EQ(plugin->closeRecv(comm), loader::kSuccess);
+        // Plugin still open, device not progressed, until B is through (EOF when B exits).
+        char note = 0;
+        EXPECT_TRUE(io.peer->recvValue(&note, kStreamBudget)) << "B did not finish";
+      },
+      [&](PeerIo& io) {
+        ScopedEnv env;
+        auto plugin = openIn(sideB(), &env);
+        ASSERT_TRUE(plugin);
+        void* comm = nullptr;
+        ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm, findDevice(*plugin, "pb0")));
+        HostBuffer buf(kSize);
+        {
+          MemReg mr(*plugin, comm, buf.data(), buf.size());
+          ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comm, buf.data(), kSize, mr.handle()));
+        }
+        awaitDone(*io.peer);
+        Deadline close(kStreamBudget);
+        EXPECT_EQ(plugin->closeSend(comm), loader::kSuccess);
+        std::printf("[   INFO   ] closeSend took %lld ms\n",
+                    static_cast<long long>(close.elapsed().count()));
+        EXPECT_LT(close.elapsed(), kCloseBound) << "closeSend while the peer's device is idle";
+        plugin.reset();  // finalize: the worker is destroyed here
+        const char note = 'F';
+        EXPECT_TRUE(io.peer->sendValue(note));
+      },
+      kStreamWatchdog);
+  pair.expectSuccess(kStreamPairTimeout);
+}
+
+}  // namespace
+}  // namespace pact::netns_test

@@ -1,0 +1,212 @@
+// The service mapping (profile + device -> UCX settings of the class's context), fallbacks,
+// the user's UCX_* winning, context keys, and probeTransports over the real loopback device.
+#include <gtest/gtest.h>
+
+#include "common/clock.h"
+#include "tests/common/scoped_env.h"
+#include "transport/service.h"
+#include "ucx/worker.h"
+
+namespace pact::transport {
+namespace {
+
+using Settings = std::vector<std::pair<std::string, std::string>>;
+using test::ScopedEnv;
+
+ucx::DeviceInfo rdmaDevice() {
+  ucx::DeviceInfo d;
+  d.name = "mlx5_0:1";
+  d.transports = {"rc_verbs", "rc_mlx5", "ud_verbs", "ud_mlx5", "dc_mlx5"};
+  d.rdma = true;
+  return d;
+}
+
+ucx::DeviceInfo tcpDevice() {
+  ucx::DeviceInfo d;
+  d.name = "eth0";
+  d.transports = {"tcp"};
+  return d;
+}
+
+ucx::DeviceInfo loopback() {
+  ucx::DeviceInfo d;
+  d.name = "lo";
+  d.transports = {"tcp"};
+  d.loopback = true;
+  return d;
+}
+
+// The unit suite runs with UCX_TLS set; the mapping tests need the user's UCX_* unset.
+class ServiceMap : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clean_.set("UCX_TLS", std::nullopt).set("UCX_IB_SL", std::nullopt)
+        .set("UCX_IB_TRAFFIC_CLASS", std::nullopt);
+  }
+  ScopedEnv clean_;
+};
+
+ServiceConfig mapOk(const Profile& p, const ucx::DeviceInfo& d) {
+  auto c = serviceFor(p, d, "T");
+  EXPECT_TRUE(c.ok()) << c.error().message;
+  return c.ok() ? *c : ServiceConfig{};
+}
+
+struct Row {
+  const char* profile;
+  bool rdma;
+  Settings settings;
+  const char* key;
+  const char* summary;
+  const char* warning;
+};
+
+class ServiceTable : public ServiceMap, public ::testing::WithParamInterface<Row> {};
+
+TEST_P(ServiceTable, MapsProfileAndDeviceToUcxSettings) {
+  const Row& r = GetParam();
+  auto profile = Profile::parse(r.profile);
+  ASSERT_TRUE(profile.ok()) << profile.error().message;
+  ServiceConfig c = mapOk(*profile, r.rdma ? rdmaDevice() : tcpDevice());
+  EXPECT_EQ(c.ucxSettings, r.settings);
+  EXPECT_EQ(c.key, r.key);
+  EXPECT_EQ(c.summary, r.summary);
+  EXPECT_EQ(c.fallbackWarning, r.warning);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Table, ServiceTable,
+    ::testing::Values(
+        Row{"service=auto", true, {}, "ucx-default", "service=auto: UCX chooses the transports", ""},
+        Row{"rc", true, {{"TLS", "rc,sm,self"}}, "TLS=rc,sm,self",
+            "service=rc: UCX_TLS=rc,sm,self", ""},
+        Row{"ud", true, {{"TLS", "ud,sm,self"}}, "TLS=ud,sm,self",
+            "service=ud: UCX_TLS=ud,sm,self", ""},
+        Row{"rc,tc=106,sl=3", true,
+            {{"TLS", "rc,sm,self"}, {"IB_TRAFFIC_CLASS", "106"}, {"IB_SL", "3"}},
+            "TLS=rc,sm,self;IB_TRAFFIC_CLASS=106;IB_SL=3",
+            "service=rc: UCX_TLS=rc,sm,self, UCX_IB_TRAFFIC_CLASS=106, UCX_IB_SL=3", ""},
+        Row{"service=auto,sl=0", true, {{"IB_SL", "0"}}, "IB_SL=0",
+            "service=auto: UCX chooses the transports, UCX_IB_SL=0", ""},
+        Row{"service=auto", false, {}, "ucx-default", "service=auto: UCX chooses the transports", ""},
+        Row{"rc", false, {}, "ucx-default",
+            "service=rc: UCX chooses among TCP and shared memory (fallback=tcp)",
+            "traffic class T asked for service=rc but device eth0 has no RDMA transport "
+            "(transports: tcp); using TCP and shared memory (fallback=tcp)"},
+        Row{"ud,tc=5", false, {}, "ucx-default",
+            "service=ud: UCX chooses among TCP and shared memory (fallback=tcp), tc=5 ignored (no "
+            "RDMA transport)",
+            "traffic class T asked for service=ud but device eth0 has no RDMA transport "
+            "(transports: tcp); using TCP and shared memory (fallback=tcp); tc=5 ignored"},
+        Row{"service=auto,tc=5,sl=1", false, {}, "ucx-default",
+            "service=auto: UCX chooses the transports, tc=5 and sl=1 ignored (no RDMA transport)",
+            "traffic class T asked for tc=5 and sl=1 but device eth0 has no RDMA transport; "
+            "ignored"},
+        Row{"service=auto,fallback=fail", false, {}, "ucx-default",
+            "service=auto: UCX chooses the transports", ""}));
+
+TEST_F(ServiceMap, FallbackFailIsAnError) {
+  auto p = Profile::parse("rc,fallback=fail");
+  ASSERT_TRUE(p.ok());
+  auto c = serviceFor(*p, tcpDevice(), "KV");
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status(), Status::kUnsupported);
+  EXPECT_EQ(c.error().message,
+            "traffic class KV asked for service=rc but device eth0 has no RDMA transport "
+            "(transports: tcp) and fallback=fail");
+  EXPECT_TRUE(serviceFor(*p, rdmaDevice(), "KV").ok());
+}
+
+TEST_F(ServiceMap, RdmaDeviceWithoutTheFamilyFallsBackToTcp) {
+  ucx::DeviceInfo d = rdmaDevice();
+  d.transports = {"rc_verbs"};
+  ServiceConfig c = mapOk(*Profile::parse("ud,sl=2"), d);
+  EXPECT_EQ(c.ucxSettings, (Settings{{"TLS", "tcp,sm,self"}}));
+  EXPECT_EQ(c.fallbackWarning,
+            "traffic class T asked for service=ud but device mlx5_0:1 has no ud_* transport "
+            "(transports: rc_verbs); using tcp,sm,self (fallback=tcp); sl=2 ignored");
+  auto fail = serviceFor(*Profile::parse("ud,fallback=fail"), d, "3");
+  ASSERT_FALSE(fail.ok());
+  EXPECT_EQ(fail.error().message,
+            "traffic class 3 asked for service=ud but device mlx5_0:1 has no ud_* transport "
+            "(transports: rc_verbs) and fallback=fail");
+}
+
+TEST_F(ServiceMap, EqualSettingsShareAKey) {
+  const auto dev = rdmaDevice();
+  // Fields that do not change the UCX settings do not split contexts.
+  EXPECT_EQ(mapOk(*Profile::parse("rc,lanes=4,unordered"), dev).key,
+            mapOk(*Profile::parse("rc,verify=xxh3,timeout=1s"), dev).key);
+  EXPECT_EQ(mapOk(Profile{}, dev).key, mapOk(*Profile::parse("lanes=2"), dev).key);
+  EXPECT_NE(mapOk(*Profile::parse("rc"), dev).key, mapOk(*Profile::parse("ud"), dev).key);
+  EXPECT_NE(mapOk(*Profile::parse("rc"), dev).key, mapOk(*Profile::parse("rc,sl=1"), dev).key);
+  // Without RDMA, a falling-back class shares the auto context.
+  EXPECT_EQ(mapOk(*Profile::parse("rc"), tcpDevice()).key, mapOk(Profile{}, tcpDevice()).key);
+}
+
+TEST_F(ServiceMap, TheUsersUcxSettingsWin) {
+  ScopedEnv user;
+  user.set("UCX_TLS", "dc_x,self").set("UCX_IB_SL", "7");
+  ServiceConfig c = mapOk(*Profile::parse("rc,tc=1,sl=2"), rdmaDevice());
+  EXPECT_EQ(c.ucxSettings, (Settings{{"IB_TRAFFIC_CLASS", "1"}}));
+  EXPECT_EQ(c.key, "IB_TRAFFIC_CLASS=1");
+  EXPECT_EQ(c.summary,
+            "service=rc: UCX_TLS=dc_x,self (set by the user; wins over rc,sm,self), "
+            "UCX_IB_TRAFFIC_CLASS=1, UCX_IB_SL=7 (set by the user; wins over 2)");
+}
+
+TEST_F(ServiceMap, ServicesForEveryClass) {
+  auto t = ClassTable::load({{"PACT_TC_DEFAULT", "ud"}, {"PACT_TC_4", "rc"}});
+  ASSERT_TRUE(t.ok());
+  auto all = servicesFor(*t, rdmaDevice());
+  ASSERT_TRUE(all.ok()) << all.error().message;
+  ASSERT_EQ(all->size(), 6u);
+  EXPECT_EQ((*all)[0].entry.name, "DEFAULT");
+  EXPECT_EQ((*all)[0].config.key, "TLS=ud,sm,self");
+  EXPECT_EQ((*all)[1].entry.name, "4");
+  EXPECT_EQ((*all)[1].config.key, "TLS=rc,sm,self");
+  EXPECT_EQ((*all)[2].config.key, "TLS=ud,sm,self");  // KV inherits DEFAULT
+  auto bad = ClassTable::load({{"PACT_TC_CKPT", "rc,fallback=fail"}});
+  ASSERT_TRUE(bad.ok());
+  auto failed = servicesFor(*bad, tcpDevice());
+  ASSERT_FALSE(failed.ok());
+  EXPECT_NE(failed.error().message.find("traffic class CKPT asked for service=rc"), std::string::npos);
+}
+
+TEST(ContextSettings, AppliedWithUcpConfigModify) {
+  auto bad = ucx::Context::create("", "t", {{"RNDV_THRESH", "not-a-size"}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("config_modify(RNDV_THRESH=not-a-size)"), std::string::npos)
+      << bad.error().message;
+  EXPECT_TRUE(ucx::Context::create("lo", "t", {{"TLS", "tcp"}, {"RNDV_THRESH", "64K"}}).ok());
+}
+
+TEST(ProbeTransports, LoopbackUnderUcxTlsTcpSelectsTcp) {
+  ScopedEnv env("UCX_TLS", "tcp");
+  ServiceConfig c = mapOk(Profile{}, loopback());
+  const auto start = now();
+  auto lanes = probeTransports(loopback(), c);
+  ASSERT_TRUE(lanes.ok()) << lanes.error().message;
+  EXPECT_LT(now() - start, std::chrono::seconds(5));
+  EXPECT_NE(lanes->find("remote lane[0]: tcp/lo"), std::string::npos) << *lanes;
+  EXPECT_NE(lanes->find("same-host lane[0]: tcp/lo"), std::string::npos) << *lanes;
+  EXPECT_EQ(lanes->find("sysv"), std::string::npos) << *lanes;
+}
+
+TEST(ProbeTransports, SettingsOverrideTheEnvironmentAndRemoteViewDropsSharedMemory) {
+  ScopedEnv env("UCX_TLS", "tcp");
+  ServiceConfig c;
+  c.ucxSettings = {{"TLS", "tcp,sysv,self"}};
+  auto lanes = probeTransports(loopback(), c);
+  ASSERT_TRUE(lanes.ok()) << lanes.error().message;
+  EXPECT_NE(lanes->find("remote lane[0]: tcp/lo"), std::string::npos) << *lanes;
+  EXPECT_NE(lanes->find("same-host lane[0]: sysv/memory"), std::string::npos) << *lanes;
+  c.ucxSettings = {{"TLS", "sm,self"}};
+  lanes = probeTransports(loopback(), c);
+  ASSERT_TRUE(lanes.ok()) << lanes.error().message;
+  EXPECT_NE(lanes->find("remote (no network transport in the TLS list)"), std::string::npos)
+      << *lanes;
+}
+
+}  // namespace
+}  // namespace pact::transport
