@@ -127,7 +127,8 @@ const std::vector<KeyDef>& keyDefs() {
         "one warning, fail = init fails."},
        [](std::string_view v, Profile& p) { return parseEnum(v, kFallbackNames, &p.fallback); }},
       {{"steer", "adaptive or roundrobin", "adaptive",
-        "How the chunks of unordered classes are spread over the lanes."},
+        "How the chunks of unordered classes are spread over the lanes: adaptive = where a chunk "
+        "is expected to finish first (bytes in flight, measured throughput), roundrobin = in turn."},
        [](std::string_view v, Profile& p) { return parseEnum(v, kSteerNames, &p.steer); }},
   };
   return defs;

@@ -263,13 +263,26 @@ void SendComm::abortInFlight() {
   lanes_.closeAll(true);
 }
 
+bool Comm::peerGone() {
+  if (byeReceived_ || isError(error_)) return true;
+  for (;;) {
+    auto f = sock_.poll();
+    if (!f.ok()) return true;
+    if (!f.value()) return false;
+    if (f.value()->header.type == wire::FrameType::kBye) {
+      byeReceived_ = true;
+      return true;
+    }
+  }
+}
+
 void SendComm::shutdown() {
   bool inFlight = false;
   pool_->forEachInUse([&](Request& r) { inFlight = inFlight || !r.done(); });
   sayBye();
   lanes_.dropDelayed([](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); });
   // A flush needs the peer's cooperation: skip it when the peer is gone or has closed.
-  lanes_.closeAll(inFlight || isError(error_) || byeReceived_);
+  lanes_.closeAll(inFlight || peerGone());
   drainParts();
 }
 

@@ -75,6 +75,8 @@ class Comm {
   virtual Status finish(Request* r, int* sizes) = 0;
   bool earlierInFlight(const Request* r);
   void checkPeer();
+  // Whether the peer has closed (BYE read now or before), died, or the comm failed.
+  bool peerGone();
   // Progresses until no part is owned by UCX (bounded); parts UCX still holds after that keep
   // their pool alive in the device's graveyard, so a late callback never touches freed memory.
   void drainParts();

@@ -1,5 +1,6 @@
 #include "transport/device_ctx.h"
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "transport/channel.h"
 
@@ -24,6 +25,22 @@ Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, 
     d->rails_.push_back(std::move(rail));
   }
   return d;
+}
+
+DeviceCtx::~DeviceCtx() {
+  // Give UCX a moment to finish what closed comms left behind.
+  const auto deadline = now() + std::chrono::milliseconds(500);
+  for (adoptOrphans(nullptr); !orphans_.empty() && now() < deadline; adoptOrphans(nullptr))
+    for (auto& r : rails_) r->worker.progress();
+  if (orphans_.empty()) return;
+  PACT_WARN("device %s: UCX still holds operations of closed comms (a peer lost mid-transfer); "
+            "its UCX workers are left allocated rather than destroyed under them",
+            info_.name.c_str());
+  for (auto& p : orphans_) (void)p.release();  // UCX may still call back into these slots
+  for (auto& r : rails_) {
+    r->worker.abandon();
+    r->context.abandon();
+  }
 }
 
 unsigned DeviceCtx::progress() {

@@ -34,6 +34,9 @@ class DeviceCtx {
   // settings: the UCX settings of the traffic-class service this context serves (service.h).
   static Result<std::shared_ptr<DeviceCtx>> open(const ucx::DeviceInfo& info, const Params& params,
                                                  const ucx::Context::Settings& settings = {});
+  ~DeviceCtx();
+  DeviceCtx(const DeviceCtx&) = delete;
+  DeviceCtx& operator=(const DeviceCtx&) = delete;
 
   const ucx::DeviceInfo& info() const { return info_; }
   const Params& params() const { return params_; }

@@ -164,7 +164,7 @@ void Endpoint::close(bool force) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   void* req = ucp_ep_close_nbx(ep_, &param);
-  ucs_status_t st = waitRequest(worker_, req, std::chrono::milliseconds(force ? 500 : 1000));
+  ucs_status_t st = waitRequest(worker_, req, std::chrono::milliseconds(500));
   if (st != UCS_OK && !force) {
     // A flush that failed (dead peer) cannot be retried on the same ep; UCX released it.
     PACT_DEBUG("ucx ep %p flush-close ended with %s", static_cast<void*>(ep_), ucs_status_string(st));

@@ -29,6 +29,8 @@ class Context {
   static Result<Context> create(const std::string& netDevice, const std::string& name,
                                 const Settings& settings = {});
   ucp_context_h get() const { return h_.get(); }
+  // Gives up ownership without ucp_cleanup (a context UCX still has work on: see DeviceCtx).
+  void abandon() { (void)h_.release(); }
 
  private:
   std::unique_ptr<ucp_context, ContextDeleter> h_;
@@ -40,6 +42,9 @@ class Worker {
   ucp_worker_h get() const { return h_.get(); }
   const std::vector<uint8_t>& address() const { return address_; }
   unsigned progress() { return ucp_worker_progress(h_.get()); }
+  // Gives up ownership without ucp_worker_destroy (UCX 1.13 asserts when a worker is destroyed
+  // with a rendezvous still stuck on a dead link; leaking it is the lesser harm).
+  void abandon() { (void)h_.release(); }
 
  private:
   std::unique_ptr<ucp_worker, WorkerDeleter> h_;
