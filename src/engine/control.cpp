@@ -1,0 +1,213 @@
+#include "engine/control.h"
+
+#include "common/codec.h"
+
+namespace pact::engine {
+
+namespace {
+
+enum class Type : uint16_t { kAdvertise = 1, kDone = 2, kVerdict = 3, kEpochChange = 4, kCredit = 5 };
+
+void putKey(ByteWriter& w, const TransferKey& k) {
+  w.u64(k.requestId);
+  w.u64(k.transferId);
+  w.u64(k.modelEpoch);
+  w.u32(k.generation);
+}
+
+bool getKey(ByteReader& r, TransferKey* k) {
+  return r.u64(&k->requestId, "request_id") && r.u64(&k->transferId, "transfer_id") &&
+         r.u64(&k->modelEpoch, "model_epoch") && r.u32(&k->generation, "generation");
+}
+
+struct Encoder {
+  ByteWriter& w;
+  Type operator()(const Advertise& m) {
+    putKey(w, m.key);
+    w.u64(m.deadlineUs);
+    w.u64(m.creditBytes);
+    w.u64(m.regionBase);
+    w.u64(m.regionLength);
+    w.bytes(m.rkey);
+    w.u32(static_cast<uint32_t>(m.blocks.size()));
+    for (const Block& b : m.blocks) {
+      w.u64(b.offset);
+      w.u64(b.length);
+    }
+    return Type::kAdvertise;
+  }
+  Type operator()(const Done& m) {
+    putKey(w, m.key);
+    w.u64(m.bytes);
+    w.u8(static_cast<uint8_t>(m.checksumKind));
+    w.u64(m.checksum);
+    return Type::kDone;
+  }
+  Type operator()(const Verdict& m) {
+    putKey(w, m.key);
+    w.u8(static_cast<uint8_t>(m.outcome));
+    w.u16(static_cast<uint16_t>(m.reason));
+    return Type::kVerdict;
+  }
+  Type operator()(const EpochChange& m) {
+    w.u64(m.newEpoch);
+    return Type::kEpochChange;
+  }
+  Type operator()(const CreditUpdate& m) {
+    w.u64(m.budgetBytes);
+    return Type::kCredit;
+  }
+};
+
+Result<Control> decodeAdvertise(ByteReader& r) {
+  Advertise m;
+  uint32_t n = 0;
+  if (!getKey(r, &m.key) || !r.u64(&m.deadlineUs, "deadline_us") ||
+      !r.u64(&m.creditBytes, "credit_bytes") || !r.u64(&m.regionBase, "region_base") ||
+      !r.u64(&m.regionLength, "region_length") || !r.bytes(&m.rkey, kMaxRkey, "rkey") ||
+      !r.u32(&n, "blocks"))
+    return r.error();
+  if (n == 0 || n > kMaxBlocks) {
+    r.fail("blocks", "count " + std::to_string(n) + " outside 1.." + std::to_string(kMaxBlocks));
+    return r.error();
+  }
+  if (m.regionBase + m.regionLength < m.regionBase) {
+    r.fail("region_length", "region wraps around the address space");
+    return r.error();
+  }
+  m.blocks.resize(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    Block& b = m.blocks[i];
+    const std::string field = "blocks[" + std::to_string(i) + "]";
+    if (!r.u64(&b.offset, field.c_str()) || !r.u64(&b.length, field.c_str())) return r.error();
+    if (b.offset + b.length < b.offset || b.offset + b.length > m.regionLength) {
+      r.fail(field.c_str(), "offset " + std::to_string(b.offset) + " + length " +
+                                std::to_string(b.length) + " exceeds the region (" +
+                                std::to_string(m.regionLength) + " bytes)");
+      return r.error();
+    }
+  }
+  if (!r.done()) return r.error();
+  return Control(std::move(m));
+}
+
+Result<Control> decodeDone(ByteReader& r) {
+  Done m;
+  uint8_t kind = 0;
+  if (!getKey(r, &m.key) || !r.u64(&m.bytes, "bytes") || !r.u8(&kind, "checksum_kind") ||
+      !r.u64(&m.checksum, "checksum"))
+    return r.error();
+  if (kind > 2) {
+    r.fail("checksum_kind", "unknown kind " + std::to_string(kind));
+    return r.error();
+  }
+  m.checksumKind = static_cast<Checksum>(kind);
+  if (!r.done()) return r.error();
+  return Control(m);
+}
+
+Result<Control> decodeVerdict(ByteReader& r) {
+  Verdict m;
+  uint8_t outcome = 0;
+  uint16_t reason = 0;
+  if (!getKey(r, &m.key) || !r.u8(&outcome, "outcome") || !r.u16(&reason, "reason")) return r.error();
+  if (outcome < 1 || outcome > 2) {
+    r.fail("outcome", "unknown outcome " + std::to_string(outcome));
+    return r.error();
+  }
+  if (reason > static_cast<uint16_t>(Reason::kPeerLost)) {
+    r.fail("reason", "unknown reason " + std::to_string(reason));
+    return r.error();
+  }
+  m.outcome = static_cast<Outcome>(outcome);
+  m.reason = static_cast<Reason>(reason);
+  if (!r.done()) return r.error();
+  return Control(m);
+}
+
+}  // namespace
+
+std::vector<uint8_t> encode(const Control& m) {
+  ByteWriter body;
+  Type t = std::visit(Encoder{body}, m);
+  ByteWriter w;
+  w.u32(kControlMagic);
+  w.u16(kControlVersion);
+  w.u16(static_cast<uint16_t>(t));
+  w.u32(static_cast<uint32_t>(body.out.size()));
+  w.out.insert(w.out.end(), body.out.begin(), body.out.end());
+  return w.out;
+}
+
+Result<size_t> frameLength(std::span<const uint8_t> header) {
+  ByteReader r(header.first(std::min(header.size(), kControlHeader)), "control");
+  uint32_t magic = 0, length = 0;
+  uint16_t version = 0, type = 0;
+  if (!r.u32(&magic, "magic") || !r.u16(&version, "version") || !r.u16(&type, "type") ||
+      !r.u32(&length, "length"))
+    return r.error();
+  if (magic != kControlMagic) return Error{Status::kInvalidArgument, "control.magic: not a pact control frame"};
+  if (version != kControlVersion)
+    return Error{Status::kRefused, "control.version: peer speaks " + std::to_string(version) +
+                                       ", this side " + std::to_string(kControlVersion)};
+  if (type < 1 || type > 5)
+    return Error{Status::kInvalidArgument, "control.type: unknown type " + std::to_string(type)};
+  if (length > kMaxControlBody)
+    return Error{Status::kInvalidArgument, "control.length: " + std::to_string(length) +
+                                               " exceeds " + std::to_string(kMaxControlBody)};
+  return static_cast<size_t>(length);
+}
+
+Result<Control> decode(std::span<const uint8_t> frame) {
+  auto len = frameLength(frame);
+  if (!len.ok()) return len.error();
+  if (frame.size() != kControlHeader + *len)
+    return Error{Status::kInvalidArgument, "control.length: says " + std::to_string(*len) +
+                                               " bytes, frame has " +
+                                               std::to_string(frame.size() - kControlHeader)};
+  const auto type = static_cast<Type>(frame[6] | (frame[7] << 8));
+  auto body = frame.subspan(kControlHeader);
+  switch (type) {
+    case Type::kAdvertise: {
+      ByteReader r(body, "advertise");
+      return decodeAdvertise(r);
+    }
+    case Type::kDone: {
+      ByteReader r(body, "done");
+      return decodeDone(r);
+    }
+    case Type::kVerdict: {
+      ByteReader r(body, "verdict");
+      return decodeVerdict(r);
+    }
+    case Type::kEpochChange: {
+      ByteReader r(body, "epoch_change");
+      EpochChange m;
+      if (!r.u64(&m.newEpoch, "new_epoch") || !r.done()) return r.error();
+      return Control(m);
+    }
+    case Type::kCredit: {
+      ByteReader r(body, "credit");
+      CreditUpdate m;
+      if (!r.u64(&m.budgetBytes, "budget_bytes") || !r.done()) return r.error();
+      return Control(m);
+    }
+  }
+  return Error{Status::kInvalidArgument, "control.type: unknown"};
+}
+
+const char* reasonName(Reason r) {
+  switch (r) {
+    case Reason::kNone: return "none";
+    case Reason::kEpochMismatch: return "epoch mismatch";
+    case Reason::kChecksum: return "checksum mismatch";
+    case Reason::kDeadline: return "deadline passed";
+    case Reason::kRejected: return "rejected by the commit hook";
+    case Reason::kDuplicate: return "duplicate";
+    case Reason::kOutOfRange: return "out of range";
+    case Reason::kPeerLost: return "peer lost";
+  }
+  return "?";
+}
+
+}  // namespace pact::engine

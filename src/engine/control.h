@@ -1,0 +1,95 @@
+// Control messages of the transfer engine (ARCHITECTURE.md section 5), exchanged between a
+// receiver and its senders. Versioned and bounds-checked like the connection handshake; every
+// decode failure names the message and the field, and remote-supplied ranges are checked here,
+// before anything can act on them. Pure functions: unit-tested and fuzzed directly.
+//
+// Frame = { u32 magic "PKVC", u16 version, u16 type, u32 body length } + body, little-endian.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace pact::engine {
+
+inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
+inline constexpr uint16_t kControlVersion = 1;
+inline constexpr size_t kControlHeader = 12;
+inline constexpr size_t kMaxBlocks = 65536;
+inline constexpr size_t kMaxRkey = 1024;
+inline constexpr size_t kMaxControlBody = 16 + 64 + kMaxRkey + kMaxBlocks * 16;
+
+// Identity of one transfer; duplicates of (request, transfer, generation) are the same transfer.
+struct TransferKey {
+  uint64_t requestId = 0;
+  uint64_t transferId = 0;
+  uint64_t modelEpoch = 0;
+  uint32_t generation = 0;
+  bool operator==(const TransferKey&) const = default;
+};
+
+struct Block {
+  uint64_t offset = 0;  // into the advertised region
+  uint64_t length = 0;
+};
+
+// Receiver -> sender: credit granted and where the blocks go.
+struct Advertise {
+  TransferKey key;
+  uint64_t deadlineUs = 0;    // time budget left, in us from receipt (clocks are not shared)
+  uint64_t creditBytes = 0;   // bytes this transfer may have in flight
+  uint64_t regionBase = 0;    // remote address of the destination region
+  uint64_t regionLength = 0;
+  std::vector<uint8_t> rkey;  // packed remote key of the region (UCX), 1..kMaxRkey bytes
+  std::vector<Block> blocks;  // each inside [0, regionLength), 1..kMaxBlocks
+};
+
+enum class Checksum : uint8_t { kNone = 0, kCrc32c = 1, kXxh3 = 2 };
+
+// Sender -> receiver: every byte of the transfer has been written.
+struct Done {
+  TransferKey key;
+  uint64_t bytes = 0;
+  Checksum checksumKind = Checksum::kNone;
+  uint64_t checksum = 0;
+};
+
+enum class Outcome : uint8_t { kCommitted = 1, kAborted = 2 };
+enum class Reason : uint16_t {
+  kNone = 0, kEpochMismatch = 1, kChecksum = 2, kDeadline = 3, kRejected = 4, kDuplicate = 5,
+  kOutOfRange = 6, kPeerLost = 7,
+};
+
+// Receiver -> sender: what became of the transfer.
+struct Verdict {
+  TransferKey key;
+  Outcome outcome = Outcome::kCommitted;
+  Reason reason = Reason::kNone;
+};
+
+// Receiver -> senders: the receiver moved to a new model epoch; older transfers are aborted.
+struct EpochChange {
+  uint64_t newEpoch = 0;
+};
+
+// Receiver -> sender: the sender's credit budget changed (e.g. free KV pages ran low).
+struct CreditUpdate {
+  uint64_t budgetBytes = 0;
+};
+
+using Control = std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate>;
+
+std::vector<uint8_t> encode(const Control& m);
+// Decodes one whole frame (header + body). Errors name the field: "advertise.blocks[3]: offset
+// 4096 + length 8192 exceeds the region (8192 bytes)".
+Result<Control> decode(std::span<const uint8_t> frame);
+// Body length announced by a header (to frame a byte stream), or an error naming the field.
+Result<size_t> frameLength(std::span<const uint8_t> header);
+
+const char* reasonName(Reason r);
+
+}  // namespace pact::engine
