@@ -24,6 +24,19 @@ if [ "${PACT_SKIP_ASAN:-0}" != 1 ]; then
     || status=1
 fi
 
-python3 "$root/ci/summary.py" build/meson-logs/testlog.json \
+# libFuzzer targets of every wire codec, bounded time each (clang from Debian).
+fuzz_passed=0 fuzz_failed=0
+if [ "${PACT_SKIP_FUZZ:-0}" != 1 ]; then
+  while read -r line; do
+    echo "$line"
+    case "$line" in
+      "fuzz "*": ok"*) fuzz_passed=$((fuzz_passed + 1)) ;;
+      "fuzz "*": FAILED"*) fuzz_failed=$((fuzz_failed + 1)); status=1 ;;
+    esac
+  done < <(ci/fuzz.sh "${PACT_FUZZ_SECONDS:-20}" 2>&1 || true)
+  [ $((fuzz_passed + fuzz_failed)) -eq 3 ] || { echo "fuzz: build failed"; fuzz_failed=$((fuzz_failed + 1)); status=1; }
+fi
+
+EXTRA_PASSED=$fuzz_passed EXTRA_FAILED=$fuzz_failed python3 "$root/ci/summary.py" build/meson-logs/testlog.json \
   $( [ "${PACT_SKIP_ASAN:-0}" != 1 ] && echo build-asan/meson-logs/testlog-asan.json )
 exit $status
