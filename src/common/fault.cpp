@@ -6,11 +6,7 @@ namespace pact {
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
-  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
-  return s;
-}
+std::string_view trim(std::string_view s) { return trimSpace(s); }
 
 Error bad(std::string_view token, const std::string& why) {
   return Error{Status::kInvalidArgument, "'" + std::string(token) + "': " + why};
@@ -51,7 +47,7 @@ Result<FaultSpec> FaultParser::parse(std::string_view s) {
 
 std::string FaultSpec::describe() const {
   if (!active()) return "none";
-  return "delay=lane" + std::to_string(delayLane) + ":" + std::to_string(delay.count()) + "us,seed=" +
+  return "delay=lane" + std::to_string(delayLane) + ":" + formatDuration(delay) + ",seed=" +
          std::to_string(seed);
 }
 

@@ -9,24 +9,27 @@ extern char** environ;
 
 namespace pact {
 
-namespace {
-
-std::string_view trim(std::string_view s) {
+std::string_view trimSpace(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
   return s;
 }
 
-std::string formatValue(uint64_t v) { return std::to_string(v); }
-std::string formatValue(int v) { return std::to_string(v); }
-std::string formatValue(const FaultSpec& v) { return v.describe(); }
-std::string formatValue(log::Level v) { return log::levelName(v); }
-std::string formatValue(Microseconds v) {
-  auto us = v.count();
+std::string formatDuration(Microseconds v) {
+  const auto us = v.count();
+  if (us == 0) return "0";
   if (us % 1000000 == 0) return std::to_string(us / 1000000) + "s";
   if (us % 1000 == 0) return std::to_string(us / 1000) + "ms";
   return std::to_string(us) + "us";
 }
+
+namespace {
+
+std::string formatValue(uint64_t v) { return std::to_string(v); }
+std::string formatValue(int v) { return std::to_string(v); }
+std::string formatValue(const FaultSpec& v) { return v.describe(); }
+std::string formatValue(log::Level v) { return log::levelName(v); }
+std::string formatValue(Microseconds v) { return formatDuration(v); }
 std::string formatValue(const std::vector<std::string>& v) {
   std::string out;
   for (const auto& d : v) out += (out.empty() ? "" : ",") + d;
@@ -38,7 +41,7 @@ constexpr std::string_view kPrefix = "PACT_";
 }  // namespace
 
 Result<uint64_t> parseUnsigned(std::string_view s) {
-  s = trim(s);
+  s = trimSpace(s);
   if (s.empty()) return Error{Status::kInvalidArgument, "empty"};
   uint64_t v = 0;
   for (char c : s) {
@@ -58,11 +61,11 @@ Result<uint64_t> U64Parser::parse(std::string_view s) {
 
 Result<std::vector<std::string>> DeviceListParser::parse(std::string_view s) {
   std::vector<std::string> out;
-  s = trim(s);
+  s = trimSpace(s);
   if (s.empty() || s == "all") return out;
   while (!s.empty()) {
     auto comma = s.find(',');
-    std::string_view tok = trim(s.substr(0, comma));
+    std::string_view tok = trimSpace(s.substr(0, comma));
     if (tok.empty()) return Error{Status::kInvalidArgument, "an empty device name in the list"};
     for (char c : tok)
       if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
@@ -77,7 +80,7 @@ Result<std::vector<std::string>> DeviceListParser::parse(std::string_view s) {
 }
 
 Result<Microseconds> DurationParser::parse(std::string_view s) {
-  s = trim(s);
+  s = trimSpace(s);
   size_t i = 0;
   while (i < s.size() && std::isdigit(static_cast<unsigned char>(s[i]))) ++i;
   auto num = parseUnsigned(s.substr(0, i));
@@ -92,7 +95,7 @@ Result<Microseconds> DurationParser::parse(std::string_view s) {
 }
 
 Result<uint64_t> SizeParser::parse(std::string_view s) {
-  s = trim(s);
+  s = trimSpace(s);
   uint64_t mult = 1;
   if (!s.empty()) {
     switch (std::toupper(static_cast<unsigned char>(s.back()))) {
@@ -109,7 +112,7 @@ Result<uint64_t> SizeParser::parse(std::string_view s) {
 }
 
 Result<log::Level> LogLevelParser::parse(std::string_view s) {
-  s = trim(s);
+  s = trimSpace(s);
   for (int l = 0; l <= static_cast<int>(log::Level::kTrace); ++l) {
     auto level = static_cast<log::Level>(l);
     if (s == log::levelName(level)) return level;

@@ -65,6 +65,10 @@ struct LogLevelParser {
 
 // Shared by the integer parsers: full-string unsigned decimal, overflow-checked.
 Result<uint64_t> parseUnsigned(std::string_view s);
+// Shared by every value parser: s without leading and trailing white space.
+std::string_view trimSpace(std::string_view s);
+// A duration as the registry writes it: "0", "30s", "200ms", "500us".
+std::string formatDuration(Microseconds v);
 
 template <int kMin, int kMax>
 Result<int> CountParser<kMin, kMax>::parse(std::string_view s) {

@@ -10,19 +10,7 @@ namespace pact {
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
-  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
-  return s;
-}
-
-std::string formatDuration(std::chrono::microseconds v) {
-  const auto us = v.count();
-  if (us == 0) return "0";
-  if (us % 1000000 == 0) return std::to_string(us / 1000000) + "s";
-  if (us % 1000 == 0) return std::to_string(us / 1000) + "ms";
-  return std::to_string(us) + "us";
-}
+std::string_view trim(std::string_view s) { return trimSpace(s); }
 
 std::string formatQos(int v) { return v < 0 ? "default" : std::to_string(v); }
 
