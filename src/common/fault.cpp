@@ -29,17 +29,17 @@ Result<FaultSpec> FaultParser::parse(std::string_view s) {
       if (value.substr(0, 4) != "lane" || colon == std::string_view::npos)
         return bad(token, "expected delay=laneN:DURATION");
       auto lane = parseUnsigned(value.substr(4, colon - 4));
-      if (!lane.ok() || *lane > 15) return bad(token, "lane must be 0..15");
+      if (!lane.ok() || *lane > 15) return bad(token, "expected a lane from 0 to 15");
       auto d = DurationParser::parse(value.substr(colon + 1));
-      if (!d.ok()) return bad(token, DurationParser::allowed());
+      if (!d.ok()) return bad(token, std::string("expected ") + DurationParser::allowed());
       f.delayLane = static_cast<int>(*lane);
       f.delay = *d;
     } else if (key == "seed") {
       auto v = parseUnsigned(value);
-      if (!v.ok()) return bad(token, "seed must be an unsigned integer");
+      if (!v.ok()) return bad(token, "expected an unsigned integer seed");
       f.seed = *v;
     } else {
-      return bad(token, "unknown fault (this build applies delay and seed)");
+      return bad(token, "expected delay=laneN:DURATION or seed=N (this build injects no other fault)");
     }
   }
   return f;

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 extern char** environ;
@@ -139,21 +140,24 @@ const std::vector<ParamInfo>& Params::table() {
 
 Result<Params> Params::load(const EnvMap& env, std::vector<std::string>* unknown) {
   Params p;
-  auto one = [&env](const char* name, const char* def, auto parse, auto& field) -> Status {
+  // A parser that names the offending token ("'tok': expected ...") has its message kept;
+  // otherwise the message says what the whole value should be.
+  auto one = [&env](const char* name, const char* def, auto parse, const char* allowed,
+                    auto& field) -> std::optional<Error> {
     auto it = env.find(name);
     std::string_view text = it == env.end() ? std::string_view(def) : std::string_view(it->second);
     auto r = parse(text);
-    if (!r.ok()) return Status::kInvalidArgument;
-    field = std::move(r.value());
-    return Status::kOk;
+    if (r.ok()) {
+      field = std::move(r.value());
+      return std::nullopt;
+    }
+    const std::string& why = r.error().message;
+    return Error{Status::kInvalidArgument,
+                 std::string("invalid ") + name + "='" + std::string(text) + "': " +
+                     (why.rfind('\'', 0) == 0 ? why : std::string("expected ") + allowed)};
   };
-#define PACT_PARAM(field, name, parser, def, doc)                                              \
-  if (one(name, def, parser::parse, p.field) != Status::kOk) {                                 \
-    auto it = env.find(name);                                                                  \
-    return Error{Status::kInvalidArgument, std::string("invalid ") + name + "='" +             \
-                                               (it == env.end() ? def : it->second) +           \
-                                               "': expected " + parser::allowed()};            \
-  }
+#define PACT_PARAM(field, name, parser, def, doc)                                   \
+  if (auto e = one(name, def, parser::parse, parser::allowed(), p.field)) return *e;
 #include "common/params.def"
 #undef PACT_PARAM
   auto classes = ClassTable::load(env);

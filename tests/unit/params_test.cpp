@@ -73,8 +73,32 @@ INSTANTIATE_TEST_SUITE_P(
             "invalid PACT_LIVENESS_INTERVAL='ms': expected a duration with unit us, ms or s (e.g. 200ms)"},
         Bad{"PACT_NET_DEVICES", "lo,,eth0",
             "invalid PACT_NET_DEVICES='lo,,eth0': expected comma-separated device names, or 'all'"},
+        Bad{"PACT_FAULT", "delay=lane99:5ms",
+            "invalid PACT_FAULT='delay=lane99:5ms': 'delay=lane99:5ms': expected a lane from 0 to 15"},
+        Bad{"PACT_FAULT", "delay=lane0:5",
+            "invalid PACT_FAULT='delay=lane0:5': 'delay=lane0:5': expected a duration with unit us, ms "
+            "or s (e.g. 200ms)"},
+        Bad{"PACT_FAULT", "delay=5ms",
+            "invalid PACT_FAULT='delay=5ms': 'delay=5ms': expected delay=laneN:DURATION"},
+        Bad{"PACT_FAULT", "seed=x", "invalid PACT_FAULT='seed=x': 'seed=x': expected an unsigned integer seed"},
+        Bad{"PACT_FAULT", "drop",
+            "invalid PACT_FAULT='drop': 'drop': expected key=value"},
+        Bad{"PACT_FAULT", "drop=0.1,seed=1",
+            "invalid PACT_FAULT='drop=0.1,seed=1': 'drop=0.1': expected delay=laneN:DURATION or seed=N "
+            "(this build injects no other fault)"},
         Bad{"PACT_NET_DEVICES", "eth0;rm -rf",
             "invalid PACT_NET_DEVICES='eth0;rm -rf': expected comma-separated device names, or 'all'"}));
+
+TEST(Params, FaultSpecParses) {
+  auto p = Params::load({{"PACT_FAULT", "delay=lane1:250ms, seed=7"}});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->fault.active());
+  EXPECT_EQ(p->fault.delayLane, 1);
+  EXPECT_EQ(p->fault.delay, std::chrono::milliseconds(250));
+  EXPECT_EQ(p->fault.seed, 7u);
+  EXPECT_EQ(p->fault.describe(), "delay=lane1:250ms,seed=7");
+  EXPECT_FALSE(Params::load({})->fault.active());
+}
 
 TEST(Params, UnknownPactNamesAreReportedForTheTypoWarning) {
   std::vector<std::string> unknown;
