@@ -5,6 +5,7 @@
 #include "p2p.h"
 
 #include "net_plugin.h"
+#include "netns.h"
 #include "p2p_bench.h"
 #include "peer.h"
 #include "report.h"
@@ -12,9 +13,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "pact/nccl_ext.h"
+
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -47,7 +51,104 @@ nlohmann::json metadata(const Session& s, const loader::Properties& props, size_
           {"budget_bytes", budget},
           {"traffic_class", s.opt.tc},
           {"verify", s.opt.verify},
-          {"UCX_TLS", tls ? nlohmann::json(tls) : nlohmann::json(nullptr)}};
+          {"UCX_TLS", tls ? nlohmann::json(tls) : nlohmann::json(nullptr)},
+          {"netns", s.opt.netns},
+          {"env_a", s.opt.env_a},
+          {"env_b", s.opt.env_b},
+          {"vdevice", s.opt.vdevice}};
+}
+
+// Checked before the fork, so that a mistake is reported once.
+void checkRankSetup(const P2pOptions& opt) {
+  if (!opt.netns.empty()) {
+    if (opt.netns.size() != 2) die("--netns takes two namespaces: A,B");
+    for (const std::string& ns : opt.netns) {
+      if (ns.empty() || ns.find('/') != std::string::npos ||
+          access(("/var/run/netns/" + ns).c_str(), F_OK) != 0) {
+        die("--netns: no network namespace '" + ns + "' (/var/run/netns/" + ns +
+            "; build it first, e.g. ci/netns.sh up)");
+      }
+    }
+  }
+  for (const auto* list : {&opt.env_a, &opt.env_b}) {
+    for (const std::string& kv : *list) {
+      const size_t eq = kv.find('=');
+      if (eq == 0 || eq == std::string::npos) {
+        die(std::string(list == &opt.env_a ? "--env-a" : "--env-b") +
+            ": expected KEY=VALUE, got '" + kv + "'");
+      }
+    }
+  }
+}
+
+// In each rank right after the fork, before the plugin is opened: its namespace, its variables.
+void enterRankSetup(const P2pOptions& opt, int rank) {
+  if (!opt.netns.empty()) {
+    const std::string err = netns::enterNamespace(opt.netns[static_cast<size_t>(rank)]);
+    if (!err.empty()) die("--netns: " + err);
+  }
+  for (const std::string& kv : rank == 0 ? opt.env_a : opt.env_b) {
+    const size_t eq = kv.find('=');
+    if (setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1) != 0) {
+      die("setenv " + kv.substr(0, eq) + " failed");
+    }
+  }
+}
+
+// After init: fuses opt.vdevice into one virtual device and returns its index.
+int makeVDevice(loader::NetPlugin& net, const P2pOptions& opt, int ndev) {
+  if (!net.hasMakeVDevice()) {
+    die("--vdevice: plugin " + opt.plugin + " (ncclNetPlugin_v" + std::to_string(net.version()) +
+        ") has no makeVDevice (v9+ with a non-NULL makeVDevice is needed)");
+  }
+  for (int m : opt.vdevice) {
+    if (m < 0 || m >= ndev) {
+      die("--vdevice: member " + std::to_string(m) + " out of range (plugin has " +
+          std::to_string(ndev) + " devices)");
+    }
+  }
+  int d = -1;
+  check(net.makeVDevice(&d, static_cast<int>(opt.vdevice.size()), opt.vdevice.data()),
+        "makeVDevice");
+  int n = 0;
+  check(net.devices(&n), "devices");
+  if (d < 0 || d >= n) die("makeVDevice returned device " + std::to_string(d) + " of " +
+                           std::to_string(n));
+  return d;
+}
+
+// The rank-0 send comm's pact_comm_stats (after the bandwidth sweep) as JSON; null when the plugin
+// has no pact_comm_stats or it refuses the comm.
+nlohmann::json sendStats(Session& s) {
+  auto fn = reinterpret_cast<pact_comm_stats_fn>(s.net->symbol("pact_comm_stats"));
+  pact_comm_stats_t st{};
+  if (fn == nullptr || s.send_comm == nullptr || fn(s.send_comm, &st) != 0) return nullptr;
+  const int lanes = std::clamp(st.lanes, 1, PACT_MAX_LANES);
+  std::vector<uint64_t> bytes(st.lane_bytes, st.lane_bytes + lanes);
+  std::vector<uint64_t> pieces(st.lane_pieces, st.lane_pieces + lanes);
+  return {{"messages", st.messages}, {"pieces", st.pieces}, {"unordered", st.unordered},
+          {"lanes", st.lanes}, {"chunk", st.chunk}, {"lane_bytes", bytes},
+          {"lane_pieces", pieces}};
+}
+
+void printSendStats(const nlohmann::json& st) {
+  if (st.is_null()) {
+    std::printf("# lanes: the plugin has no pact_comm_stats for the send comm\n");
+    return;
+  }
+  uint64_t total = 0;
+  for (uint64_t b : st["lane_bytes"]) total += b;
+  std::printf("# send comm after the bandwidth sweep: %s, %d lane(s), chunk %s, %" PRIu64
+              " messages;", st["unordered"].get<int>() ? "unordered" : "ordered",
+              st["lanes"].get<int>(), formatSize(st["chunk"].get<uint64_t>()).c_str(),
+              st["messages"].get<uint64_t>());
+  for (size_t i = 0; i < st["lane_bytes"].size(); ++i) {
+    const uint64_t b = st["lane_bytes"][i];
+    std::printf(" lane %zu %" PRIu64 " B (%.1f%%) %" PRIu64 " pieces%s", i, b,
+                total ? 100.0 * static_cast<double>(b) / static_cast<double>(total) : 0.0,
+                st["lane_pieces"][i].get<uint64_t>(), i + 1 < st["lane_bytes"].size() ? "," : "");
+  }
+  std::printf("\n");
 }
 
 std::vector<size_t> parseSweep(const std::string& lo, const std::string& hi, size_t factor,
@@ -76,7 +177,9 @@ int runP2p(P2pOptions opt) {
   if (opt.plugin.find('/') != std::string::npos && access(opt.plugin.c_str(), R_OK) != 0) {
     die("cannot read plugin " + opt.plugin + " (build it, or pass --plugin)");
   }
+  checkRankSetup(opt);
   const int rank = forkPeer();
+  enterRankSetup(opt, rank);
   Session s(opt, rank);
   watchdog(opt.timeout, "plugin open/init");
   std::string err;
@@ -85,6 +188,10 @@ int runP2p(P2pOptions opt) {
   check(s.net->init(opt.tc, !opt.verbose), "init");
   int ndev = 0;
   check(s.net->devices(&ndev), "devices");
+  if (!opt.vdevice.empty()) {
+    opt.dev = makeVDevice(*s.net, opt, ndev);
+    check(s.net->devices(&ndev), "devices");
+  }
   if (opt.dev < 0 || opt.dev >= ndev) {
     die("device " + std::to_string(opt.dev) + " out of range (plugin has " + std::to_string(ndev) +
         ")");
@@ -98,6 +205,14 @@ int runP2p(P2pOptions opt) {
                 s.net->name() ? s.net->name() : "?", opt.plugin.c_str(), s.net->version(), opt.dev,
                 props.name.c_str(), props.speed, opt.window,
                 std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "(unset)");
+    if (!opt.netns.empty() || !opt.vdevice.empty()) {
+      std::string members;
+      for (int m : opt.vdevice) members += (members.empty() ? "" : ",") + std::to_string(m);
+      std::printf("# netns %s | %s, vdevice %s\n",
+                  opt.netns.empty() ? "-" : opt.netns[0].c_str(),
+                  opt.netns.empty() ? "-" : opt.netns[1].c_str(),
+                  members.empty() ? "-" : (members + " -> dev " + std::to_string(opt.dev)).c_str());
+    }
     std::fflush(stdout);
   }
   connectPair(s);
@@ -111,10 +226,24 @@ int runP2p(P2pOptions opt) {
     rows.back().size = z;
     return rows.back();
   };
-  for (size_t z : bw) runBandwidth(s, z, budget, &rowFor(z));
+  // Rank 0's send comm carries the stream: its lane bytes per size (warmup included), if exported.
+  nlohmann::json per_size = nlohmann::json::object();
+  for (size_t z : bw) {
+    nlohmann::json before = rank == 0 ? sendStats(s) : nlohmann::json(nullptr);
+    runBandwidth(s, z, budget, &rowFor(z));
+    nlohmann::json after = before.is_null() ? nlohmann::json(nullptr) : sendStats(s);
+    if (after.is_null()) continue;
+    std::vector<uint64_t> d = after["lane_bytes"];
+    for (size_t i = 0; i < d.size() && i < before["lane_bytes"].size(); ++i)
+      d[i] -= before["lane_bytes"][i].get<uint64_t>();
+    per_size[formatSize(z)] = d;
+  }
+  nlohmann::json stats = rank == 0 && !bw.empty() ? sendStats(s) : nlohmann::json(nullptr);
+  if (!stats.is_null()) stats["lane_bytes_per_size"] = per_size;
   for (size_t z : lat) runLatency(s, z, &rowFor(z));
   teardown(s);
   nlohmann::json meta = metadata(s, props, budget);
+  meta["send_comm_stats"] = stats;
   watchdog(opt.timeout, "close");
   s.net.reset();  // dlclose
   watchdog(0, "done");
@@ -125,6 +254,8 @@ int runP2p(P2pOptions opt) {
   std::sort(rows.begin(), rows.end(),
             [](const SizeRow& a, const SizeRow& b) { return a.size < b.size; });
   printTable(stdout, rows);
+  if (opt.lane_stats && !bw.empty()) printSendStats(stats);
+  std::fflush(stdout);
   int rc = 0;
   if (!opt.json.empty() && !writeJson(opt.json, toJson(meta, rows), &err)) {
     std::fprintf(stderr, "pact-perf: %s\n", err.c_str());
@@ -153,7 +284,21 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
                 "NCCL net plugin .so (default: <exe dir>/../plugin/libnccl-net-pact.so)");
   c->add_option("--version", o->version, "ncclNetPlugin_vN to use; 0 = newest exported")
       ->check(CLI::Range(0, 12));
-  c->add_option("--dev", o->dev, "plugin device index")->capture_default_str();
+  CLI::Option* dev = c->add_option("--dev", o->dev, "plugin device index")->capture_default_str();
+  c->add_option("--vdevice", o->vdevice,
+                "fuse these devices (e.g. 0,1) with makeVDevice after init and run on the result")
+      ->delimiter(',')
+      ->excludes(dev);
+  c->add_option("--netns", o->netns,
+                "A,B: rank 0 enters network namespace A, rank 1 enters B (/var/run/netns) before "
+                "opening the plugin")
+      ->delimiter(',');
+  c->add_option("--env-a", o->env_a,
+                "KEY=VALUE set in rank 0 before the plugin opens (repeatable)");
+  c->add_option("--env-b", o->env_b,
+                "KEY=VALUE set in rank 1 before the plugin opens (repeatable)");
+  c->add_flag("--lane-stats", o->lane_stats,
+              "print the send comm's per-lane bytes after the table (pact_comm_stats, if any)");
   c->add_option("--min-size", o->min_size, "smallest bandwidth message")
       ->check(sizeCheck)
       ->capture_default_str();
@@ -196,7 +341,10 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
       "after a warmup of iters/10 (1..1000); bw_pNN = gap between consecutive receive\n"
       "completions in us (its mean is size/bandwidth; the tail shows stalls).\n"
       "Latency: ping-pong over two comms; one-way = RTT/2; percentiles over --lat-iters.\n"
-      "Rank 1 is a child forked before the plugin is opened; both ranks open it themselves.");
+      "Rank 1 is a child forked before the plugin is opened; both ranks open it themselves.\n"
+      "--netns and --env-a/--env-b apply in each rank right after the fork (so each side can have\n"
+      "its own PACT_NET_DEVICES); --netns needs root and namespaces made by `ip netns add`\n"
+      "(e.g. ci/netns.sh up). perf/netns-rails.sh runs the multi-rail comparison with them.");
   c->callback([o, exit_code] { *exit_code = runP2p(*o); });
 }
 

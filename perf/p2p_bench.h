@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace pact::perf {
 
@@ -22,6 +23,10 @@ struct P2pOptions {
   unsigned timeout = 60;
   std::string json;
   bool no_bw = false, no_lat = false, verify = false, verbose = false;
+  std::vector<std::string> netns;         // {rank 0's, rank 1's} network namespace, or empty
+  std::vector<std::string> env_a, env_b;  // K=V set in rank 0 / rank 1 before the plugin opens
+  std::vector<int> vdevice;               // members of a virtual device to run on, or empty
+  bool lane_stats = false;                // print the send comm's per-lane bytes
 };
 
 struct FreeDeleter {

@@ -3,10 +3,7 @@
 
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/mount.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +13,7 @@
 #include <fstream>
 #include <regex>
 
+#include "perf/netns.h"
 #include "tests/common/watchdog.h"
 
 namespace pact::netns_test {
@@ -134,27 +132,8 @@ const std::optional<std::string>& unavailableReason() { return checkState().unav
 const std::string& checkFailure() { return checkState().failure; }
 
 void enterNamespace(const std::string& ns, const std::string& expectLink) {
-  const std::string path = "/var/run/netns/" + ns;
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  ASSERT_GE(fd, 0) << "open " << path << ": " << std::strerror(errno);
-  int rc = ::setns(fd, CLONE_NEWNET);
-  int err = errno;
-  ::close(fd);
-  ASSERT_EQ(rc, 0) << "setns(" << path << ", CLONE_NEWNET): " << std::strerror(err);
-  // sysfs shows the network namespace of whoever mounted it: mount a fresh one in a private
-  // mount namespace (changes do not propagate back to the host).
-  ASSERT_EQ(::unshare(CLONE_NEWNS), 0) << "unshare(CLONE_NEWNS): " << std::strerror(errno);
-  ASSERT_EQ(::mount("none", "/", nullptr, MS_SLAVE | MS_REC, nullptr), 0)
-      << "make / a recursive slave: " << std::strerror(errno);
-  if (::umount2("/sys", MNT_DETACH) != 0 && errno != EINVAL && errno != ENOENT) {
-    FAIL() << "umount /sys: " << std::strerror(errno);
-  }
-  ASSERT_EQ(::mount(ns.c_str(), "/sys", "sysfs", 0, nullptr), 0)
-      << "mount sysfs on /sys: " << std::strerror(errno);
-  struct stat st{};
-  const std::string link = "/sys/class/net/" + expectLink;
-  ASSERT_EQ(::stat(link.c_str(), &st), 0)
-      << link << " is not visible after entering " << ns << ": " << std::strerror(errno);
+  const std::string error = netns::enterNamespace(ns, expectLink);
+  ASSERT_TRUE(error.empty()) << error;
 }
 
 uint64_t linkCounter(const std::string& dev, const std::string& counter) {

@@ -46,6 +46,7 @@ const std::string& checkFailure();
 // `ip netns exec` does, a private mount namespace with a sysfs of that network namespace
 // (UCX lists its tcp devices from /sys/class/net, the plugin reads link facts there).
 // `expectLink`: a link that must then be visible in /sys/class/net. Uses gtest assertions.
+// The work is done by pact::netns::enterNamespace (perf/netns.h), shared with pact-perf.
 void enterNamespace(const std::string& ns, const std::string& expectLink);
 
 // /sys/class/net/<dev>/statistics/<counter> of the current namespace; ADD_FAILURE and 0 when
