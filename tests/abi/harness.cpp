@@ -30,7 +30,7 @@ const HarnessEnv& harnessEnv() {
 
 }  // namespace
 
-std::unique_ptr<NetPlugin> openPlugin(int version) {
+std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass) {
   const std::string& path = harnessEnv().pluginPath;
   if (path.empty()) {
     ADD_FAILURE() << "PACT_PLUGIN_PATH is not set; run the suite with `meson test --suite abi`";
@@ -44,7 +44,7 @@ std::unique_ptr<NetPlugin> openPlugin(int version) {
   }
   EXPECT_EQ(plugin->version(), version);
   const bool quiet = !harnessEnv().verbose;
-  int rc = plugin->init(-1, quiet);
+  int rc = plugin->init(trafficClass, quiet);
   if (rc != loader::kSuccess) {
     ADD_FAILURE() << "init (v" << version << ") returned " << rc;
     return nullptr;

@@ -28,8 +28,8 @@ pact_comm_stats_t stats(Pair& p, void* comm) {
   return s;
 }
 
-void open(Pair* p) {
-  p->plugin = openPlugin(loader::kNewestVersion);
+void open(Pair* p, int version = loader::kNewestVersion, int trafficClass = -1) {
+  p->plugin = openPlugin(version, trafficClass);
   ASSERT_TRUE(p->plugin);
   ASSERT_NO_FATAL_FAILURE(connectLoopback(*p->plugin, 0, false, &p->sc, &p->rc));
 }
@@ -171,6 +171,39 @@ TEST(Channel, OrderedNeverCompletesMessageKPlusOneBeforeK) {
     close(&p);
   });
 }
+
+// NCCL's trafficClass picks the class: through init's config (v11, v12) or connect's (v10);
+// v8/v9 carry none and -1 means DEFAULT.
+class TrafficClass : public ::testing::TestWithParam<int> {};
+
+TEST_P(TrafficClass, TheCommsChannelFollowsTheClassNcclPassed) {
+  const int version = GetParam();
+  runInChild("class-v" + std::to_string(version), [version] {
+    test::ScopedEnv env;
+    env.set("PACT_TC_DEFAULT", "ordered").set("PACT_TC_5", "unordered,lanes=3,chunk=8K");
+    for (int tc : {5, -1}) {
+      SCOPED_TRACE("trafficClass " + std::to_string(tc));
+      Pair p;
+      ASSERT_NO_FATAL_FAILURE(open(&p, version, tc));
+      HostBuffer src(64 << 10), dst(64 << 10);
+      void *s = nullptr, *r = nullptr;
+      ASSERT_NO_FATAL_FAILURE(post(p, src, dst, 64 << 10, 3, &s, &r));
+      Completion c = expectComplete(*p.plugin, r, Deadline(kOpTimeout), "64 KiB receive");
+      EXPECT_EQ(c.sizes[0], 64 << 10);
+      EXPECT_TRUE(matchesPattern(dst.data(), 64 << 10, 3));
+      drainSends(p, {s});
+      const bool classed = tc == 5 && version >= 10;
+      auto ss = stats(p, p.sc), rs = stats(p, p.rc);
+      EXPECT_EQ(ss.unordered, classed ? 1 : 0);
+      EXPECT_EQ(rs.unordered, classed ? 1 : 0) << "the receiver follows the sender's channel";
+      EXPECT_EQ(ss.lanes, classed ? 3 : 1);
+      EXPECT_EQ(rs.pieces, classed ? 8u : 1u) << "64 KiB in 8 KiB pieces, or one piece";
+      close(&p);
+    }
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, TrafficClass, ::testing::Values(8, 9, 10, 11, 12), versionName);
 
 }  // namespace
 }  // namespace pact::abi_test
