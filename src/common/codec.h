@@ -33,6 +33,18 @@ class ByteWriter {
   }
 };
 
+// { u32 magic, u16 version, u16 type, u32 body length } + body: the framing of every pact codec.
+inline std::vector<uint8_t> frame(uint32_t magic, uint16_t version, uint16_t type,
+                                  const ByteWriter& body) {
+  ByteWriter w;
+  w.u32(magic);
+  w.u16(version);
+  w.u16(type);
+  w.u32(static_cast<uint32_t>(body.out.size()));
+  w.out.insert(w.out.end(), body.out.begin(), body.out.end());
+  return w.out;
+}
+
 class ByteReader {
  public:
   ByteReader(std::span<const uint8_t> in, const char* what) : in_(in), what_(what) {}

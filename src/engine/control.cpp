@@ -130,13 +130,7 @@ Result<Control> decodeVerdict(ByteReader& r) {
 std::vector<uint8_t> encode(const Control& m) {
   ByteWriter body;
   Type t = std::visit(Encoder{body}, m);
-  ByteWriter w;
-  w.u32(kControlMagic);
-  w.u16(kControlVersion);
-  w.u16(static_cast<uint16_t>(t));
-  w.u32(static_cast<uint32_t>(body.out.size()));
-  w.out.insert(w.out.end(), body.out.begin(), body.out.end());
-  return w.out;
+  return frame(kControlMagic, kControlVersion, static_cast<uint16_t>(t), body);
 }
 
 Result<size_t> frameLength(std::span<const uint8_t> header) {

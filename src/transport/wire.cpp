@@ -14,13 +14,7 @@ using Writer = ByteWriter;
 using Reader = ByteReader;
 
 std::vector<uint8_t> frame(FrameType t, const Writer& body) {
-  Writer w;
-  w.u32(kMagic);
-  w.u16(kVersion);
-  w.u16(static_cast<uint16_t>(t));
-  w.u32(static_cast<uint32_t>(body.out.size()));
-  w.out.insert(w.out.end(), body.out.begin(), body.out.end());
-  return w.out;
+  return pact::frame(kMagic, kVersion, static_cast<uint16_t>(t), body);
 }
 
 }  // namespace
