@@ -171,11 +171,12 @@ SendComm::SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t 
     : Comm(std::move(dev), std::move(sock), kSendPoolSize, true, std::move(peer), cfg),
       tagSpace_(tagSpace) {
   lanes_.configure(cfg_);
-  if (cfg_.delayLane >= 0) dev_->addTicker(this);
+  // Pieces waiting for a lane, or held by the lane delay, move on every device progress.
+  if (!cfg_.ordered || cfg_.delayLane >= 0) dev_->addTicker(this);
 }
 
 SendComm::~SendComm() {
-  if (cfg_.delayLane >= 0) dev_->removeTicker(this);
+  if (!cfg_.ordered || cfg_.delayLane >= 0) dev_->removeTicker(this);
 }
 
 Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails) {
@@ -202,7 +203,7 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = onSendDone;
   param.user_data = p;
-  setMemh(&param, postingMh_, p);
+  setMemh(&param, static_cast<const MemHandle*>(p->owner->memHandle), p);
   track(p, ucp_tag_send_nbx(ep.get(), p->data, p->size, p->ucxTag, &param));
 }
 
@@ -221,7 +222,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   const uint32_t seq = nextSeq(tag);
   r->partCount[0] = static_cast<uint32_t>(n);
   r->pending = static_cast<int>(n);
-  postingMh_ = mh;
+  r->memHandle = mh;
   for (size_t k = 0; k < n; ++k) {
     Part* p = &r->parts[k];
     p->piece = static_cast<uint32_t>(k);
@@ -231,7 +232,6 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
     p->done = false;
     lanes_.dispatch(p, [this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
   }
-  postingMh_ = nullptr;
   *out = r;
   return Status::kOk;
 }
@@ -244,7 +244,7 @@ void SendComm::partDone(Part* p) {
 void SendComm::progressComm(Request*) {}
 
 void SendComm::tick() {
-  lanes_.releaseDelayed([this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
+  lanes_.pump([this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
 }
 
 Status SendComm::finish(Request* r, int* sizes) {

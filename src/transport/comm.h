@@ -116,11 +116,10 @@ class SendComm final : public Comm, private Ticker {
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void post(Part* p, ucx::Endpoint& ep);
-  void tick() override;  // releases pieces whose injected lane delay has passed
+  void tick() override;  // binds waiting pieces to lanes with room, releases delayed ones
 
   Lanes lanes_;
   uint32_t tagSpace_;
-  MemHandle* postingMh_ = nullptr;  // the handle of the isend being dispatched
 };
 
 class RecvComm final : public Comm {

@@ -5,16 +5,22 @@
 namespace pact::transport {
 
 size_t Lanes::choose(size_t bytes) {
-  if (lanes_.size() == 1) return 0;
-  if (cfg_.steering == Steering::kRoundRobin) return next_++ % lanes_.size();
+  const size_t n = lanes_.size();
+  const size_t cap = laneCap();
+  const size_t start = next_ % n;
+  if (cfg_.steering == Steering::kRoundRobin) {
+    // Strict rotation: the next lane in turn, once it has room.
+    if (lanes_[start].inflight >= cap) return n;
+    ++next_;
+    return start;
+  }
   // Expected finish = (bytes already queued + this piece) / throughput. An unmeasured lane is
-  // assumed as fast as the fastest measured one, so every lane gets tried.
+  // assumed as fast as the fastest measured one, so every lane gets tried. Ties go to the first
+  // lane in a rotating order, so equal lanes share evenly. When the lane that would finish first
+  // is full, the piece waits for it rather than going to a lane that would finish it later.
   double best = 0;
   for (const auto& l : lanes_) best = std::max(best, l.bytesPerUs);
-  // Ties go to the first lane in a rotating order, so equal lanes share evenly.
-  const size_t n = lanes_.size();
-  const size_t start = next_++ % n;
-  size_t pick = start;
+  size_t pick = 0;
   double pickCost = 0;
   for (size_t k = 0; k < n; ++k) {
     const size_t i = (start + k) % n;
@@ -26,6 +32,8 @@ size_t Lanes::choose(size_t bytes) {
       pickCost = cost;
     }
   }
+  if (lanes_[pick].inflight >= cap) return n;
+  ++next_;
   return pick;
 }
 

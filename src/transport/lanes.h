@@ -1,10 +1,13 @@
 // Lanes of a send comm: one UCX endpoint each, and the steering that picks the lane for a piece.
-// Adaptive steering sends each piece where it is expected to finish first, from each lane's
-// bytes in flight and its measured throughput, so a slow lane gets fewer pieces; round-robin is
-// kept for comparison. The injected lane delay (a test hook) holds pieces back before UCX sees
-// them. Device mutex must be held for every call.
+// With several lanes a piece is bound to a lane late: pieces wait in one queue and each lane
+// takes the next one while it has less than laneCap() bytes in flight, so a lane that drains
+// faster takes more pieces and no decision is made long before the data moves. Adaptive steering
+// then gives each piece to the lane where it is expected to finish first (bytes in flight over
+// measured throughput); round-robin is kept for comparison. The injected lane delay (a test
+// hook) holds a lane's pieces back before UCX sees them. Device mutex held for every call.
 #pragma once
 
+#include <algorithm>
 #include <deque>
 #include <vector>
 
@@ -31,16 +34,17 @@ class Lanes {
   size_t size() const { return lanes_.size(); }
   ucx::Endpoint& endpoint(size_t i) { return lanes_[i].ep; }
 
-  // Picks the lane for a piece of `bytes` and charges it; the piece is posted now or, on the
-  // delayed lane, once its delay has passed. post(part) does the UCX call.
+  // Queues a piece for the lanes and binds what the lanes can take now. post(part, ep) does the
+  // UCX call (not from inside a UCX callback).
   template <typename Post>
   void dispatch(Part* p, Post&& post);
-  // Posts delayed pieces whose time has come.
+  // Binds waiting pieces to lanes with room and posts delayed pieces whose time has come.
   template <typename Post>
-  void releaseDelayed(Post&& post);
+  void pump(Post&& post);
+  bool idle() const { return waiting_.empty(); }
   // A piece finished (any status): uncharge its lane and update the throughput estimate.
   void completed(const Part& p);
-  // Pieces still waiting on a delayed lane are given back (abort): f(part) for each.
+  // Pieces not yet posted (waiting, or held on a delayed lane) are given back: f(part) each.
   template <typename F>
   void dropDelayed(F&& f);
   void closeAll(bool force);
@@ -58,16 +62,20 @@ class Lanes {
     uint64_t pieces = 0;
     uint64_t bytes = 0;
   };
+  // The lane for a piece of `bytes` among lanes with room, or lanes_.size() when all are full.
   size_t choose(size_t bytes);
+  size_t laneCap() const { return std::max<size_t>(8 * cfg_.chunk, size_t{2} << 20); }
+  template <typename Post>
+  void bind(Part* p, size_t lane, Post&& post);
 
   ChannelConfig cfg_;
   std::vector<Lane> lanes_;
+  std::deque<Part*> waiting_;  // pieces not bound to a lane yet
   size_t next_ = 0;
 };
 
 template <typename Post>
-void Lanes::dispatch(Part* p, Post&& post) {
-  size_t i = choose(p->size);
+void Lanes::bind(Part* p, size_t i, Post&& post) {
   Lane& l = lanes_[i];
   p->lane = static_cast<uint8_t>(i);
   p->rail = l.rail;
@@ -86,7 +94,24 @@ void Lanes::dispatch(Part* p, Post&& post) {
 }
 
 template <typename Post>
-void Lanes::releaseDelayed(Post&& post) {
+void Lanes::dispatch(Part* p, Post&& post) {
+  if (lanes_.size() == 1) {
+    bind(p, 0, post);
+    return;
+  }
+  waiting_.push_back(p);
+  pump(post);
+}
+
+template <typename Post>
+void Lanes::pump(Post&& post) {
+  while (!waiting_.empty()) {
+    const size_t i = choose(waiting_.front()->size);
+    if (i == lanes_.size()) break;  // every lane is full: wait for completions
+    Part* p = waiting_.front();
+    waiting_.pop_front();
+    bind(p, i, post);
+  }
   if (cfg_.delayLane < 0 || static_cast<size_t>(cfg_.delayLane) >= lanes_.size()) return;
   Lane& l = lanes_[static_cast<size_t>(cfg_.delayLane)];
   const auto t = now();
@@ -99,6 +124,8 @@ void Lanes::releaseDelayed(Post&& post) {
 
 template <typename F>
 void Lanes::dropDelayed(F&& f) {
+  for (Part* p : waiting_) f(p);
+  waiting_.clear();
   for (auto& l : lanes_) {
     for (Part* p : l.delayed) f(p);
     l.delayed.clear();

@@ -50,6 +50,7 @@ struct Request {
   int pending = 0;          // parts still owned by UCX or waiting on a lane
   uint64_t postIndex = 0;   // order of posting on the comm
   Comm* comm = nullptr;
+  const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
   std::array<uint32_t, kMaxBuffers> firstPart{};   // index of each buffer's piece 0 in parts
   std::array<uint32_t, kMaxBuffers> partCount{};   // pieces posted for each buffer
@@ -99,6 +100,7 @@ inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size
     r.pending = 0;
     r.postIndex = posted_++;
     r.comm = comm;
+    r.memHandle = nullptr;
     r.parts.assign(nparts, Part{});
     for (auto& p : r.parts) p.owner = &r;
     r.firstPart.fill(0);
