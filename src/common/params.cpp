@@ -236,4 +236,9 @@ EnvMap processPactEnv() {
 
 bool envIsSet(const char* name) { return std::getenv(name) != nullptr; }
 
+std::string envValue(const char* name) {
+  const char* v = std::getenv(name);
+  return v ? std::string(v) : std::string();
+}
+
 }  // namespace pact

@@ -118,7 +118,9 @@ struct Params {
 
 // All PACT_* variables of the process environment.
 EnvMap processPactEnv();
-// Whether a (non-PACT) variable such as UCX_NET_DEVICES is set in the process environment.
+// Whether a (non-PACT) variable such as UCX_NET_DEVICES is set in the process environment, and
+// its value ("" when unset): the user's UCX_* settings win over pact's.
 bool envIsSet(const char* name);
+std::string envValue(const char* name);
 
 }  // namespace pact

@@ -60,7 +60,7 @@ void addSetting(ServiceConfig& c, std::vector<std::string>& notes, const std::st
                 const std::string& value) {
   const std::string env = "UCX_" + key;
   if (envIsSet(env.c_str())) {
-    notes.push_back(env + "=" + std::getenv(env.c_str()) + " (set by the user; wins over " + value +
+    notes.push_back(env + "=" + envValue(env.c_str()) + " (set by the user; wins over " + value +
                     ")");
     return;
   }
@@ -146,7 +146,7 @@ std::string remoteTls(const ServiceConfig& config) {
   std::string tls;
   for (const auto& [k, v] : config.ucxSettings)
     if (k == "TLS") tls = v;
-  if (tls.empty() && envIsSet("UCX_TLS")) tls = std::getenv("UCX_TLS");
+  if (tls.empty() && envIsSet("UCX_TLS")) tls = envValue("UCX_TLS");
   if (tls.empty() || tls == "all") return "^sm,self";
   if (tls[0] == '^') return tls + ",sm,self";
   std::vector<std::string> kept;
