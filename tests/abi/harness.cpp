@@ -30,6 +30,8 @@ const HarnessEnv& harnessEnv() {
 
 }  // namespace
 
+const std::string& pluginPath() { return harnessEnv().pluginPath; }
+
 std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass) {
   const std::string& path = harnessEnv().pluginPath;
   if (path.empty()) {

@@ -46,6 +46,8 @@ std::string versionName(const ::testing::TestParamInfo<int>& info);
 // Opens PACT_PLUGIN_PATH at exactly `version`, calls init() and checks devices() >= 1.
 // Returns nullptr after ADD_FAILURE on any error. Plugin logs go to stderr when
 // PACT_TEST_VERBOSE=1.
+// The plugin under test (PACT_PLUGIN_PATH, read once).
+const std::string& pluginPath();
 // trafficClass goes to init (v11/v12 config) and to connect (v10 config).
 std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass = -1);
 

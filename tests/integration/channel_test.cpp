@@ -205,5 +205,19 @@ TEST_P(TrafficClass, TheCommsChannelFollowsTheClassNcclPassed) {
 
 INSTANTIATE_TEST_SUITE_P(Versions, TrafficClass, ::testing::Values(8, 9, 10, 11, 12), versionName);
 
+// A class that must not fall back (no RDMA here) fails plugin init, so NCCL moves on to another
+// plugin instead of running on a service nobody asked for; a malformed class fails it too.
+TEST(TrafficClassInit, FallbackFailAndMalformedProfilesFailInit) {
+  for (const char* profile : {"rc,fallback=fail", "ud,fallback=fail", "lanes=0"}) {
+    runInChild(std::string("init ") + profile, [profile] {
+      test::ScopedEnv env("PACT_TC_DEFAULT", std::string(profile));
+      std::string error;
+      auto plugin = NetPlugin::open(pluginPath(), loader::kNewestVersion, &error);
+      ASSERT_TRUE(plugin) << error;
+      EXPECT_NE(plugin->init(-1, true), loader::kSuccess) << "init accepted PACT_TC_DEFAULT=" << profile;
+    });
+  }
+}
+
 }  // namespace
 }  // namespace pact::abi_test

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# pact-info: a malformed PACT_* variable prints the registry's one-line error and exits 2; a good
+# configuration prints every variable and class. Usage: pact_info_test.sh PATH_TO_PACT_INFO
+set -u
+info=$1
+fail=0
+expect_error() {  # VAR VALUE EXPECTED_LINE
+  out=$(env "$1=$2" "$info" --no-devices 2>&1 >/dev/null); rc=$?
+  if [ $rc -ne 2 ] || [ "$out" != "pact-info: $3" ]; then
+    echo "FAIL: $1='$2': rc=$rc, stderr: $out"; echo "      expected: pact-info: $3"; fail=1
+  else
+    echo "ok: $1='$2' -> $3"
+  fi
+}
+expect_error PACT_EPOCH abc "invalid PACT_EPOCH='abc': expected an unsigned 64-bit integer"
+expect_error PACT_TC_1 lanes=0 "invalid PACT_TC_1='lanes=0': 'lanes=0': expected an integer from 1 to 16"
+expect_error PACT_FAULT drop=1 "invalid PACT_FAULT='drop=1': 'drop=1': expected delay=laneN:DURATION or seed=N (this build injects no other fault)"
+expect_error PACT_TC_FOO rc "invalid PACT_TC_FOO='rc': 'FOO': expected a class DEFAULT, KV, A2A, CTRL, CKPT or a number from 0 to 255"
+
+out=$(PACT_TC_7="unordered,lanes=4" PACT_FAULT="delay=lane1:5ms" "$info" --no-devices 2>&1); rc=$?
+for want in "PACT_TC_7 " "order=unordered,lanes=4" "PACT_FAULT               delay=lane1:5ms,seed=1" "PACT_PEER_TIMEOUT"; do
+  case "$out" in *"$want"*) ;; *) echo "FAIL: good configuration: missing '$want' (rc=$rc)"; fail=1 ;; esac
+done
+[ $rc -eq 0 ] || { echo "FAIL: good configuration exited $rc"; fail=1; }
+
+help=$("$info" --help 2>&1)
+for want in PACT_NET_DEVICES PACT_EPOCH PACT_TC_DEFAULT PACT_FAULT "steer"; do
+  case "$help" in *"$want"*) ;; *) echo "FAIL: --help does not document $want"; fail=1 ;; esac
+done
+[ $fail -eq 0 ] && echo "pact-info checks passed"
+exit $fail
