@@ -9,6 +9,7 @@
 #   PACT_PERF=...      pact-perf binary (default $BUILD/perf/pact-perf)
 #   PLUGIN=...         net plugin .so (default $BUILD/plugin/libnccl-net-pact.so)
 #   ROUNDS=3  MIN_SIZE=8  MAX_SIZE=64M  FACTOR=2  WINDOW=16  BUDGET=256M  MAX_ITERS=20000
+#   BUFFERS=1          pact-perf --buffers (1 = one buffer per side, as ucx_perftest uses)
 #   BW_MIN_SIZE=$MIN_SIZE  smallest size of the bandwidth sweep (the latency sweep starts at MIN_SIZE)
 #   OUT=dir            keep raw results there (default: a temporary directory, removed at exit)
 #   STEP_TIMEOUT=900   seconds allowed for one pact-perf or ucx_perftest run
@@ -25,6 +26,10 @@ BUILD=${BUILD:-$here/build}
 PACT_PERF=${PACT_PERF:-$BUILD/perf/pact-perf}
 PLUGIN=${PLUGIN:-$BUILD/plugin/libnccl-net-pact.so}
 ROUNDS=${ROUNDS:-3}
+# ucx_perftest sends every message from one buffer and receives into one buffer, so its data
+# stays in cache; pact-perf does the same by default here (BUFFERS=0: one buffer per message in
+# flight, which on this VM makes large-message bandwidth DRAM-bound for both tools).
+BUFFERS=${BUFFERS:-1}
 MIN_SIZE=${MIN_SIZE:-8}
 MAX_SIZE=${MAX_SIZE:-64M}
 FACTOR=${FACTOR:-2}
@@ -99,7 +104,8 @@ run_pact() {  # $1 = size, $2 = result json
   if (( $1 >= bw_min )); then
     bw=(--min-size "$1" --max-size "$1" --budget "$budget" --max-iters "$MAX_ITERS")
   fi
-  timeout "$STEP_TIMEOUT" "$PACT_PERF" p2p --plugin "$PLUGIN" --window "$WINDOW" "${bw[@]}" \
+  timeout "$STEP_TIMEOUT" "$PACT_PERF" p2p --plugin "$PLUGIN" --window "$WINDOW" \
+    --buffers "$BUFFERS" "${bw[@]}" \
     --lat-min-size "$1" --lat-max-size "$1" --json "$2" > "$2.log" 2>&1 ||
     die "pact-perf failed at size $1: $(tail -5 "$2.log")"
 }

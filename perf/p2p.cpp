@@ -168,6 +168,8 @@ int runP2p(P2pOptions opt) {
   std::vector<size_t> bw, lat;
   if (!opt.no_bw) bw = parseSweep(opt.min_size, opt.max_size, opt.factor, "bandwidth");
   if (!opt.no_lat) lat = parseSweep(opt.lat_min, opt.lat_max, opt.lat_factor, "latency");
+  if (opt.buffers < 0) die("--buffers must be >= 0");
+  if (opt.verify && opt.buffers > 0) die("--verify needs a buffer per outstanding message (no --buffers)");
   if (opt.verify && !bw.empty()) {
     // A slot is reused only after its message completed, so verified data cannot be overwritten.
     opt.window = static_cast<int>(slotCount(opt, bw.back()));
@@ -310,6 +312,11 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   c->add_option("--window", o->window, "outstanding sends/receives")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  c->add_option("--buffers", o->buffers,
+                "bandwidth buffers per side, reused in turn (0 = one per outstanding message; "
+                "1 = like ucx_perftest, keeps the data in cache)")
+      ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   c->add_option("--iters", o->iters, "measured messages per size (default: --budget bytes, >= 5)");
   c->add_option("--budget", o->budget, "bytes per bandwidth size when --iters is not given")

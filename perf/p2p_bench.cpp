@@ -53,7 +53,8 @@ void checkPattern(const char* p, size_t n, uint64_t seq, const char* what) {
 }  // namespace
 
 size_t slotCount(const P2pOptions& opt, size_t max_bw) {
-  return std::clamp<size_t>(kSlotBudget / max_bw, 1, static_cast<size_t>(opt.window));
+  const size_t wanted = opt.buffers > 0 ? static_cast<size_t>(opt.buffers) : static_cast<size_t>(opt.window);
+  return std::clamp<size_t>(kSlotBudget / max_bw, 1, wanted);
 }
 
 void connectPair(Session& s) {

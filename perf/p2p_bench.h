@@ -16,6 +16,7 @@ namespace pact::perf {
 struct P2pOptions {
   std::string plugin;
   int version = 0, dev = 0, window = 16, tc = -1;
+  int buffers = 0;  // bandwidth buffers per side; 0 = one per outstanding message (up to 512 MiB)
   std::string min_size = "4K", max_size = "1G", budget = "256M";
   std::string lat_min = "8", lat_max = "1M";
   size_t factor = 2, lat_factor = 4;

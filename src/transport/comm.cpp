@@ -89,6 +89,9 @@ void Comm::fail(Status s, const std::string& why) {
 }
 
 void Comm::checkPeer() {
+  // Reading the clock on every spin of a test() loop costs latency; every 32nd call is plenty
+  // (a spinning loop makes millions of calls per second).
+  if ((++livenessCalls_ & 31u) != 0) return;
   const auto t = now();
   if (t < nextLivenessCheck_) return;
   nextLivenessCheck_ = t + dev_->params().liveness_interval;
@@ -116,18 +119,36 @@ void Comm::checkPeer() {
 }
 
 bool Comm::earlierInFlight(const Request* r) {
-  bool earlier = false;
-  pool_->forEachInUse([&](Request& o) {
-    earlier = earlier || (o.postIndex < r->postIndex && !o.done());
-  });
-  return earlier;
+  // posted_ is in posting order and NCCL tests in posting order, so r is almost always first.
+  for (const Request* o : posted_) {
+    if (o == r) return false;
+    if (!o->done()) return true;
+  }
+  return false;
+}
+
+Request* Comm::acquire(bool isSend, int nbuffers, size_t nparts) {
+  Request* r = pool_->acquire(this, isSend, nbuffers, nparts);
+  if (r != nullptr) posted_.push_back(r);
+  return r;
+}
+
+void Comm::release(Request* r) {
+  if (!posted_.empty() && posted_.front() == r)
+    posted_.pop_front();
+  else
+    std::erase(posted_, r);
+  pool_->release(r);
 }
 
 Status Comm::test(Request* r, bool* done, int* sizes) {
   *done = false;
-  dev_->progress();
-  progressComm(r);
-  if (!r->done() || (cfg_.ordered && earlierInFlight(r))) {
+  auto ready = [&] { return r->done() && !(cfg_.ordered && earlierInFlight(r)); };
+  if (!ready()) {  // a request that can be reported already (an eager send) needs no progress
+    dev_->progress();
+    progressComm(r);
+  }
+  if (!ready()) {
     if (error_ == Status::kOk) checkPeer();
     if (error_ != Status::kOk && !aborted_) {
       aborted_ = true;
@@ -137,7 +158,7 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
   }
   if (!cfg_.ordered && earlierInFlight(r)) ++stats_.messagesOutOfOrder;
   Status result = finish(r, sizes);
-  pool_->release(r);
+  release(r);
   if (result != Status::kOk) return result == Status::kCanceled ? Status::kRemoteError : result;
   ++stats_.messages;
   *done = true;
@@ -217,7 +238,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
               chunk, tag::kMaxPieces);
     return Status::kInvalidArgument;
   }
-  Request* r = pool_->acquire(this, true, 1, n);
+  Request* r = acquire(true, 1, n);
   if (r == nullptr) return Status::kOk;  // back-pressure
   const uint32_t seq = nextSeq(tag);
   r->partCount[0] = static_cast<uint32_t>(n);
@@ -307,7 +328,7 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
     counts[i] = cfg_.ordered ? 1 : std::min<size_t>(tag::kMaxPieces, piecesFor(sizes[i], cfg_.chunk));
     total += counts[i] * rails;
   }
-  Request* r = pool_->acquire(this, false, n, total);
+  Request* r = acquire(false, n, total);
   if (r == nullptr) return Status::kOk;  // back-pressure
   r->pending = static_cast<int>(total);
   r->rails = static_cast<int>(rails);

@@ -8,9 +8,11 @@
 // completes with kRemoteError. All state is guarded by the device mutex.
 #pragma once
 
+#include <deque>
 #include <memory>
 #include <string>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "transport/channel.h"
@@ -63,7 +65,14 @@ class Comm {
   virtual void partDone(Part* p) = 0;
 
   RequestPool& pool() { return *pool_; }
-  uint32_t nextSeq(int tag) { return seq_[tag]++; }
+  // Per-NCCL-tag message counter. A comm sees a handful of tags (one per local rank sharing it),
+  // so a flat list beats a hash map on the data path.
+  uint32_t nextSeq(int tag) {
+    for (auto& [t, n] : seq_)
+      if (t == tag) return n++;
+    seq_.emplace_back(tag, 1u);
+    return 0;
+  }
   const std::string& peer() const { return peer_; }
 
  protected:
@@ -74,6 +83,9 @@ class Comm {
   // Final status and sizes of a finished request.
   virtual Status finish(Request* r, int* sizes) = 0;
   bool earlierInFlight(const Request* r);
+  // Pool slots in posting order (posted_), so ordering checks never scan the whole pool.
+  Request* acquire(bool isSend, int nbuffers, size_t nparts);
+  void release(Request* r);
   void checkPeer();
   // Whether the peer has closed (BYE read now or before), died, or the comm failed.
   bool peerGone();
@@ -94,7 +106,9 @@ class Comm {
   bool byeReceived_ = false;
   TimePoint byeAt_{};
   TimePoint nextLivenessCheck_{};
-  std::unordered_map<int, uint32_t> seq_;
+  uint32_t livenessCalls_ = 0;
+  std::vector<std::pair<int, uint32_t>> seq_;
+  std::deque<Request*> posted_;  // requests handed out and not yet reported done, oldest first
 };
 
 class SendComm final : public Comm, private Ticker {

@@ -79,7 +79,10 @@ void Lanes::bind(Part* p, size_t i, Post&& post) {
   Lane& l = lanes_[i];
   p->lane = static_cast<uint8_t>(i);
   p->rail = l.rail;
-  p->queuedAt = now();
+  const bool delayed = static_cast<int>(i) == cfg_.delayLane && cfg_.laneDelay.count() > 0;
+  // Time is only needed to steer among lanes or to hold a delayed piece: keep it off the
+  // single-lane fast path.
+  if (lanes_.size() > 1 || delayed) p->queuedAt = now();
   if (l.inflight == 0) {  // an idle lane starts a new measurement window
     l.windowStart = p->queuedAt;
     l.windowBytes = 0;
@@ -87,7 +90,7 @@ void Lanes::bind(Part* p, size_t i, Post&& post) {
   l.inflight += p->size;
   ++l.pieces;
   l.bytes += p->size;
-  if (static_cast<int>(i) == cfg_.delayLane && cfg_.laneDelay.count() > 0)
+  if (delayed)
     l.delayed.push_back(p);
   else
     post(p, l.ep);
