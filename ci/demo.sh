@@ -4,7 +4,7 @@
 # bandwidth / latency table, once over TCP and once over shared memory.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-if [ "${PACT_SKIP_SETUP:-0}" != 1 ]; then
+if [ "${PACTCI_SKIP_SETUP:-0}" != 1 ]; then
   ci/setup.sh > /tmp/pact-setup.log 2>&1 || { cat /tmp/pact-setup.log; exit 1; }
 fi
 ci/build.sh build > /tmp/pact-build.log 2>&1 || { cat /tmp/pact-build.log; exit 1; }
