@@ -54,6 +54,7 @@ T* as(void* p) {
 }
 
 ncclResult_t fail(const char* fn, Status s) {
+  if (s == Status::kOk) [[likely]] return ncclSuccess;
   if (isError(s)) PACT_DEBUG("%s returned %s", fn, statusName(s));
   return toNccl(s);
 }

@@ -389,6 +389,9 @@ void RecvComm::cancel(Part& p) {
 }
 
 void RecvComm::progressComm(Request* r) {
+  // One receive per buffer (an ordered channel, or unordered pieces that all fit one chunk on
+  // one rail): nothing can ever need cancelling.
+  if (r->parts.size() == static_cast<size_t>(r->nbuffers)) return;
   if (r->rails > 1) {
     // A piece landed on one rail: its copies posted on the other rails will never match.
     for (Part& p : r->parts)

@@ -101,12 +101,18 @@ inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size
     r.postIndex = posted_++;
     r.comm = comm;
     r.memHandle = nullptr;
-    r.parts.assign(nparts, Part{});
-    for (auto& p : r.parts) p.owner = &r;
-    r.firstPart.fill(0);
-    r.partCount.fill(0);
-    r.lastPiece.fill(-1);
-    r.doneCount.fill(0);
+    // Reset only what this request uses; the parts vector keeps its capacity across reuse.
+    r.parts.resize(nparts);
+    for (auto& p : r.parts) {
+      p = Part{};
+      p.owner = &r;
+    }
+    for (size_t b = 0; b < static_cast<size_t>(nbuffers) && b < kMaxBuffers; ++b) {
+      r.firstPart[b] = 0;
+      r.partCount[b] = 0;
+      r.lastPiece[b] = -1;
+      r.doneCount[b] = 0;
+    }
     ++used_;
     return &r;
   }
