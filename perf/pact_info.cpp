@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <optional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -78,7 +79,7 @@ void printDevices(pact::transport::Net& net) {
   for (int d = 0; d < net.deviceCount(); ++d) {
     pact::transport::Properties p;
     if (net.properties(d, &p) != pact::Status::kOk) continue;
-    const auto& info = net.devices()[static_cast<size_t>(d)];
+    const pact::ucx::DeviceInfo info = net.deviceInfo(d);
     std::string tls;
     for (const auto& t : info.transports) tls += (tls.empty() ? "" : ",") + t;
     std::printf(
@@ -125,7 +126,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   printDevices(**net);
-  const auto& devices = (*net)->devices();
-  return printClasses(params->classes, devices.empty() ? nullptr : &devices.front(), !noProbe) ? 0
+  std::optional<pact::ucx::DeviceInfo> first;
+  if ((*net)->deviceCount() > 0) first = (*net)->deviceInfo(0);
+  return printClasses(params->classes, first ? &*first : nullptr, !noProbe) ? 0
                                                                                                : 2;
 }

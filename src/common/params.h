@@ -20,11 +20,6 @@ namespace pact {
 using Microseconds = std::chrono::microseconds;
 
 // ---- value parsers: value_type, parse(), allowed() -------------------------------------------
-struct StringParser {
-  using value_type = std::string;
-  static Result<std::string> parse(std::string_view s) { return std::string(s); }
-  static const char* allowed() { return "any string"; }
-};
 struct DeviceListParser {
   using value_type = std::vector<std::string>;
   static Result<value_type> parse(std::string_view s);

@@ -64,7 +64,6 @@ class Comm {
   // A part finished (called from UCX callbacks and immediate completions).
   virtual void partDone(Part* p) = 0;
 
-  RequestPool& pool() { return *pool_; }
   // Per-NCCL-tag message counter. A comm sees a handful of tags (one per local rank sharing it),
   // so a flat list beats a hash map on the data path.
   uint32_t nextSeq(int tag) {

@@ -65,7 +65,6 @@ class DeviceCtx {
   // Keeps the request slots of a closed comm alive while UCX still holds operations on them;
   // slots whose operations all ended are freed here. Device mutex must be held.
   void adoptOrphans(std::unique_ptr<RequestPool> pool);
-  size_t orphanPools() const { return orphans_.size(); }
 
   std::atomic<int64_t> liveComms{0};
   std::atomic<int64_t> liveMemHandles{0};

@@ -36,6 +36,11 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
 
 Net::~Net() = default;
 
+ucx::DeviceInfo Net::deviceInfo(int dev) const {
+  std::lock_guard lock(openMu_);
+  return devices_.at(static_cast<size_t>(dev));
+}
+
 int Net::deviceCount() const {
   std::lock_guard lock(openMu_);
   return static_cast<int>(devices_.size());

@@ -80,7 +80,8 @@ class Net {
   static Status closeListen(ListenComm* lc);
 
   const Params& params() const { return params_; }
-  const std::vector<ucx::DeviceInfo>& devices() const { return devices_; }
+  // A copy: makeVDevice may grow the device list from another thread.
+  ucx::DeviceInfo deviceInfo(int dev) const;
 
  private:
   explicit Net(const Params& p) : params_(p) {}

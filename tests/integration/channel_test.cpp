@@ -34,6 +34,13 @@ void open(Pair* p, int version = loader::kNewestVersion, int trafficClass = -1) 
   ASSERT_NO_FATAL_FAILURE(connectLoopback(*p->plugin, 0, false, &p->sc, &p->rc));
 }
 
+// The class profile of every comm, with lane 0 slowed by kDelay, then a loopback pair.
+void openDelayed(Pair* p, test::ScopedEnv* env, const std::string& profile) {
+  env->set("PACT_TC_DEFAULT", profile)
+      .set("PACT_FAULT", "delay=lane0:" + std::to_string(kDelay.count()) + "ms");
+  ASSERT_NO_FATAL_FAILURE(open(p));
+}
+
 void close(Pair* p) {
   EXPECT_EQ(p->plugin->closeSend(p->sc), loader::kSuccess);
   EXPECT_EQ(p->plugin->closeRecv(p->rc), loader::kSuccess);
@@ -82,10 +89,8 @@ void drainSends(Pair& p, std::initializer_list<void*> reqs) {
 TEST(Channel, UnorderedPiecesAndMessagesOvertakeTheDelayedLane) {
   runInChild("unordered", [] {
     test::ScopedEnv env;
-    env.set("PACT_TC_DEFAULT", "unordered,lanes=2,chunk=4K")
-        .set("PACT_FAULT", "delay=lane0:" + std::to_string(kDelay.count()) + "ms");
     Pair p;
-    ASSERT_NO_FATAL_FAILURE(open(&p));
+    ASSERT_NO_FATAL_FAILURE(openDelayed(&p, &env, "unordered,lanes=2,chunk=4K"));
     // One 256 KiB message = 64 pieces over both lanes: lane 1's pieces land first.
     {
       HostBuffer src(256 << 10), dst(256 << 10);
@@ -112,10 +117,8 @@ TEST(Channel, UnorderedMessagesOvertakeTheDelayedLane) {
     test::ScopedEnv env;
     // Round-robin makes the lanes deterministic (adaptive steering would, rightly, avoid lane 0
     // once it has measured it).
-    env.set("PACT_TC_DEFAULT", "unordered,lanes=2,chunk=4K,steer=roundrobin")
-        .set("PACT_FAULT", "delay=lane0:" + std::to_string(kDelay.count()) + "ms");
     Pair p;
-    ASSERT_NO_FATAL_FAILURE(open(&p));
+    ASSERT_NO_FATAL_FAILURE(openDelayed(&p, &env, "unordered,lanes=2,chunk=4K,steer=roundrobin"));
     // Two one-piece messages: the first rides the delayed lane 0, the second overtakes it on lane 1.
     {
       HostBuffer s0(4096), d0(8192), s1(4096), d1(8192);
@@ -144,10 +147,8 @@ TEST(Channel, UnorderedMessagesOvertakeTheDelayedLane) {
 TEST(Channel, OrderedNeverCompletesMessageKPlusOneBeforeK) {
   runInChild("ordered", [] {
     test::ScopedEnv env;
-    env.set("PACT_TC_DEFAULT", "ordered,lanes=2")
-        .set("PACT_FAULT", "delay=lane0:" + std::to_string(kDelay.count()) + "ms");
     Pair p;
-    ASSERT_NO_FATAL_FAILURE(open(&p));
+    ASSERT_NO_FATAL_FAILURE(openDelayed(&p, &env, "ordered,lanes=2"));
     // A rendezvous-sized message then an eager one: UCX may finish the small one first; the
     // ordered channel must not report it before the large one.
     HostBuffer s0(4 << 20), d0(4 << 20), s1(64), d1(64);
