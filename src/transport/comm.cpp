@@ -1,6 +1,7 @@
 #include "transport/comm.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "common/log.h"
 #include "ucx/ucx_status.h"
@@ -101,21 +102,23 @@ void Comm::checkPeer() {
     return;
   }
   ignore(sock_.flush());
-  for (;;) {
+  if (auto lost = readControl()) {
+    dev_->progress();  // drain what UCX already delivered before declaring the loss
+    fail(Status::kRemoteError, *lost + " without goodbye (peer process died?)");
+  }
+}
+
+std::optional<std::string> Comm::readControl() {
+  while (!byeReceived_) {  // after a goodbye the socket only has its close left
     auto f = sock_.poll();
-    if (!f.ok()) {
-      // Drain what UCX already delivered before declaring the loss.
-      dev_->progress();
-      fail(Status::kRemoteError, f.error().message + " without goodbye (peer process died?)");
-      return;
-    }
-    if (!f.value()) return;
+    if (!f.ok()) return f.error().message;
+    if (!f.value()) break;
     if (f.value()->header.type == wire::FrameType::kBye) {
       byeReceived_ = true;
-      byeAt_ = t;
-      return;
+      byeAt_ = now();
     }
   }
+  return std::nullopt;
 }
 
 bool Comm::earlierInFlight(const Request* r) {
@@ -286,15 +289,7 @@ void SendComm::abortInFlight() {
 
 bool Comm::peerGone() {
   if (byeReceived_ || isError(error_)) return true;
-  for (;;) {
-    auto f = sock_.poll();
-    if (!f.ok()) return true;
-    if (!f.value()) return false;
-    if (f.value()->header.type == wire::FrameType::kBye) {
-      byeReceived_ = true;
-      return true;
-    }
-  }
+  return readControl().has_value() || byeReceived_;
 }
 
 void SendComm::shutdown() {

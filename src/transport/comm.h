@@ -10,6 +10,7 @@
 
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -88,6 +89,8 @@ class Comm {
   void checkPeer();
   // Whether the peer has closed (BYE read now or before), died, or the comm failed.
   bool peerGone();
+  // Reads what the control socket holds (noting a BYE); the reason when the connection is lost.
+  std::optional<std::string> readControl();
   // Progresses until no part is owned by UCX (bounded); parts UCX still holds after that keep
   // their pool alive in the device's graveyard, so a late callback never touches freed memory.
   void drainParts();
