@@ -75,6 +75,7 @@ Result<int> CountParser<kMin, kMax>::parse(std::string_view s) {
 
 // Range-checked counts used in params.def (a macro argument cannot hold a template comma).
 using RecvCountParser = CountParser<1, 8>;
+using TraceEventsParser = CountParser<16, (1 << 24)>;
 
 // ---- the registry ------------------------------------------------------------------------------
 struct ParamInfo {

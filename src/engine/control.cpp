@@ -1,12 +1,18 @@
 #include "engine/control.h"
 
+#include <cstring>
+
 #include "common/codec.h"
 
 namespace pact::engine {
 
 namespace {
 
-enum class Type : uint16_t { kAdvertise = 1, kDone = 2, kVerdict = 3, kEpochChange = 4, kCredit = 5 };
+enum class Type : uint16_t {
+  kAdvertise = 1, kDone = 2, kVerdict = 3, kEpochChange = 4, kCredit = 5, kOffer = 6, kHello = 7,
+};
+constexpr uint16_t kLastType = 7;
+constexpr uint32_t kPieceMagic = 0x50564b50;  // "PKVP" in memory order
 
 void putKey(ByteWriter& w, const TransferKey& k) {
   w.u64(k.requestId);
@@ -38,6 +44,7 @@ struct Encoder {
   }
   Type operator()(const Done& m) {
     putKey(w, m.key);
+    w.u32(m.attempt);
     w.u64(m.bytes);
     w.u8(static_cast<uint8_t>(m.checksumKind));
     w.u64(m.checksum);
@@ -47,7 +54,21 @@ struct Encoder {
     putKey(w, m.key);
     w.u8(static_cast<uint8_t>(m.outcome));
     w.u16(static_cast<uint16_t>(m.reason));
+    w.u32(m.attempt);
     return Type::kVerdict;
+  }
+  Type operator()(const Offer& m) {
+    putKey(w, m.key);
+    w.u64(m.bytes);
+    w.u64(m.deadlineUs);
+    return Type::kOffer;
+  }
+  Type operator()(const Hello& m) {
+    w.bytes(std::vector<uint8_t>(m.name.begin(), m.name.end()));
+    w.u64(m.token);
+    w.u64(m.epoch);
+    w.bytes(m.workerAddress);
+    return Type::kHello;
   }
   Type operator()(const EpochChange& m) {
     w.u64(m.newEpoch);
@@ -64,7 +85,7 @@ Result<Control> decodeAdvertise(ByteReader& r) {
   uint32_t n = 0;
   if (!getKey(r, &m.key) || !r.u64(&m.deadlineUs, "deadline_us") ||
       !r.u64(&m.creditBytes, "credit_bytes") || !r.u64(&m.regionBase, "region_base") ||
-      !r.u64(&m.regionLength, "region_length") || !r.bytes(&m.rkey, kMaxRkey, "rkey") ||
+      !r.u64(&m.regionLength, "region_length") || !r.bytes(&m.rkey, kMaxRkey, "rkey", 0) ||
       !r.u32(&n, "blocks"))
     return r.error();
   if (n == 0 || n > kMaxBlocks) {
@@ -94,7 +115,8 @@ Result<Control> decodeAdvertise(ByteReader& r) {
 Result<Control> decodeDone(ByteReader& r) {
   Done m;
   uint8_t kind = 0;
-  if (!getKey(r, &m.key) || !r.u64(&m.bytes, "bytes") || !r.u8(&kind, "checksum_kind") ||
+  if (!getKey(r, &m.key) || !r.u32(&m.attempt, "attempt") || !r.u64(&m.bytes, "bytes") ||
+      !r.u8(&kind, "checksum_kind") ||
       !r.u64(&m.checksum, "checksum"))
     return r.error();
   if (kind > 2) {
@@ -110,12 +132,14 @@ Result<Control> decodeVerdict(ByteReader& r) {
   Verdict m;
   uint8_t outcome = 0;
   uint16_t reason = 0;
-  if (!getKey(r, &m.key) || !r.u8(&outcome, "outcome") || !r.u16(&reason, "reason")) return r.error();
-  if (outcome < 1 || outcome > 2) {
+  if (!getKey(r, &m.key) || !r.u8(&outcome, "outcome") || !r.u16(&reason, "reason") ||
+      !r.u32(&m.attempt, "attempt"))
+    return r.error();
+  if (outcome < 1 || outcome > 3) {
     r.fail("outcome", "unknown outcome " + std::to_string(outcome));
     return r.error();
   }
-  if (reason > static_cast<uint16_t>(Reason::kPeerLost)) {
+  if (reason > kMaxReason) {
     r.fail("reason", "unknown reason " + std::to_string(reason));
     return r.error();
   }
@@ -123,6 +147,25 @@ Result<Control> decodeVerdict(ByteReader& r) {
   m.reason = static_cast<Reason>(reason);
   if (!r.done()) return r.error();
   return Control(m);
+}
+
+Result<Control> decodeOffer(ByteReader& r) {
+  Offer m;
+  if (!getKey(r, &m.key) || !r.u64(&m.bytes, "bytes") || !r.u64(&m.deadlineUs, "deadline_us") ||
+      !r.done())
+    return r.error();
+  return Control(m);
+}
+
+Result<Control> decodeHello(ByteReader& r) {
+  Hello m;
+  std::vector<uint8_t> name;
+  if (!r.bytes(&name, kMaxName, "name") || !r.u64(&m.token, "token") ||
+      !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
+      !r.done())
+    return r.error();
+  m.name.assign(name.begin(), name.end());
+  return Control(std::move(m));
 }
 
 }  // namespace
@@ -144,7 +187,7 @@ Result<size_t> frameLength(std::span<const uint8_t> header) {
   if (version != kControlVersion)
     return Error{Status::kRefused, "control.version: peer speaks " + std::to_string(version) +
                                        ", this side " + std::to_string(kControlVersion)};
-  if (type < 1 || type > 5)
+  if (type < 1 || type > kLastType)
     return Error{Status::kInvalidArgument, "control.type: unknown type " + std::to_string(type)};
   if (length > kMaxControlBody)
     return Error{Status::kInvalidArgument, "control.length: " + std::to_string(length) +
@@ -186,6 +229,14 @@ Result<Control> decode(std::span<const uint8_t> frame) {
       if (!r.u64(&m.budgetBytes, "budget_bytes") || !r.done()) return r.error();
       return Control(m);
     }
+    case Type::kOffer: {
+      ByteReader r(body, "offer");
+      return decodeOffer(r);
+    }
+    case Type::kHello: {
+      ByteReader r(body, "hello");
+      return decodeHello(r);
+    }
   }
   return Error{Status::kInvalidArgument, "control.type: unknown"};
 }
@@ -200,8 +251,38 @@ const char* reasonName(Reason r) {
     case Reason::kDuplicate: return "duplicate";
     case Reason::kOutOfRange: return "out of range";
     case Reason::kPeerLost: return "peer lost";
+    case Reason::kStale: return "stale generation";
+    case Reason::kSizeMismatch: return "size mismatch";
+    case Reason::kShutdown: return "engine shut down";
+    case Reason::kIncomplete: return "pieces missing";
   }
   return "?";
+}
+
+void encodePiece(const PieceHeader& h, uint8_t out[kPieceHeaderSize]) {
+  ByteWriter w;
+  w.u32(kPieceMagic);
+  w.u64(h.token);
+  putKey(w, h.key);
+  w.u32(h.attempt);
+  w.u32(h.block);
+  w.u64(h.offset);
+  std::memcpy(out, w.out.data(), kPieceHeaderSize);
+}
+
+Result<PieceHeader> decodePiece(std::span<const uint8_t> in) {
+  ByteReader r(in, "piece");
+  PieceHeader h;
+  uint32_t magic = 0;
+  if (!r.u32(&magic, "magic")) return r.error();
+  if (magic != kPieceMagic) {
+    r.fail("magic", "not a pact data piece");
+    return r.error();
+  }
+  if (!r.u64(&h.token, "token") || !getKey(r, &h.key) || !r.u32(&h.attempt, "attempt") ||
+      !r.u32(&h.block, "block") || !r.u64(&h.offset, "offset") || !r.done())
+    return r.error();
+  return h;
 }
 
 }  // namespace pact::engine

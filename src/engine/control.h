@@ -4,6 +4,7 @@
 // before anything can act on them. Pure functions: unit-tested and fuzzed directly.
 //
 // Frame = { u32 magic "PKVC", u16 version, u16 type, u32 body length } + body, little-endian.
+// Data pieces travel as UCP active messages whose header is a fixed-size PieceHeader.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +22,8 @@ inline constexpr uint16_t kControlVersion = 1;
 inline constexpr size_t kControlHeader = 12;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
+inline constexpr size_t kMaxName = 256;
+inline constexpr size_t kMaxWorkerAddress = 4096;
 inline constexpr size_t kMaxControlBody = 16 + 64 + kMaxRkey + kMaxBlocks * 16;
 
 // Identity of one transfer; duplicates of (request, transfer, generation) are the same transfer.
@@ -44,31 +47,45 @@ struct Advertise {
   uint64_t creditBytes = 0;   // bytes this transfer may have in flight
   uint64_t regionBase = 0;    // remote address of the destination region
   uint64_t regionLength = 0;
-  std::vector<uint8_t> rkey;  // packed remote key of the region (UCX), 1..kMaxRkey bytes
+  // Packed remote key of the region, 0..kMaxRkey bytes. Empty: the receiver mediates every write
+  // (pieces are active messages it range-checks and lands itself), so no remote key exists.
+  std::vector<uint8_t> rkey;
   std::vector<Block> blocks;  // each inside [0, regionLength), 1..kMaxBlocks
 };
 
 enum class Checksum : uint8_t { kNone = 0, kCrc32c = 1, kXxh3 = 2 };
 
-// Sender -> receiver: every byte of the transfer has been written.
+// Sender -> receiver: this transfer is ready to go; the receiver advertises it once it expects
+// the key and has credit for the bytes.
+struct Offer {
+  TransferKey key;
+  uint64_t bytes = 0;
+  uint64_t deadlineUs = 0;  // time budget left, in us from receipt; 0 = none
+};
+
+// Sender -> receiver: every byte of attempt `attempt` of the transfer has been sent.
 struct Done {
   TransferKey key;
+  uint32_t attempt = 0;
   uint64_t bytes = 0;
   Checksum checksumKind = Checksum::kNone;
   uint64_t checksum = 0;
 };
 
-enum class Outcome : uint8_t { kCommitted = 1, kAborted = 2 };
+// kRetry: the attempt failed in a way a resend can fix (checksum); send attempt `attempt` again.
+enum class Outcome : uint8_t { kCommitted = 1, kAborted = 2, kRetry = 3 };
 enum class Reason : uint16_t {
   kNone = 0, kEpochMismatch = 1, kChecksum = 2, kDeadline = 3, kRejected = 4, kDuplicate = 5,
-  kOutOfRange = 6, kPeerLost = 7,
+  kOutOfRange = 6, kPeerLost = 7, kStale = 8, kSizeMismatch = 9, kShutdown = 10, kIncomplete = 11,
 };
+inline constexpr uint16_t kMaxReason = 11;
 
 // Receiver -> sender: what became of the transfer.
 struct Verdict {
   TransferKey key;
   Outcome outcome = Outcome::kCommitted;
   Reason reason = Reason::kNone;
+  uint32_t attempt = 0;  // kRetry: the attempt the receiver now accepts
 };
 
 // Receiver -> senders: the receiver moved to a new model epoch; older transfers are aborted.
@@ -81,7 +98,16 @@ struct CreditUpdate {
   uint64_t budgetBytes = 0;
 };
 
-using Control = std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate>;
+// Either side, first on the connection's control socket: who this is and where its UCX worker is.
+struct Hello {
+  std::string name;                    // 1..kMaxName bytes
+  uint64_t token = 0;                  // the sender's id of this connection; the peer puts it in
+                                       // every message so the sender knows where it came from
+  uint64_t epoch = 0;                  // the sender's current model epoch
+  std::vector<uint8_t> workerAddress;  // 1..kMaxWorkerAddress bytes
+};
+
+using Control = std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello>;
 
 std::vector<uint8_t> encode(const Control& m);
 // Decodes one whole frame (header + body). Errors name the field: "advertise.blocks[3]: offset
@@ -91,5 +117,18 @@ Result<Control> decode(std::span<const uint8_t> frame);
 Result<size_t> frameLength(std::span<const uint8_t> header);
 
 const char* reasonName(Reason r);
+
+// Header of one data piece (a UCP active message; the payload is the piece's bytes): which
+// transfer attempt, which of the receiver's advertised blocks and where in it.
+struct PieceHeader {
+  uint64_t token = 0;  // the receiver's id of the connection (Hello.token)
+  TransferKey key;
+  uint32_t attempt = 0;
+  uint32_t block = 0;
+  uint64_t offset = 0;
+};
+inline constexpr size_t kPieceHeaderSize = 8 + 28 + 4 + 4 + 8 + 4;  // + u32 magic
+void encodePiece(const PieceHeader& h, uint8_t out[kPieceHeaderSize]);
+Result<PieceHeader> decodePiece(std::span<const uint8_t> in);
 
 }  // namespace pact::engine

@@ -7,6 +7,7 @@
 #include <netinet/tcp.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 namespace pact::transport {
@@ -110,7 +111,7 @@ Result<std::optional<Frame>> ControlSocket::poll() {
   }
 }
 
-Result<Listener> listenOn(const std::string& ip) {
+Result<Listener> listenOn(const std::string& ip, uint16_t port) {
   Listener l;
   auto* sin = reinterpret_cast<sockaddr_in*>(&l.addr);
   auto* sin6 = reinterpret_cast<sockaddr_in6*>(&l.addr);
@@ -124,6 +125,7 @@ Result<Listener> listenOn(const std::string& ip) {
   } else {
     return Error{Status::kInvalidArgument, "not an IP address: '" + ip + "'"};
   }
+  sin->sin_port = htons(port);  // the port sits at the same offset in sockaddr_in and _in6
   l.fd.reset(::socket(l.addr.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!l.fd.valid()) return sysError("socket");
   if (::bind(l.fd.get(), reinterpret_cast<sockaddr*>(&l.addr), len) != 0) return sysError("bind");
@@ -131,6 +133,44 @@ Result<Listener> listenOn(const std::string& ip) {
   if (::getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&l.addr), &len) != 0)
     return sysError("getsockname");
   return l;
+}
+
+std::string formatAddress(const sockaddr_storage& addr) {
+  char ip[INET6_ADDRSTRLEN] = {};
+  if (addr.ss_family == AF_INET6) {
+    const auto* sin6 = reinterpret_cast<const sockaddr_in6*>(&addr);
+    inet_ntop(AF_INET6, &sin6->sin6_addr, ip, sizeof(ip));
+    return "[" + std::string(ip) + "]:" + std::to_string(ntohs(sin6->sin6_port));
+  }
+  const auto* sin = reinterpret_cast<const sockaddr_in*>(&addr);
+  inet_ntop(AF_INET, &sin->sin_addr, ip, sizeof(ip));
+  return std::string(ip) + ":" + std::to_string(ntohs(sin->sin_port));
+}
+
+Result<wire::ListenHandle> parseAddress(const std::string& text) {
+  const auto bad = [&](const char* why) {
+    return Error{Status::kInvalidArgument,
+                 "address '" + text + "': " + why + " (expected ip:port or [ip6]:port)"};
+  };
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) return bad("no port");
+  std::string host = text.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  const std::string portText = text.substr(colon + 1);
+  char* end = nullptr;
+  const unsigned long port = std::strtoul(portText.c_str(), &end, 10);
+  if (portText.empty() || *end != 0 || port == 0 || port > 65535) return bad("bad port");
+  wire::ListenHandle h;
+  h.port = static_cast<uint16_t>(port);
+  if (inet_pton(AF_INET, host.c_str(), h.addr) == 1) {
+    h.family = AF_INET;
+  } else if (inet_pton(AF_INET6, host.c_str(), h.addr) == 1) {
+    h.family = AF_INET6;
+  } else {
+    return bad("not an IP address");
+  }
+  return h;
 }
 
 Result<ScopedFd> acceptOne(int listenFd) {

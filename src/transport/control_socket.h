@@ -48,12 +48,16 @@ class ControlSocket {
 // Turns a silent peer (dead link, frozen host) into a socket error within about peerTimeout.
 void enableKeepalive(int fd, std::chrono::microseconds peerTimeout);
 
-// A non-blocking listening socket bound to ip (port chosen by the kernel).
+// A non-blocking listening socket bound to ip and port (0: chosen by the kernel).
 struct Listener {
   ScopedFd fd;
   sockaddr_storage addr{};
 };
-Result<Listener> listenOn(const std::string& ip);
+Result<Listener> listenOn(const std::string& ip, uint16_t port = 0);
+// "ip:port" / "[ip6]:port" of a bound socket address.
+std::string formatAddress(const sockaddr_storage& addr);
+// Parses "ip:port" / "[ip6]:port" into a handle connectTo() accepts (listen id and epoch 0).
+Result<wire::ListenHandle> parseAddress(const std::string& text);
 // Accepts one pending connection, or returns an invalid fd when none is waiting.
 Result<ScopedFd> acceptOne(int listenFd);
 

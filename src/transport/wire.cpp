@@ -61,7 +61,7 @@ Result<Header> decodeHeader(std::span<const uint8_t> in) {
       !r.u32(&h.length, "length"))
     return r.error();
   if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
-  if (type < 1 || type > 4)
+  if (type < 1 || type > static_cast<uint16_t>(FrameType::kEngine))
     return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
   if (h.length > kMaxBody)
     return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
@@ -107,6 +107,12 @@ std::vector<uint8_t> encode(const Refuse& m) {
   w.u64(m.expected);
   w.u64(m.got);
   return frame(FrameType::kRefuse, w);
+}
+
+std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame) {
+  Writer w;
+  w.out = engineFrame;
+  return frame(FrameType::kEngine, w);
 }
 
 std::vector<uint8_t> encodeBye() { return frame(FrameType::kBye, Writer{}); }

@@ -35,7 +35,9 @@ struct ListenHandle {
 void encodeHandle(const ListenHandle& h, uint8_t out[kHandleSize]);
 Result<ListenHandle> decodeHandle(std::span<const uint8_t> in);
 
-enum class FrameType : uint16_t { kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4 };
+// kEngine: the body is a transfer-engine control frame (engine/control.h) sent before the
+// engine's UCX endpoints exist (its Hello).
+enum class FrameType : uint16_t { kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kEngine = 5 };
 
 struct Header {
   uint16_t version = kVersion;
@@ -77,6 +79,8 @@ std::vector<uint8_t> encode(const Hello& m);
 std::vector<uint8_t> encode(const Accept& m);
 std::vector<uint8_t> encode(const Refuse& m);
 std::vector<uint8_t> encodeBye();
+// Wraps an engine control frame (at most kMaxBody bytes) as a kEngine frame.
+std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame);
 
 Result<Hello> decodeHello(std::span<const uint8_t> body);
 Result<Accept> decodeAccept(std::span<const uint8_t> body);

@@ -40,7 +40,7 @@ class ProbeScope {
 }  // namespace
 
 Result<Context> Context::create(const std::string& netDevice, const std::string& name,
-                                const Settings& settings) {
+                                const Settings& settings, uint64_t features) {
   ucp_config_t* raw = nullptr;
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
   if (st != UCS_OK) return error("config_read", st);
@@ -59,7 +59,7 @@ Result<Context> Context::create(const std::string& netDevice, const std::string&
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
                       UCP_PARAM_FIELD_NAME;
-  params.features = UCP_FEATURE_TAG;
+  params.features = features;
   params.mt_workers_shared = 0;
   params.name = name.c_str();
   ucp_context_h ctx = nullptr;

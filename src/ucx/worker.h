@@ -26,8 +26,10 @@ class Context {
   // applied in order with ucp_config_modify; the caller decides whether the user's UCX_<KEY>
   // wins (transport/service.h leaves out every key the user set).
   using Settings = std::vector<std::pair<std::string, std::string>>;
+  // features: UCP_FEATURE_* (the plugin uses tags; the engine active messages and wakeup).
   static Result<Context> create(const std::string& netDevice, const std::string& name,
-                                const Settings& settings = {});
+                                const Settings& settings = {},
+                                uint64_t features = UCP_FEATURE_TAG);
   ucp_context_h get() const { return h_.get(); }
   // Gives up ownership without ucp_cleanup (a context UCX still has work on: see DeviceCtx).
   void abandon() { (void)h_.release(); }

@@ -31,18 +31,34 @@ TEST(Control, EveryMessageRoundTrips) {
   ASSERT_EQ(adv.blocks.size(), 2u);
   EXPECT_EQ(adv.blocks[1].offset, 4096u);
 
-  auto d = decode(encode(Done{{1, 2, 3, 4}, 8192, Checksum::kCrc32c, 0xdeadbeef}));
+  auto d = decode(encode(Done{{1, 2, 3, 4}, 2, 8192, Checksum::kCrc32c, 0xdeadbeef}));
   ASSERT_TRUE(d.ok());
+  EXPECT_EQ(std::get<Done>(*d).attempt, 2u);
   EXPECT_EQ(std::get<Done>(*d).checksum, 0xdeadbeefu);
   EXPECT_EQ(std::get<Done>(*d).checksumKind, Checksum::kCrc32c);
 
-  auto v = decode(encode(Verdict{{1, 2, 3, 4}, Outcome::kAborted, Reason::kEpochMismatch}));
+  auto v = decode(encode(Verdict{{1, 2, 3, 4}, Outcome::kAborted, Reason::kEpochMismatch, 5}));
   ASSERT_TRUE(v.ok());
+  EXPECT_EQ(std::get<Verdict>(*v).attempt, 5u);
   EXPECT_EQ(std::get<Verdict>(*v).reason, Reason::kEpochMismatch);
   EXPECT_STREQ(reasonName(Reason::kEpochMismatch), "epoch mismatch");
 
   EXPECT_EQ(std::get<EpochChange>(*decode(encode(EpochChange{9}))).newEpoch, 9u);
   EXPECT_EQ(std::get<CreditUpdate>(*decode(encode(CreditUpdate{77}))).budgetBytes, 77u);
+  auto o = decode(encode(Offer{{5, 6, 7, 8}, 4096, 1000}));
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(std::get<Offer>(*o).key, (TransferKey{5, 6, 7, 8}));
+  EXPECT_EQ(std::get<Offer>(*o).bytes, 4096u);
+  EXPECT_EQ(std::get<Offer>(*o).deadlineUs, 1000u);
+  auto h = decode(encode(Hello{"decode-3", 42, 7, {1, 2, 3, 4}}));
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  EXPECT_EQ(std::get<Hello>(*h).name, "decode-3");
+  EXPECT_EQ(std::get<Hello>(*h).token, 42u);
+  EXPECT_EQ(std::get<Hello>(*h).workerAddress, (std::vector<uint8_t>{1, 2, 3, 4}));
+  EXPECT_EQ(decode(encode(Hello{"", 1, 0, {1}})).error().message,
+            "hello.name: length 0 outside 1..256");
+  EXPECT_EQ(decode(encode(Hello{"x", 1, 0, {}})).error().message,
+            "hello.worker_address: length 0 outside 1..4096");
 }
 
 TEST(Control, EveryTruncationIsRefused) {
@@ -72,8 +88,10 @@ TEST(Control, BlocksOutsideTheRegionAreRefused) {
   EXPECT_EQ(decode(encode(a)).error().message,
             "advertise.region_length: region wraps around the address space");
   a = sampleAdvertise();
-  a.rkey.clear();
-  EXPECT_EQ(decode(encode(a)).error().message, "advertise.rkey: length 0 outside 1..1024");
+  a.rkey.clear();  // no remote key: the receiver mediates every write
+  EXPECT_TRUE(decode(encode(a)).ok());
+  a.rkey.assign(kMaxRkey + 1, 0);
+  EXPECT_EQ(decode(encode(a)).error().message, "advertise.rkey: length 1025 outside 0..1024");
 }
 
 TEST(Control, HeaderAndEnumFieldsAreChecked) {
@@ -96,11 +114,31 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   EXPECT_NE(decode(bad).error().message.find("control.length:"), std::string::npos);
 
   auto v = encode(Verdict{{1, 2, 3, 4}, Outcome::kCommitted, Reason::kNone});
-  v[kControlHeader + 28] = 3;  // outcome
-  EXPECT_EQ(decode(v).error().message, "verdict.outcome: unknown outcome 3");
-  auto d = encode(Done{{1, 2, 3, 4}, 1, Checksum::kNone, 0});
-  d[kControlHeader + 36] = 7;  // checksum kind
+  v[kControlHeader + 28] = 4;  // outcome
+  EXPECT_EQ(decode(v).error().message, "verdict.outcome: unknown outcome 4");
+  v[kControlHeader + 28] = 1;
+  v[kControlHeader + 29] = 12;  // reason
+  EXPECT_EQ(decode(v).error().message, "verdict.reason: unknown reason 12");
+  auto d = encode(Done{{1, 2, 3, 4}, 0, 1, Checksum::kNone, 0});
+  d[kControlHeader + 40] = 7;  // checksum kind
   EXPECT_EQ(decode(d).error().message, "done.checksum_kind: unknown kind 7");
+}
+
+TEST(Control, PieceHeaderRoundTripsAndIsChecked) {
+  uint8_t buf[kPieceHeaderSize];
+  encodePiece(PieceHeader{9, {1, 2, 3, 4}, 5, 6, 4096}, buf);
+  auto h = decodePiece(std::span<const uint8_t>(buf, kPieceHeaderSize));
+  ASSERT_TRUE(h.ok()) << h.error().message;
+  EXPECT_EQ(h->token, 9u);
+  EXPECT_EQ(h->key, (TransferKey{1, 2, 3, 4}));
+  EXPECT_EQ(h->attempt, 5u);
+  EXPECT_EQ(h->block, 6u);
+  EXPECT_EQ(h->offset, 4096u);
+  EXPECT_EQ(decodePiece(std::span<const uint8_t>(buf, kPieceHeaderSize - 1)).error().message,
+            "piece.offset: truncated");
+  buf[0] ^= 1;
+  EXPECT_EQ(decodePiece(std::span<const uint8_t>(buf, kPieceHeaderSize)).error().message,
+            "piece.magic: not a pact data piece");
 }
 
 }  // namespace

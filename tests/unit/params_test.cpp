@@ -83,9 +83,20 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"PACT_FAULT", "seed=x", "invalid PACT_FAULT='seed=x': 'seed=x': expected an unsigned integer seed"},
         Bad{"PACT_FAULT", "drop",
             "invalid PACT_FAULT='drop': 'drop': expected key=value"},
-        Bad{"PACT_FAULT", "drop=0.1,seed=1",
-            "invalid PACT_FAULT='drop=0.1,seed=1': 'drop=0.1': expected delay=laneN:DURATION or seed=N "
-            "(this build injects no other fault)"},
+        Bad{"PACT_FAULT", "drop=1.5",
+            "invalid PACT_FAULT='drop=1.5': 'drop=1.5': expected a probability from 0 to 1"},
+        Bad{"PACT_FAULT", "corrupt=-0.1",
+            "invalid PACT_FAULT='corrupt=-0.1': 'corrupt=-0.1': expected a probability from 0 to 1"},
+        Bad{"PACT_FAULT", "dup=0.1,dup=0.2",
+            "invalid PACT_FAULT='dup=0.1,dup=0.2': 'dup=0.2': given twice"},
+        Bad{"PACT_FAULT", "kill_after=0",
+            "invalid PACT_FAULT='kill_after=0': 'kill_after=0': expected a duration with unit us, ms "
+            "or s (e.g. 200ms)"},
+        Bad{"PACT_FAULT", "epoch_skew=-1",
+            "invalid PACT_FAULT='epoch_skew=-1': 'epoch_skew=-1': expected an unsigned integer"},
+        Bad{"PACT_FAULT", "flood=1",
+            "invalid PACT_FAULT='flood=1': 'flood=1': unknown fault; expected drop, dup, corrupt, "
+            "reject, lose_remote_done, delay, epoch_skew, kill_after or seed"},
         Bad{"PACT_NET_DEVICES", "eth0;rm -rf",
             "invalid PACT_NET_DEVICES='eth0;rm -rf': expected comma-separated device names, or 'all'"}));
 
@@ -98,6 +109,45 @@ TEST(Params, FaultSpecParses) {
   EXPECT_EQ(p->fault.seed, 7u);
   EXPECT_EQ(p->fault.describe(), "delay=lane1:250ms,seed=7");
   EXPECT_FALSE(Params::load({})->fault.active());
+}
+
+TEST(Params, FullFaultSpecParsesAndDescribesItself) {
+  const char* spec =
+      "drop=0.01,delay=lane0:5ms,dup=0.001,corrupt=0.001,reject=0.05,lose_remote_done=0.01,"
+      "epoch_skew=1,kill_after=200ms,seed=7";
+  auto p = Params::load({{"PACT_FAULT", spec}});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  const FaultSpec& f = p->fault;
+  EXPECT_DOUBLE_EQ(f.drop, 0.01);
+  EXPECT_DOUBLE_EQ(f.dup, 0.001);
+  EXPECT_DOUBLE_EQ(f.corrupt, 0.001);
+  EXPECT_DOUBLE_EQ(f.reject, 0.05);
+  EXPECT_DOUBLE_EQ(f.loseRemoteDone, 0.01);
+  EXPECT_EQ(f.epochSkew, 1u);
+  EXPECT_EQ(f.killAfter, std::chrono::milliseconds(200));
+  EXPECT_EQ(f.describe(),
+            "drop=0.01,dup=0.001,corrupt=0.001,reject=0.05,lose_remote_done=0.01,delay=lane0:5ms,"
+            "epoch_skew=1,kill_after=200ms,seed=7");
+  EXPECT_TRUE(Params::load({{"PACT_FAULT", "drop=0"}}).ok());
+  EXPECT_FALSE(Params::load({{"PACT_FAULT", "drop=0"}})->fault.active());
+}
+
+TEST(FaultDice, IsDeterministicPerSeedAndMatchesTheProbability) {
+  FaultDice a(7, 1), b(7, 1), c(8, 1);
+  int hitsA = 0, same = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const bool x = a.roll(0.1), y = b.roll(0.1), z = c.roll(0.1);
+    hitsA += x;
+    same += x == y;
+    (void)z;
+  }
+  EXPECT_EQ(same, 100000);
+  EXPECT_NEAR(hitsA, 10000, 600);
+  EXPECT_FALSE(a.roll(0));
+  EXPECT_TRUE(a.roll(1));
+  FaultDice d(7, 1);
+  FaultDice e(8, 1);
+  EXPECT_NE(d.next(), e.next());
 }
 
 TEST(Params, UnknownPactNamesAreReportedForTheTypoWarning) {

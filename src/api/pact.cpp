@@ -1,0 +1,333 @@
+// The C API (include/pact/pact.h) over pact::engine: argument checks, type mapping, and a
+// catch-all so no exception ever crosses the C boundary.
+#include "pact/pact.h"
+
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "engine/engine.h"
+#include "engine/group.h"
+
+using pact::engine::BlockRef;
+using pact::engine::Code;
+using pact::engine::Engine;
+using pact::engine::Registration;
+using pact::engine::TransferKey;
+
+struct pact_engine {
+  std::unique_ptr<Engine> engine;
+};
+struct pact_group {
+  Engine* engine;
+  std::unique_ptr<pact::engine::Group> group;
+};
+
+static_assert(sizeof(pact_block_t) == sizeof(BlockRef));
+static_assert(offsetof(pact_block_t, offset) == offsetof(BlockRef, offset));
+static_assert(offsetof(pact_block_t, length) == offsetof(BlockRef, length));
+static_assert(PACT_ERR_INCOMPLETE == static_cast<int>(Code::kIncomplete));
+static_assert(PACT_STATE_ABORTED == static_cast<int>(pact::engine::State::kAborted));
+
+namespace {
+
+pact_status_t st(Code c) { return static_cast<pact_status_t>(c); }
+
+pact_status_t bad(const char* what) {
+  return st(pact::engine::fail(Code::kInvalidArg, std::string(what)));
+}
+
+// Runs f, turning any exception (a bug or std::bad_alloc) into a status.
+template <typename F>
+pact_status_t guarded(F&& f) noexcept {
+  try {
+    return f();
+  } catch (const std::bad_alloc&) {
+    return st(pact::engine::fail(Code::kNoMemory, "out of memory"));
+  } catch (const std::exception& e) {
+    return st(pact::engine::fail(Code::kInternal, std::string("internal error: ") + e.what()));
+  } catch (...) {
+    return st(pact::engine::fail(Code::kInternal, "internal error"));
+  }
+}
+
+TransferKey toKey(const pact_key_t& k) {
+  return TransferKey{k.request_id, k.transfer_id, k.model_epoch, k.generation};
+}
+
+pact_key_t fromKey(const TransferKey& k) {
+  return pact_key_t{k.requestId, k.transferId, k.modelEpoch, k.generation};
+}
+
+std::span<const BlockRef> toBlocks(const pact_block_t* blocks, size_t count) {
+  return {reinterpret_cast<const BlockRef*>(blocks), count};
+}
+
+void toInfo(const pact::engine::XferInfo& in, pact_xfer_info_t* out) {
+  out->state = static_cast<pact_state_t>(in.state);
+  out->result = static_cast<pact_status_t>(in.result);
+  out->final = in.final ? 1 : 0;
+  out->retries = in.retries;
+  out->key = fromKey(in.key);
+  out->peer = in.peer;
+  out->bytes = in.bytes;
+}
+
+}  // namespace
+
+// The library is built with hidden visibility; the API's definitions are the exports.
+#pragma GCC visibility push(default)
+extern "C" {
+
+const char* pact_status_string(pact_status_t status) {
+  return pact::engine::codeName(static_cast<Code>(status));
+}
+
+const char* pact_last_error(void) { return pact::engine::lastError().c_str(); }
+
+void pact_engine_config_init(pact_engine_config_t* config) {
+  if (config == nullptr) return;
+  std::memset(config, 0, sizeof *config);
+  config->struct_size = sizeof *config;
+}
+
+pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine_t* engine) {
+  return guarded([&] {
+    if (config == nullptr || engine == nullptr) return bad("engine_create: NULL argument");
+    if (config->struct_size != sizeof *config)
+      return bad("engine_create: config.struct_size does not match this library "
+                 "(call pact_engine_config_init)");
+    pact::engine::EngineConfig c;
+    c.name = config->name != nullptr ? config->name : "";
+    c.listenIp = config->listen_ip != nullptr ? config->listen_ip : "";
+    c.listenPort = config->listen_port;
+    c.modelEpoch = config->model_epoch;
+    c.creditBudget = config->credit_budget;
+    c.progressThread = config->progress_thread != 0;
+    auto handle = std::make_unique<pact_engine>();
+    if (Code code = Engine::create(c, &handle->engine); code != Code::kOk) return st(code);
+    *engine = handle.release();
+    return PACT_OK;
+  });
+}
+
+void pact_engine_destroy(pact_engine_t engine) {
+  try {
+    delete engine;
+  } catch (...) {
+  }
+}
+
+pact_status_t pact_engine_address(pact_engine_t engine, char* buffer, size_t length) {
+  return guarded([&] {
+    if (engine == nullptr || buffer == nullptr) return bad("engine_address: NULL argument");
+    std::string a;
+    if (Code c = engine->engine->address(&a); c != Code::kOk) return st(c);
+    if (a.size() + 1 > length) return bad("engine_address: buffer too small");
+    std::memcpy(buffer, a.c_str(), a.size() + 1);
+    return PACT_OK;
+  });
+}
+
+pact_status_t pact_progress(pact_engine_t engine, int timeout_ms) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("progress: NULL engine");
+    return st(engine->engine->progress(timeout_ms));
+  });
+}
+
+pact_status_t pact_connect(pact_engine_t engine, const char* address, int timeout_ms,
+                           pact_peer_t* peer) {
+  return guarded([&] {
+    if (engine == nullptr || address == nullptr || peer == nullptr) return bad("connect: NULL argument");
+    return st(engine->engine->connect(address, timeout_ms, peer));
+  });
+}
+
+pact_status_t pact_peer_wait(pact_engine_t engine, const char* name, int timeout_ms,
+                             pact_peer_t* peer) {
+  return guarded([&] {
+    if (engine == nullptr || name == nullptr || peer == nullptr) return bad("peer_wait: NULL argument");
+    return st(engine->engine->waitPeer(name, timeout_ms, peer));
+  });
+}
+
+pact_status_t pact_peer_credit(pact_engine_t engine, pact_peer_t peer, uint64_t* budget,
+                               uint64_t* in_use) {
+  return guarded([&] {
+    if (engine == nullptr || budget == nullptr || in_use == nullptr)
+      return bad("peer_credit: NULL argument");
+    return st(engine->engine->peerCredit(peer, budget, in_use));
+  });
+}
+
+pact_status_t pact_mem_register(pact_engine_t engine, void* addr, size_t length, pact_mr_t* mr) {
+  return guarded([&] {
+    if (engine == nullptr || mr == nullptr) return bad("mem_register: NULL argument");
+    Registration* r = nullptr;
+    if (Code c = engine->engine->registerMemory(addr, length, &r); c != Code::kOk) return st(c);
+    *mr = reinterpret_cast<pact_mr_t>(r);
+    return PACT_OK;
+  });
+}
+
+pact_status_t pact_mem_deregister(pact_engine_t engine, pact_mr_t mr) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("mem_deregister: NULL engine");
+    return st(engine->engine->deregister(reinterpret_cast<Registration*>(mr)));
+  });
+}
+
+pact_status_t pact_set_epoch(pact_engine_t engine, uint64_t model_epoch) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("set_epoch: NULL engine");
+    return st(engine->engine->setEpoch(model_epoch));
+  });
+}
+
+pact_status_t pact_set_commit_hook(pact_engine_t engine, pact_commit_fn hook, void* user) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("set_commit_hook: NULL engine");
+    if (hook == nullptr) {
+      engine->engine->setCommitHook(nullptr);
+      return PACT_OK;
+    }
+    engine->engine->setCommitHook(
+        [hook, user](uint64_t xfer, const TransferKey& key, uint64_t from,
+                     std::span<const BlockRef> blocks) {
+          const pact_key_t k = fromKey(key);
+          return hook(user, xfer, &k, from, reinterpret_cast<const pact_block_t*>(blocks.data()),
+                      blocks.size()) == 0;
+        });
+    return PACT_OK;
+  });
+}
+
+pact_status_t pact_set_credit(pact_engine_t engine, pact_peer_t peer, uint64_t budget) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("set_credit: NULL engine");
+    return st(engine->engine->setCredit(peer, budget));
+  });
+}
+
+pact_status_t pact_expect(pact_engine_t engine, const pact_key_t* key, const pact_block_t* blocks,
+                          size_t count, uint64_t deadline_us, const char* traffic_class,
+                          pact_xfer_t* xfer) {
+  return guarded([&] {
+    if (engine == nullptr || key == nullptr || blocks == nullptr || xfer == nullptr)
+      return bad("expect: NULL argument");
+    return st(engine->engine->expect(toKey(*key), toBlocks(blocks, count), deadline_us,
+                                     traffic_class, xfer));
+  });
+}
+
+pact_status_t pact_send(pact_engine_t engine, pact_peer_t peer, const pact_key_t* key,
+                        const pact_block_t* blocks, size_t count, uint64_t deadline_us,
+                        const char* traffic_class, pact_xfer_t* xfer) {
+  return guarded([&] {
+    if (engine == nullptr || key == nullptr || blocks == nullptr || xfer == nullptr)
+      return bad("send: NULL argument");
+    return st(engine->engine->send(peer, toKey(*key), toBlocks(blocks, count), deadline_us,
+                                   traffic_class, xfer));
+  });
+}
+
+pact_status_t pact_xfer_query(pact_engine_t engine, pact_xfer_t xfer, pact_xfer_info_t* info) {
+  return guarded([&] {
+    if (engine == nullptr || info == nullptr) return bad("xfer_query: NULL argument");
+    pact::engine::XferInfo i;
+    if (Code c = engine->engine->query(xfer, &i); c != Code::kOk) return st(c);
+    toInfo(i, info);
+    return PACT_OK;
+  });
+}
+
+pact_status_t pact_xfer_wait(pact_engine_t engine, pact_xfer_t xfer, int timeout_ms,
+                             pact_xfer_info_t* info) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("xfer_wait: NULL engine");
+    pact::engine::XferInfo i;
+    Code c = engine->engine->wait(xfer, timeout_ms, &i);
+    if (info != nullptr && c != Code::kNotFound) toInfo(i, info);
+    return st(c);
+  });
+}
+
+pact_status_t pact_xfer_release(pact_engine_t engine, pact_xfer_t xfer) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("xfer_release: NULL engine");
+    return st(engine->engine->release(xfer));
+  });
+}
+
+pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const pact_peer_t* peers,
+                                size_t ranks, uint32_t my_rank, pact_group_t* group) {
+  return guarded([&] {
+    if (engine == nullptr || peers == nullptr || group == nullptr) return bad("group_create: NULL argument");
+    if (ranks == 0 || my_rank >= ranks) return bad("group_create: my_rank outside 0..ranks-1");
+    if (ranks > (1ull << 31)) return bad("group_create: too many ranks");
+    auto g = std::make_unique<pact_group>();
+    g->engine = engine->engine.get();
+    g->group = std::make_unique<pact::engine::Group>(
+        *engine->engine, group_id, std::vector<uint64_t>(peers, peers + ranks), my_rank);
+    *group = g.release();
+    return PACT_OK;
+  });
+}
+
+pact_status_t pact_group_step(pact_group_t group, uint64_t model_epoch, uint32_t generation,
+                              const pact_block_t* send, const pact_block_t* recv,
+                              uint64_t deadline_us) {
+  return guarded([&] {
+    if (group == nullptr || send == nullptr || recv == nullptr) return bad("group_step: NULL argument");
+    const size_t n = group->group->ranks();
+    return st(group->group->step(model_epoch, generation, toBlocks(send, n), toBlocks(recv, n),
+                                 deadline_us));
+  });
+}
+
+pact_status_t pact_group_wait(pact_group_t group, int timeout_ms) {
+  return guarded([&] {
+    if (group == nullptr) return bad("group_wait: NULL group");
+    return st(group->group->wait(timeout_ms));
+  });
+}
+
+void pact_group_destroy(pact_group_t group) {
+  try {
+    delete group;
+  } catch (...) {
+  }
+}
+
+pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats) {
+  return guarded([&] {
+    if (engine == nullptr || stats == nullptr) return bad("stats: NULL argument");
+    const pact::engine::Stats s = engine->engine->stats();
+    *stats = pact_stats_t{s.committed, s.aborted, s.retried, s.duplicatesDropped, s.staleRejected,
+                          s.outOfRange, s.checksumFailures, s.openRegistrations,
+                          s.leakedRegistrations, s.openTransfers, s.stagedBytes,
+                          s.peakStagedBytes, s.creditBudget, s.creditStallNs, s.bytesReceived,
+                          s.bytesSent};
+    return PACT_OK;
+  });
+}
+
+size_t pact_trace_read(pact_engine_t engine, pact_event_t* events, size_t max, uint64_t* cursor) {
+  if (engine == nullptr || events == nullptr || cursor == nullptr) return 0;
+  try {
+    std::vector<pact::telemetry::TraceEvent> buf(max);
+    const size_t n = engine->engine->traceRead(cursor, buf.data(), max);
+    for (size_t i = 0; i < n; ++i) {
+      const auto& e = buf[i];
+      events[i] = pact_event_t{e.timeNs, {e.requestId, e.transferId, e.modelEpoch, e.generation},
+                               e.peer, e.role, e.state, e.event};
+    }
+    return n;
+  } catch (...) {
+    return 0;
+  }
+}
+
+}  // extern "C"
+#pragma GCC visibility pop

@@ -1,0 +1,78 @@
+// Exactly-once bookkeeping of the transfer engine: which transfer identities already finished
+// (DedupSet) and the newest generation of each transfer (GenerationTracker), so a duplicate or a
+// stale retry is recognized and dropped instead of being applied twice.
+//
+// Both are bounded FIFOs: when full, the entry noted first is forgotten to make room. A forgotten
+// identity is unknown again (not a duplicate, not stale), so the owner sizes the capacity above
+// the number of transfers that can still be retried. Capacity 0 is taken as 1.
+//
+// Not internally synchronized: the engine holds its lock. Construction is cheap; memory grows
+// with use up to capacity entries (one hash node and one ring slot each) and no further.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+namespace pact::engine {
+
+// Remembers the identities (request_id, transfer_id, generation) of finished transfers.
+class DedupSet {
+ public:
+  explicit DedupSet(size_t capacity);
+
+  // Remembers the identity; false (and nothing changes) if it is already present.
+  bool insert(uint64_t requestId, uint64_t transferId, uint32_t generation);
+  bool contains(uint64_t requestId, uint64_t transferId, uint32_t generation) const;
+  size_t size() const { return set_.size(); }
+  size_t capacity() const { return capacity_; }
+
+  struct Key {
+    uint64_t requestId;
+    uint64_t transferId;
+    uint32_t generation;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+
+ private:
+  size_t capacity_;
+  std::unordered_set<Key, KeyHash> set_;
+  std::vector<Key> order_;  // insertion order, a ring once full; order_[next_] is the oldest
+  size_t next_ = 0;
+};
+
+// The highest generation noted per (request_id, transfer_id); a lower one is stale. Raising the
+// generation of a known transfer does not move it in the FIFO (it stays as old as its first note).
+class GenerationTracker {
+ public:
+  explicit GenerationTracker(size_t capacity);
+
+  // Keeps max(generation, what was noted before) for the transfer.
+  void note(uint64_t requestId, uint64_t transferId, uint32_t generation);
+  // generation < the highest noted for the transfer; false for a transfer not (or no longer) known.
+  bool isStale(uint64_t requestId, uint64_t transferId, uint32_t generation) const;
+  size_t size() const { return highest_.size(); }
+  size_t capacity() const { return capacity_; }
+
+  struct Key {
+    uint64_t requestId;
+    uint64_t transferId;
+    bool operator==(const Key&) const = default;
+  };
+  struct KeyHash {
+    size_t operator()(const Key& k) const;
+  };
+
+ private:
+  size_t capacity_;
+  std::unordered_map<Key, uint32_t, KeyHash> highest_;
+  std::vector<Key> order_;  // as in DedupSet
+  size_t next_ = 0;
+};
+
+}  // namespace pact::engine

@@ -1,0 +1,264 @@
+// The transfer engine (ARCHITECTURE.md section 5; docs/engine.md): epoch-aware commit of block
+// transfers between engines, with receiver credits, deadlines, retries and exactly-once commit.
+//
+// One Engine = one UCP context and worker (active messages + wakeup) on the devices of
+// PACT_NET_DEVICES, a listening control socket, and its peers. Every public method takes the
+// engine's one lock; UCX callbacks run inside progress() with the lock held, so the engine's
+// state has exactly one writer at a time. Failures return a Code and leave a message for
+// lastError() (thread-local), which the C API hands out as pact_last_error().
+//
+// The data path: the sender's pieces are UCP active messages whose header names the transfer,
+// attempt, block and offset; the receiver range-checks each one against what it advertised
+// before any byte moves, and lands it itself (memcpy for eager, a rendezvous receive straight
+// into the block otherwise). No remote key is ever handed out, so revoking access is removing
+// the transfer from the receiver's table; a transfer is final only when no receive still
+// writes into its blocks. Files: engine.cpp (lifecycle, progress, peers), receiver.cpp,
+// sender.cpp, group.cpp.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <list>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "common/params.h"
+#include "common/scoped_fd.h"
+#include "engine/control.h"
+#include "engine/dedup.h"
+#include "engine/transfer.h"
+#include "telemetry/trace.h"
+#include "transport/control_socket.h"
+#include "ucx/worker.h"
+
+namespace pact::engine {
+
+inline constexpr unsigned kAmControl = 0x5043;  // active message ids on the engine's worker
+inline constexpr unsigned kAmPiece = 0x5044;
+
+// Message of the last failing engine call on this thread.
+const std::string& lastError();
+// Records msg as this thread's last error and returns c.
+Code fail(Code c, std::string msg);
+const char* codeName(Code c);
+
+struct Registration {
+  uint8_t* addr = nullptr;
+  uint64_t length = 0;
+  ucx::MemMap map;
+  int users = 0;  // unreleased transfers with a block in it
+};
+
+// What the application passes for a block (layout of pact_block_t).
+struct BlockRef {
+  Registration* mr = nullptr;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+struct EngineConfig {
+  std::string name;
+  std::string listenIp;  // empty: do not listen
+  uint16_t listenPort = 0;
+  uint64_t modelEpoch = 0;
+  uint64_t creditBudget = 0;  // 0 = unlimited
+  bool progressThread = false;
+};
+
+struct XferInfo {
+  State state = State::kAllocated;
+  Code result = Code::kInProgress;
+  bool final = false;
+  uint32_t retries = 0;
+  TransferKey key;
+  uint64_t peer = 0;
+  uint64_t bytes = 0;
+};
+
+struct Stats {
+  uint64_t committed = 0, aborted = 0, retried = 0, duplicatesDropped = 0, staleRejected = 0,
+           outOfRange = 0, checksumFailures = 0, openRegistrations = 0, leakedRegistrations = 0,
+           openTransfers = 0, stagedBytes = 0, peakStagedBytes = 0, creditBudget = 0,
+           creditStallNs = 0, bytesReceived = 0, bytesSent = 0;
+};
+
+// Called once per verified transfer with the application's destination blocks; true commits.
+using CommitHook = std::function<bool(uint64_t xfer, const TransferKey& key, uint64_t from,
+                                      std::span<const BlockRef> blocks)>;
+
+class Group;
+
+class Engine {
+ public:
+  static Code create(const EngineConfig& config, std::unique_ptr<Engine>* out);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  Code address(std::string* out);
+  Code progress(int timeoutMs);
+
+  Code connect(const std::string& address, int timeoutMs, uint64_t* peer);
+  Code waitPeer(const std::string& name, int timeoutMs, uint64_t* peer);
+  Code peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse);
+
+  Code registerMemory(void* addr, size_t length, Registration** out);
+  Code deregister(Registration* mr);
+
+  Code setEpoch(uint64_t epoch);
+  void setCommitHook(CommitHook hook);
+  Code setCredit(uint64_t peer, uint64_t budget);
+  Code expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+              const char* trafficClass, uint64_t* xfer);
+  Code send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+            uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
+
+  Code query(uint64_t xfer, XferInfo* info);
+  Code wait(uint64_t xfer, int timeoutMs, XferInfo* info);
+  Code release(uint64_t xfer);
+
+  Stats stats();
+  size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max);
+
+  // For Group (group.cpp): the lock and the blocking wait.
+  std::mutex& mutex() { return mu_; }
+  // Waits with the lock held (by `lock`) until pred() or the timeout; progresses the engine itself
+  // when it has no progress thread. False on timeout.
+  bool waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs, const std::function<bool()>& pred);
+  Code expectLocked(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                    const char* trafficClass, uint64_t* xfer);
+  Code sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                  uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
+  Code releaseLocked(uint64_t xfer);
+  const Transfer* find(uint64_t xfer) const;
+  void markGroupChunk(uint64_t xfer) { xfers_.at(xfer)->groupChunk = true; }
+
+ private:
+  struct Peer;
+  struct OpContext;
+  // kMissing: Done came but pieces of the attempt did not (dropped); a grace period, then retry.
+  enum class TimerKind : uint8_t { kDeadline, kResendDone, kHandshake, kMissing };
+  struct Timer {
+    uint64_t id;  // transfer id, or peer id for kHandshake
+    TimerKind kind;
+  };
+
+  explicit Engine(const EngineConfig& config);
+  Code init();
+  void shutdown();
+
+  // ---- progress (engine.cpp) ----
+  int progressLocked();
+  void sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs);
+  void wake();
+  void runProgressThread();
+  int fireTimers();
+  void addTimer(TimePoint at, uint64_t id, TimerKind kind);
+
+  // ---- peers (engine.cpp) ----
+  int acceptConnections();
+  int pollPeers();
+  Code startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id);
+  Code onHello(Peer& p, const Hello& hello);
+  void peerLost(Peer& p, const std::string& why);
+  Peer* peerByToken(uint64_t token);
+  Peer* readyPeer(uint64_t id);
+  void sendControl(Peer& p, const Control& m);
+  static ucs_status_t onControlAm(void* arg, const void* header, size_t headerLength, void* data,
+                                  size_t length, const ucp_am_recv_param_t* param);
+  static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
+  void dispatch(Peer& p, const Control& m);
+
+  // ---- transfers (engine.cpp) ----
+  Transfer& newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
+                        const Profile& profile, uint64_t deadlineUs);
+  Code checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
+  bool step(Transfer& x, Event e);
+  void settle(Transfer& x, Event e, Code result);
+  void maybeFinish(Transfer& x);
+  void opDone(uint64_t xferId);
+
+  // ---- receiver (receiver.cpp) ----
+  void onOffer(Peer& p, const Offer& m);
+  void onDone(Peer& p, const Done& m);
+  void match(Transfer& x, Peer& p, uint64_t offerDeadlineUs);
+  void advertiseWaiting();
+  void advertise(Transfer& x);
+  void sendVerdict(uint64_t peer, const TransferKey& key, Outcome o, Reason r, uint32_t attempt = 0);
+  static ucs_status_t onPieceAm(void* arg, const void* header, size_t headerLength, void* data,
+                                size_t length, const ucp_am_recv_param_t* param);
+  ucs_status_t onPiece(const PieceHeader& h, void* data, size_t length, bool rendezvous);
+  void pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length, bool ok);
+  void checkMissing(Transfer& x);
+  void tryComplete(Transfer& x);
+  bool retryAttempt(Transfer& x, Event why, Reason reason);
+  void receiverAbort(Transfer& x, Event e, Code result, Reason r);
+  void releaseCredit(Transfer& x);
+
+  // ---- sender (sender.cpp) ----
+  void onAdvertise(Peer& p, const Advertise& m);
+  void onVerdict(Peer& p, const Verdict& m);
+  void onEpochChange(Peer& p, const EpochChange& m);
+  void postPieces(Transfer& x);
+  void sendDone(Transfer& x);
+  void pieceSent(uint64_t xferId, bool ok);
+
+  Transfer* openReceiver(const TransferKey& key);
+  // Calls fn on every live transfer matching pred; fn may settle (and so free) it.
+  void forEachLive(const std::function<bool(const Transfer&)>& pred,
+                   const std::function<void(Transfer&)>& fn);
+  static std::string keyText(const TransferKey& k);
+
+  EngineConfig config_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  ucx::Context context_;
+  ucx::Worker worker_;
+  int workerFd_ = -1;
+  ScopedFd wakeFd_;
+  transport::Listener listener_;
+  bool listening_ = false;
+  bool peerFailure_ = true;
+  std::thread thread_;
+  bool stop_ = false;
+
+  uint64_t nextId_ = 1;
+  std::map<uint64_t, std::unique_ptr<Peer>> peers_;
+  std::unordered_map<uint64_t, std::unique_ptr<Transfer>> xfers_;
+  std::list<std::unique_ptr<Registration>> registrations_;
+  std::multimap<TimePoint, Timer> timers_;
+
+  // Receiver.
+  uint64_t epoch_ = 0;
+  CommitHook hook_;
+  uint64_t creditBudget_ = 0;
+  uint64_t staged_ = 0;
+  struct PendingOffer {
+    uint64_t peer;
+    Offer offer;
+  };
+  std::map<std::tuple<uint64_t, uint64_t, uint32_t>, PendingOffer> offers_;
+  std::map<std::tuple<uint64_t, uint64_t, uint32_t>, uint64_t> receiving_;  // open receivers
+  std::list<uint64_t> waitingCredit_;
+  // Sender: open transfers by (peer, request, transfer, generation).
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t>, uint64_t> sending_;
+  DedupSet committed_{1 << 16};
+  GenerationTracker generations_{1 << 16};
+
+  Stats stats_;
+  telemetry::TraceRing trace_;
+  // PACT_FAULT: copied at creation; fault_.active() is the one branch the data path pays.
+  FaultSpec fault_;
+  FaultDice dice_{1, 0};
+};
+
+}  // namespace pact::engine

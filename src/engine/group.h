@@ -1,0 +1,41 @@
+// All-to-all groups (ARCHITECTURE.md section 5): a step (epoch, generation) sends one chunk to
+// every rank and expects one from every rank, as engine transfers keyed
+// (group id, source rank << 32 | destination rank, epoch, generation). The chunks land and verify
+// like any transfer but skip the application's commit hook: the step commits as a whole when
+// every chunk is in, and a chunk of an older step is rejected as stale by the receiver's
+// generation check (counted in Stats::staleRejected).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace pact::engine {
+
+class Group {
+ public:
+  Group(Engine& engine, uint64_t groupId, std::vector<uint64_t> peers, uint32_t myRank);
+  ~Group();  // releases the transfers of an unfinished step (aborting them)
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+
+  size_t ranks() const { return peers_.size(); }
+  Code step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
+            std::span<const BlockRef> recv, uint64_t deadlineUs);
+  // Blocks until every transfer of the step is final: kOk when all committed, else the first
+  // failure (receives first). The step's transfers are released either way.
+  Code wait(int timeoutMs);
+
+ private:
+  void releaseAll();
+
+  Engine& engine_;
+  uint64_t groupId_;
+  std::vector<uint64_t> peers_;
+  uint32_t myRank_;
+  std::vector<uint64_t> xfers_;  // the current step's receives, then its sends
+};
+
+}  // namespace pact::engine

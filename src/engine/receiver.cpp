@@ -1,0 +1,447 @@
+// The receiver's side of a transfer: expect, match with the sender's offer, grant credit and
+// advertise, land range-checked pieces, verify, commit once, and epoch changes.
+#include <algorithm>
+#include <cstring>
+
+#include "common/checksum.h"
+#include "common/log.h"
+#include "engine/engine.h"
+#include "engine/peer.h"
+
+namespace pact::engine {
+
+namespace {
+
+std::tuple<uint64_t, uint64_t, uint32_t> ident(const TransferKey& k) {
+  return {k.requestId, k.transferId, k.generation};
+}
+
+uint64_t remainingUs(TimePoint deadline) {
+  if (deadline == TimePoint::max()) return 0;
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now()).count();
+  return static_cast<uint64_t>(std::max<int64_t>(left, 1));
+}
+
+Checksum wireKind(Verify v) {
+  switch (v) {
+    case Verify::kNone: return Checksum::kNone;
+    case Verify::kCrc32c: return Checksum::kCrc32c;
+    case Verify::kXxh3: return Checksum::kXxh3;
+  }
+  return Checksum::kNone;
+}
+
+}  // namespace
+
+Transfer* Engine::openReceiver(const TransferKey& key) {
+  auto it = receiving_.find(ident(key));
+  if (it == receiving_.end()) return nullptr;
+  auto x = xfers_.find(it->second);
+  return x == xfers_.end() ? nullptr : x->second.get();
+}
+
+Code Engine::setEpoch(uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  if (epoch == epoch_) return Code::kOk;
+  PACT_INFO("engine %s: model epoch %lu -> %lu", config_.name.c_str(),
+            static_cast<unsigned long>(epoch_), static_cast<unsigned long>(epoch));
+  epoch_ = epoch;
+  // Abort (and so revoke: out of receiving_, later pieces find nothing) every open transfer of
+  // another epoch, and tell each sender.
+  forEachLive(
+      [&](const Transfer& x) { return x.role == Role::kReceiver && x.key.modelEpoch != epoch; },
+      [&](Transfer& x) {
+        receiverAbort(x, Event::kEpochMismatch, Code::kEpochMismatch, Reason::kEpochMismatch);
+      });
+  for (auto it = offers_.begin(); it != offers_.end();) {
+    if (it->second.offer.key.modelEpoch != epoch) {
+      ++stats_.staleRejected;
+      sendVerdict(it->second.peer, it->second.offer.key, Outcome::kAborted, Reason::kEpochMismatch);
+      it = offers_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  for (auto& [id, p] : peers_) sendControl(*p, EpochChange{epoch});
+  wake();
+  return Code::kOk;
+}
+
+void Engine::setCommitHook(CommitHook hook) {
+  std::lock_guard lock(mu_);
+  hook_ = std::move(hook);
+}
+
+Code Engine::setCredit(uint64_t peer, uint64_t budget) {
+  std::lock_guard lock(mu_);
+  if (peer == 0) {
+    creditBudget_ = budget;
+    stats_.creditBudget = budget;
+    for (auto& [id, p] : peers_) {
+      if (p->grant == 0) sendControl(*p, CreditUpdate{budget});
+    }
+  } else {
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return fail(Code::kNotFound, "set_credit: unknown peer " + std::to_string(peer));
+    it->second->grant = budget;
+    sendControl(*it->second, CreditUpdate{budget != 0 ? budget : creditBudget_});
+  }
+  advertiseWaiting();
+  wake();
+  return Code::kOk;
+}
+
+Code Engine::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                    const char* trafficClass, uint64_t* xfer) {
+  std::lock_guard lock(mu_);
+  Code c = expectLocked(key, blocks, deadlineUs, trafficClass, xfer);
+  wake();
+  return c;
+}
+
+Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
+                          uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+  if (key.modelEpoch != epoch_)
+    return fail(Code::kEpochMismatch, "expect " + keyText(key) + ": the receiver is on epoch " +
+                                          std::to_string(epoch_));
+  if (committed_.contains(key.requestId, key.transferId, key.generation) || openReceiver(key))
+    return fail(Code::kDuplicate, "expect " + keyText(key) + ": already committed or open");
+  if (generations_.isStale(key.requestId, key.transferId, key.generation))
+    return fail(Code::kStale, "expect " + keyText(key) + ": a newer generation was expected already");
+  uint64_t bytes = 0;
+  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "expect: " + lastError());
+  const Profile& profile = Params::global()->classes.forName(trafficClass ? trafficClass : "DEFAULT");
+  Transfer& x = newTransfer(Role::kReceiver, key, blocks, profile, deadlineUs);
+  generations_.note(key.requestId, key.transferId, key.generation);
+  receiving_[ident(key)] = x.id;
+  *xfer = x.id;
+  auto offer = offers_.find(ident(key));
+  if (offer != offers_.end()) {
+    const PendingOffer pending = offer->second;
+    offers_.erase(offer);
+    Peer* p = readyPeer(pending.peer);
+    if (p != nullptr) {
+      if (pending.offer.bytes != x.bytes) {
+        sendVerdict(p->id, key, Outcome::kAborted, Reason::kSizeMismatch);
+        x.peer = p->id;
+        settle(x, Event::kFatalError, Code::kInvalidArg);
+      } else {
+        match(x, *p, pending.offer.deadlineUs);
+      }
+    }
+  }
+  return Code::kOk;
+}
+
+void Engine::onOffer(Peer& p, const Offer& m) {
+  const TransferKey& k = m.key;
+  if (k.modelEpoch != epoch_) {
+    ++stats_.staleRejected;
+    sendVerdict(p.id, k, Outcome::kAborted, Reason::kEpochMismatch);
+    return;
+  }
+  if (committed_.contains(k.requestId, k.transferId, k.generation)) {
+    ++stats_.duplicatesDropped;
+    sendVerdict(p.id, k, Outcome::kCommitted, Reason::kDuplicate);
+    return;
+  }
+  if (generations_.isStale(k.requestId, k.transferId, k.generation)) {
+    ++stats_.staleRejected;
+    sendVerdict(p.id, k, Outcome::kAborted, Reason::kStale);
+    return;
+  }
+  Transfer* x = openReceiver(k);
+  if (x == nullptr) {
+    if (offers_.count(ident(k)) != 0 || offers_.size() >= (1u << 16)) {
+      ++stats_.duplicatesDropped;
+      sendVerdict(p.id, k, Outcome::kAborted, Reason::kDuplicate);
+      return;
+    }
+    offers_[ident(k)] = PendingOffer{p.id, m};  // waits for the application's expect
+    return;
+  }
+  if (x->matched) {
+    ++stats_.duplicatesDropped;  // a second offer of an open transfer
+    if (x->peer != p.id) sendVerdict(p.id, k, Outcome::kAborted, Reason::kDuplicate);
+    return;
+  }
+  if (m.bytes != x->bytes) {
+    sendVerdict(p.id, k, Outcome::kAborted, Reason::kSizeMismatch);
+    x->peer = p.id;
+    fail(Code::kInvalidArg, "");
+    settle(*x, Event::kFatalError, Code::kInvalidArg);
+    return;
+  }
+  match(*x, p, m.deadlineUs);
+}
+
+void Engine::match(Transfer& x, Peer& p, uint64_t offerDeadlineUs) {
+  x.matched = true;
+  x.peer = p.id;
+  x.matchedAt = now();
+  if (offerDeadlineUs != 0) {
+    const TimePoint theirs = x.matchedAt + std::chrono::microseconds(offerDeadlineUs);
+    if (theirs < x.deadline) {
+      x.deadline = theirs;
+      addTimer(x.deadline, x.id, TimerKind::kDeadline);
+    }
+  }
+  waitingCredit_.push_back(x.id);
+  advertiseWaiting();
+}
+
+// Grants credit to every matched transfer that fits the budgets, oldest first (first fit: a
+// large transfer does not hold back smaller ones behind it).
+void Engine::advertiseWaiting() {
+  for (auto it = waitingCredit_.begin(); it != waitingCredit_.end();) {
+    auto xi = xfers_.find(*it);
+    if (xi == xfers_.end() || !xi->second->live()) {
+      it = waitingCredit_.erase(it);
+      continue;
+    }
+    Transfer& x = *xi->second;
+    Peer* p = readyPeer(x.peer);
+    if (p == nullptr) {
+      ++it;
+      continue;
+    }
+    const bool fitsTotal = creditBudget_ == 0 || staged_ + x.bytes <= creditBudget_;
+    const bool fitsPeer = p->grant == 0 || p->staged + x.bytes <= p->grant;
+    if (!fitsTotal || !fitsPeer) {
+      ++it;
+      continue;
+    }
+    it = waitingCredit_.erase(it);
+    advertise(x);
+  }
+}
+
+void Engine::advertise(Transfer& x) {
+  Peer& p = *peers_.at(x.peer);
+  x.advertised = true;
+  staged_ += x.bytes;
+  p.staged += x.bytes;
+  stats_.peakStagedBytes = std::max(stats_.peakStagedBytes, staged_);
+  stats_.creditStallNs += static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count());
+  step(x, Event::kAdvertise);
+  Advertise m;
+  m.key = x.key;
+  m.deadlineUs = remainingUs(x.deadline);
+  m.creditBytes = x.bytes;
+  m.regionLength = x.bytes;  // a virtual region: the blocks one after another
+  uint64_t off = 0;
+  for (const Extent& b : x.blocks) {
+    m.blocks.push_back({off, b.length});
+    off += b.length;
+  }
+  sendControl(p, m);
+  step(x, Event::kPost);  // the destination is posted: pieces may land from now on
+}
+
+void Engine::releaseCredit(Transfer& x) {
+  if (!x.advertised) return;
+  x.advertised = false;
+  staged_ -= std::min(staged_, x.bytes);
+  auto it = peers_.find(x.peer);
+  if (it != peers_.end()) it->second->staged -= std::min(it->second->staged, x.bytes);
+  advertiseWaiting();
+}
+
+void Engine::sendVerdict(uint64_t peer, const TransferKey& key, Outcome o, Reason r, uint32_t attempt) {
+  if (fault_.active() && o == Outcome::kCommitted && dice_.roll(fault_.loseRemoteDone)) return;
+  Peer* p = readyPeer(peer);
+  if (p != nullptr) sendControl(*p, Verdict{key, o, r, attempt});
+}
+
+void Engine::receiverAbort(Transfer& x, Event e, Code result, Reason r) {
+  if (!x.live()) return;
+  if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, r);
+  settle(x, e, result);
+}
+
+// ---- pieces ------------------------------------------------------------------------------------
+
+ucs_status_t Engine::onPieceAm(void* arg, const void* header, size_t headerLength, void* data,
+                               size_t length, const ucp_am_recv_param_t* param) {
+  auto* e = static_cast<Engine*>(arg);
+  auto h = decodePiece(std::span(static_cast<const uint8_t*>(header), headerLength));
+  if (!h.ok()) {
+    ++e->stats_.outOfRange;
+    PACT_WARN("engine %s: data piece refused: %s", e->config_.name.c_str(), h.error().message.c_str());
+    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  }
+  return e->onPiece(*h, data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+}
+
+// Checks the piece against what was advertised before a byte moves, then lands it.
+ucs_status_t Engine::onPiece(const PieceHeader& h, void* data, size_t length, bool rendezvous) {
+  // Dropping a piece: UCS_OK also for a rendezvous (UCX then discards it and the sender's send
+  // completes normally: duplicates and late pieces are not the sender's failure).
+  const ucs_status_t drop = UCS_OK;
+  Peer* p = peerByToken(h.token);
+  Transfer* x = openReceiver(h.key);
+  if (p == nullptr || x == nullptr || !x->advertised || x->peer != p->id ||
+      x->key.modelEpoch != h.key.modelEpoch) {
+    // Not (or no longer) open here: revoked, committed, or never advertised.
+    if (committed_.contains(h.key.requestId, h.key.transferId, h.key.generation)) {
+      ++stats_.duplicatesDropped;
+    } else {
+      ++stats_.staleRejected;
+    }
+    return drop;
+  }
+  if (h.attempt != x->attempt) {
+    ++stats_.staleRejected;  // a piece of an earlier attempt
+    return drop;
+  }
+  if (h.block >= x->blocks.size() || h.offset > x->blocks[h.block].length ||
+      length > x->blocks[h.block].length - h.offset || length == 0) {
+    ++stats_.outOfRange;
+    PACT_WARN("engine %s: %s piece block %u offset %lu length %zu outside the advertised blocks",
+              config_.name.c_str(), keyText(x->key).c_str(), h.block,
+              static_cast<unsigned long>(h.offset), length);
+    receiverAbort(*x, Event::kFatalError, Code::kOutOfRange, Reason::kOutOfRange);
+    return rendezvous ? UCS_ERR_INVALID_PARAM : UCS_OK;
+  }
+  if (!x->landed.insert({h.block, h.offset}).second) {
+    ++stats_.duplicatesDropped;  // the same piece twice
+    return drop;
+  }
+  if (x->state == State::kPosted) step(*x, Event::kSend);
+  uint8_t* dst = x->blocks[h.block].addr + h.offset;
+  if (!rendezvous) {
+    std::memcpy(dst, data, length);
+    pieceLanded(x->id, x->attempt, dst, length, true);
+    return UCS_OK;
+  }
+  auto* op = new OpContext{this, x->id, x->attempt, dst, length};
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.recv_am = [](void* req, ucs_status_t st, size_t, void* user) {
+    auto* o = static_cast<OpContext*>(user);
+    // The operation is over first, so completing the transfer sees no receive pending.
+    o->engine->opDone(o->xfer);
+    o->engine->pieceLanded(o->xfer, o->attempt, o->dst, o->length, st == UCS_OK);
+    delete o;
+    ucp_request_free(req);
+  };
+  rp.user_data = op;
+  ++x->pendingOps;
+  void* req = ucp_am_recv_data_nbx(worker_.get(), data, dst, length, &rp);
+  if (req == nullptr || UCS_PTR_IS_ERR(req)) {
+    const bool ok = req == nullptr;
+    const uint64_t id = x->id;
+    const uint32_t attempt = x->attempt;
+    delete op;
+    opDone(id);
+    pieceLanded(id, attempt, dst, length, ok);
+  }
+  return UCS_OK;
+}
+
+void Engine::pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length,
+                         bool ok) {
+  auto it = xfers_.find(xferId);
+  if (it == xfers_.end()) return;
+  Transfer& x = *it->second;
+  if (!x.live() || x.attempt != attempt) return;
+  if (!ok) {
+    receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
+    return;
+  }
+  if (fault_.active() && dice_.roll(fault_.corrupt)) dst[dice_.next() % length] ^= 0x10;
+  x.landedBytes += length;
+  stats_.bytesReceived += length;
+  tryComplete(x);
+}
+
+// Asks the sender for attempt + 1 when the retry budget and the deadline allow.
+bool Engine::retryAttempt(Transfer& x, Event why, Reason reason) {
+  if (x.retriesLeft <= 0 || now() >= x.deadline) return false;
+  --x.retriesLeft;
+  ++x.retries;
+  ++stats_.retried;
+  step(x, why);
+  step(x, Event::kRetry);
+  ++x.attempt;
+  x.landed.clear();
+  x.landedBytes = 0;
+  x.doneSeen = false;
+  sendVerdict(x.peer, x.key, Outcome::kRetry, reason, x.attempt);
+  return true;
+}
+
+void Engine::checkMissing(Transfer& x) {
+  if (!x.live() || !x.doneSeen || x.pendingOps != 0 || x.landedBytes == x.bytes) return;
+  PACT_INFO("engine %s: %s attempt %u: %lu of %lu bytes arrived", config_.name.c_str(),
+            keyText(x.key).c_str(), x.attempt, static_cast<unsigned long>(x.landedBytes),
+            static_cast<unsigned long>(x.bytes));
+  if (x.state == State::kPosted) step(x, Event::kSend);
+  if (!retryAttempt(x, Event::kTimeout, Reason::kIncomplete))
+    receiverAbort(x, Event::kFatalError, Code::kIncomplete, Reason::kIncomplete);
+}
+
+void Engine::onDone(Peer& p, const Done& m) {
+  Transfer* x = openReceiver(m.key);
+  if (x == nullptr || x->peer != p.id) {
+    if (committed_.contains(m.key.requestId, m.key.transferId, m.key.generation)) {
+      ++stats_.duplicatesDropped;  // our verdict was lost: say it again
+      sendVerdict(p.id, m.key, Outcome::kCommitted, Reason::kDuplicate);
+    }
+    return;
+  }
+  if (m.attempt != x->attempt) return;
+  x->doneSeen = true;
+  x->done = m;
+  tryComplete(*x);
+}
+
+// REMOTE_DONE once every byte of this attempt is in and the sender said Done; then verify and
+// commit (or retry / abort).
+void Engine::tryComplete(Transfer& x) {
+  if (!x.live() || !x.doneSeen || x.pendingOps != 0) return;
+  if (x.landedBytes != x.bytes) {
+    // The sender finished the attempt but bytes are missing: give stragglers a moment.
+    addTimer(now() + std::chrono::milliseconds(20), x.id, TimerKind::kMissing);
+    return;
+  }
+  if (x.state != State::kInFlight) return;
+  step(x, Event::kRemoteDone);
+  if (x.done.bytes != x.bytes) {
+    receiverAbort(x, Event::kFatalError, Code::kInvalidArg, Reason::kSizeMismatch);
+    return;
+  }
+  if (x.key.modelEpoch != epoch_) {
+    receiverAbort(x, Event::kEpochMismatch, Code::kEpochMismatch, Reason::kEpochMismatch);
+    return;
+  }
+  if (x.verify != Verify::kNone) {
+    Digest digest(x.verify);
+    for (const Extent& b : x.blocks) digest.update(b.addr, b.length);
+    if (x.done.checksumKind != wireKind(x.verify) || digest.value() != x.done.checksum) {
+      ++stats_.checksumFailures;
+      PACT_INFO("engine %s: %s checksum mismatch (attempt %u)", config_.name.c_str(),
+                keyText(x.key).c_str(), x.attempt);
+      if (!retryAttempt(x, Event::kVerifyFailed, Reason::kChecksum))
+        receiverAbort(x, Event::kFatalError, Code::kChecksum, Reason::kChecksum);
+      return;
+    }
+  }
+  step(x, Event::kVerified);
+  const uint64_t id = x.id;
+  std::vector<BlockRef> table;
+  for (const Extent& b : x.blocks) table.push_back({b.mr, b.offset, b.length});
+  const bool refused = fault_.active() && dice_.roll(fault_.reject);
+  const bool accepted = !refused && (x.groupChunk || !hook_ || hook_(id, x.key, x.peer, table));
+  if (!accepted) {
+    if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, Reason::kRejected);
+    settle(x, Event::kRejected, Code::kRejected);
+    return;
+  }
+  committed_.insert(x.key.requestId, x.key.transferId, x.key.generation);
+  sendVerdict(x.peer, x.key, Outcome::kCommitted, Reason::kNone);
+  settle(x, Event::kCommit, Code::kOk);
+}
+
+}  // namespace pact::engine

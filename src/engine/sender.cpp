@@ -1,0 +1,239 @@
+// The sender's side of a transfer: offer, wait for the receiver's advertisement (its credit),
+// send the pieces, say Done (again, until the verdict comes), retry when told.
+#include <algorithm>
+#include <cstring>
+
+#include "common/checksum.h"
+#include "common/log.h"
+#include "engine/engine.h"
+#include "engine/peer.h"
+
+namespace pact::engine {
+
+namespace {
+
+constexpr uint64_t kMaxPiece = 4ull << 20;  // one active message
+
+Checksum wireKind(Verify v) {
+  return v == Verify::kCrc32c ? Checksum::kCrc32c : v == Verify::kXxh3 ? Checksum::kXxh3 : Checksum::kNone;
+}
+
+Code codeFor(Reason r) {
+  switch (r) {
+    case Reason::kEpochMismatch: return Code::kEpochMismatch;
+    case Reason::kChecksum: return Code::kChecksum;
+    case Reason::kDeadline: return Code::kDeadline;
+    case Reason::kRejected: return Code::kRejected;
+    case Reason::kDuplicate: return Code::kDuplicate;
+    case Reason::kOutOfRange: return Code::kOutOfRange;
+    case Reason::kPeerLost: case Reason::kShutdown: return Code::kPeerLost;
+    case Reason::kStale: return Code::kStale;
+    case Reason::kSizeMismatch: return Code::kInvalidArg;
+    case Reason::kIncomplete: return Code::kIncomplete;
+    case Reason::kNone: break;
+  }
+  return Code::kInternal;
+}
+
+}  // namespace
+
+struct SendOp {
+  Engine* engine;
+  uint64_t xfer;
+  uint8_t header[kPieceHeaderSize];
+};
+
+Code Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                  uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+  std::lock_guard lock(mu_);
+  Code c = sendLocked(peer, key, blocks, deadlineUs, trafficClass, xfer);
+  wake();
+  return c;
+}
+
+Code Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                        uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+  Peer* p = readyPeer(peer);
+  if (p == nullptr) {
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(peer));
+    return fail(Code::kPeerLost, "send: peer " + it->second->name + " lost: " + it->second->lostReason);
+  }
+  if (sending_.count({peer, key.requestId, key.transferId, key.generation}) != 0)
+    return fail(Code::kDuplicate, "send " + keyText(key) + ": already open to this peer");
+  uint64_t bytes = 0;
+  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "send: " + lastError());
+  const Profile& profile = Params::global()->classes.forName(trafficClass ? trafficClass : "DEFAULT");
+  TransferKey k = key;
+  if (fault_.active()) k.modelEpoch += fault_.epochSkew;  // a peer on a skewed epoch
+  Transfer& x = newTransfer(Role::kSender, k, blocks, profile, deadlineUs);
+  x.peer = peer;
+  sending_[{peer, k.requestId, k.transferId, k.generation}] = x.id;
+  uint64_t left = 0;
+  if (x.deadline != TimePoint::max())
+    left = static_cast<uint64_t>(std::max<int64_t>(
+        1, std::chrono::duration_cast<std::chrono::microseconds>(x.deadline - now()).count()));
+  sendControl(*p, Offer{k, x.bytes, left});
+  *xfer = x.id;
+  return Code::kOk;
+}
+
+void Engine::onAdvertise(Peer& p, const Advertise& m) {
+  auto it = sending_.find({p.id, m.key.requestId, m.key.transferId, m.key.generation});
+  if (it == sending_.end()) return;  // aborted here already; the receiver's deadline ends it
+  Transfer& x = *xfers_.at(it->second);
+  if (!x.live() || x.state != State::kAllocated) return;
+  uint64_t total = 0;
+  for (const Block& b : m.blocks) total += b.length;
+  if (total != x.bytes) {
+    PACT_WARN("engine %s: %s advertised %lu bytes, sending %lu", config_.name.c_str(),
+              keyText(x.key).c_str(), static_cast<unsigned long>(total),
+              static_cast<unsigned long>(x.bytes));
+    settle(x, Event::kFatalError, Code::kInvalidArg);
+    return;
+  }
+  for (const Block& b : m.blocks) x.remoteBlocks.push_back(b.length);
+  p.creditInUse += x.bytes;
+  if (m.deadlineUs != 0) {
+    const TimePoint theirs = now() + std::chrono::microseconds(m.deadlineUs);
+    if (theirs < x.deadline) {
+      x.deadline = theirs;
+      addTimer(x.deadline, x.id, TimerKind::kDeadline);
+    }
+  }
+  step(x, Event::kAdvertise);
+  step(x, Event::kPost);
+  postPieces(x);
+}
+
+// Cuts the source into pieces at both sides' block boundaries (and kMaxPiece) and sends each as
+// one active message; UCX picks eager or rendezvous (zero-copy) by size.
+void Engine::postPieces(Transfer& x) {
+  Peer* p = readyPeer(x.peer);
+  if (p == nullptr) {
+    settle(x, Event::kFatalError, Code::kPeerLost);
+    return;
+  }
+  step(x, Event::kSend);
+  x.piecesPosted = true;
+  size_t src = 0, dst = 0;
+  uint64_t srcOff = 0, dstOff = 0;
+  const uint64_t id = x.id;
+  ++x.pendingOps;  // held while posting, so a completion inside the loop cannot finish the attempt
+  while (src < x.blocks.size() && dst < x.remoteBlocks.size()) {
+    const uint64_t n = std::min({x.blocks[src].length - srcOff, x.remoteBlocks[dst] - dstOff, kMaxPiece});
+    // Faults: a piece not delivered, or delivered twice.
+    const int copies = !fault_.active()            ? 1
+                       : dice_.roll(fault_.drop)   ? 0
+                       : dice_.roll(fault_.dup)    ? 2
+                                                   : 1;
+    for (int c = 0; c < copies; ++c) {
+      auto* op = new SendOp{this, id, {}};
+      encodePiece(PieceHeader{p->remoteToken, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
+                  op->header);
+      ucp_request_param_t rp{};
+      rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+      rp.cb.send = [](void* req, ucs_status_t st, void* user) {
+        auto* o = static_cast<SendOp*>(user);
+        o->engine->pieceSent(o->xfer, st == UCS_OK);
+        delete o;
+        ucp_request_free(req);
+      };
+      rp.user_data = op;
+      ++x.pendingOps;
+      stats_.bytesSent += n;
+      void* req = ucp_am_send_nbx(p->ep.get(), kAmPiece, op->header, kPieceHeaderSize,
+                                  x.blocks[src].addr + srcOff, n, &rp);
+      if (req == nullptr || UCS_PTR_IS_ERR(req)) {
+        delete op;
+        pieceSent(id, req == nullptr);
+      }
+    }
+    srcOff += n;
+    dstOff += n;
+    if (srcOff == x.blocks[src].length) ++src, srcOff = 0;
+    if (dstOff == x.remoteBlocks[dst]) ++dst, dstOff = 0;
+  }
+  pieceSent(id, true);  // drops the posting hold
+}
+
+void Engine::pieceSent(uint64_t xferId, bool ok) {
+  auto it = xfers_.find(xferId);
+  if (it == xfers_.end()) return;
+  Transfer& x = *it->second;
+  if (!ok && x.live()) {
+    PACT_INFO("engine %s: %s piece send failed", config_.name.c_str(), keyText(x.key).c_str());
+    settle(x, Event::kFatalError, Code::kPeerLost);
+  }
+  opDone(xferId);  // may free x
+  it = xfers_.find(xferId);
+  if (it == xfers_.end()) return;
+  Transfer& y = *it->second;
+  if (y.live() && y.pendingOps == 0 && y.state == State::kInFlight) sendDone(y);
+}
+
+void Engine::sendDone(Transfer& x) {
+  Peer* p = readyPeer(x.peer);
+  if (p == nullptr) return;
+  const bool lost = fault_.active() && dice_.roll(fault_.loseRemoteDone);
+  Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
+  if (x.verify != Verify::kNone) {
+    Digest digest(x.verify);
+    for (const Extent& b : x.blocks) digest.update(b.addr, b.length);
+    d.checksum = digest.value();
+  }
+  if (!lost) sendControl(*p, d);
+  x.doneSentAt = now();
+  // The verdict may be lost: say Done again after a while (the receiver answers a Done of a
+  // committed transfer with its verdict again).
+  auto again = std::chrono::milliseconds(200);
+  if (x.deadline != TimePoint::max())
+    again = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(x.deadline - now()) / 4,
+                       std::chrono::milliseconds(5), again);
+  addTimer(x.doneSentAt + again, x.id, TimerKind::kResendDone);
+}
+
+void Engine::onVerdict(Peer& p, const Verdict& m) {
+  auto it = sending_.find({p.id, m.key.requestId, m.key.transferId, m.key.generation});
+  if (it == sending_.end()) return;
+  Transfer& x = *xfers_.at(it->second);
+  if (!x.live()) return;
+  switch (m.outcome) {
+    case Outcome::kCommitted:
+      // In flight: this transfer committed (perhaps on an earlier Done whose verdict was lost).
+      if (x.state == State::kInFlight) {
+        step(x, Event::kRemoteDone);
+        step(x, Event::kVerified);
+        settle(x, Event::kCommit, Code::kOk);
+      } else {
+        settle(x, Event::kFatalError, Code::kDuplicate);  // an earlier send of the key committed
+      }
+      return;
+    case Outcome::kRetry:
+      if (x.state != State::kInFlight || x.pendingOps != 0) return;
+      step(x, Event::kRetryableError);
+      step(x, Event::kRetry);
+      x.attempt = m.attempt;
+      ++x.retries;
+      ++stats_.retried;
+      postPieces(x);
+      return;
+    case Outcome::kAborted: {
+      const Event e = m.reason == Reason::kEpochMismatch ? Event::kEpochMismatch
+                      : m.reason == Reason::kDeadline    ? Event::kDeadline
+                                                         : Event::kFatalError;
+      settle(x, e, codeFor(m.reason));
+      return;
+    }
+  }
+}
+
+void Engine::onEpochChange(Peer& p, const EpochChange& m) {
+  forEachLive(
+      [&](const Transfer& x) {
+        return x.role == Role::kSender && x.peer == p.id && x.key.modelEpoch != m.newEpoch;
+      },
+      [&](Transfer& x) { settle(x, Event::kEpochMismatch, Code::kEpochMismatch); });
+}
+
+}  // namespace pact::engine

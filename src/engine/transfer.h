@@ -1,0 +1,78 @@
+// One transfer as the engine keeps it, on either side. Plain data; the engine (engine.h) owns
+// every Transfer and changes its state only through Engine::step(), which consults the one
+// transition table (state.h) and records the event in the trace.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/profile.h"
+#include "engine/control.h"
+#include "engine/state.h"
+
+namespace pact::engine {
+
+// The engine's status codes: the values of pact_status_t (include/pact/pact.h), frozen.
+enum class Code : int {
+  kOk = 0, kInProgress = 1, kInvalidArg = -1, kNoMemory = -2, kNotFound = -3, kTimedOut = -4,
+  kEpochMismatch = -5, kPeerLost = -6, kRefused = -7, kChecksum = -8, kRejected = -9,
+  kDeadline = -10, kDuplicate = -11, kOutOfRange = -12, kStale = -13, kBusy = -14, kSystem = -15,
+  kInternal = -16, kIncomplete = -17,
+};
+
+struct Registration;
+
+// A contiguous piece of registered memory a transfer reads from or writes into.
+struct Extent {
+  Registration* mr = nullptr;
+  uint8_t* addr = nullptr;
+  uint64_t offset = 0;  // into mr (what the application passed)
+  uint64_t length = 0;
+};
+
+enum class Role : uint8_t { kReceiver = 0, kSender = 1 };
+
+struct Transfer {
+  uint64_t id = 0;
+  Role role = Role::kReceiver;
+  TransferKey key;
+  State state = State::kAllocated;
+  Code result = Code::kInProgress;
+  uint64_t peer = 0;              // the other side; receiver: 0 until an offer matched
+  std::vector<Extent> blocks;     // local memory, in order
+  uint64_t bytes = 0;             // sum of blocks' lengths
+  Verify verify = Verify::kNone;
+  int retriesLeft = 0;
+  uint32_t retries = 0;
+  uint32_t attempt = 0;           // pieces and Done of another attempt are ignored
+  TimePoint deadline = TimePoint::max();
+  TimePoint created;
+  int pendingOps = 0;             // UCX operations that still read or write blocks
+  bool userReleased = false;      // the application gave the id back
+  bool settled = false;           // final state reached and reported (COMMITTED or ABORTED)
+  bool groupChunk = false;        // part of an all-to-all step: the group commits, not the hook
+
+  // Receiver.
+  bool matched = false;           // an offer for the key arrived (peer is set)
+  TimePoint matchedAt;            // start of the wait for credit
+  bool advertised = false;        // credit is held (staged bytes)
+  std::set<std::pair<uint32_t, uint64_t>> landed;  // (block, offset) of pieces in, this attempt
+  uint64_t landedBytes = 0;
+  bool doneSeen = false;
+  Done done;                      // the sender's last Done of this attempt
+
+  // Sender.
+  std::vector<uint64_t> remoteBlocks;  // the receiver's block lengths (from Advertise)
+  bool piecesPosted = false;
+  TimePoint doneSentAt;
+
+  bool live() const { return !settled; }
+  // Final for the application: settled and nothing touches the blocks any more.
+  bool final() const { return settled && pendingOps == 0; }
+};
+
+}  // namespace pact::engine

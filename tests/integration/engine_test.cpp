@@ -1,0 +1,497 @@
+// The transfer engine end to end, through the C API, between processes over real UCX on
+// loopback: happy path, checksum mismatch, duplicate delivery, epoch switch with revocation,
+// deadlines, a peer killed mid-transfer, credits under a burst, an all-to-all step with a stale
+// chunk. Every child asserts; the test fails on any failure, crash or hang (watchdogs).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "tests/integration/engine_util.h"
+
+namespace pact::test {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::steady_clock;
+
+// The hook checks data against the receiver's memory: blocks point into Side::memory.
+struct CheckingHook {
+  Side* side;
+  int calls = 0;
+  int bad = 0;
+  static int call(void* user, pact_xfer_t, const pact_key_t* key, pact_peer_t, const pact_block_t* b,
+                  size_t n) {
+    auto* self = static_cast<CheckingHook*>(user);
+    ++self->calls;
+    uint64_t pos = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (firstMismatch(self->side->memory.data() + b[i].offset, b[i].length, key->request_id, pos) >= 0)
+        ++self->bad;
+      pos += b[i].length;
+    }
+    return 0;
+  }
+};
+
+pact_key_t key(uint64_t request, uint64_t epoch = 0, uint32_t generation = 0) {
+  return pact_key_t{request, 1, epoch, generation};
+}
+
+// Sender side of a simple transfer: pattern(request) over lengths at offset, sent to the peer.
+pact_xfer_t sendPattern(Side& s, const pact_key_t& k, const std::vector<uint64_t>& lengths,
+                        uint64_t offset, uint64_t deadlineUs = 0, const char* cls = nullptr) {
+  uint64_t total = 0;
+  for (uint64_t n : lengths) total += n;
+  fillPattern(s.memory.data() + offset, total, k.request_id);
+  auto blocks = s.blocks(lengths, offset);
+  pact_xfer_t x = 0;
+  const pact_status_t st =
+      pact_send(s.engine, s.peer, &k, blocks.data(), blocks.size(), deadlineUs, cls, &x);
+  EXPECT_EQ(st, PACT_OK) << pact_last_error();
+  s.xfers.push_back(x);
+  return x;
+}
+
+pact_xfer_t expectInto(Side& r, const pact_key_t& k, const std::vector<uint64_t>& lengths,
+                       uint64_t offset, uint64_t deadlineUs = 0, const char* cls = nullptr) {
+  auto blocks = r.blocks(lengths, offset);
+  pact_xfer_t x = 0;
+  const pact_status_t st =
+      pact_expect(r.engine, &k, blocks.data(), blocks.size(), deadlineUs, cls, &x);
+  EXPECT_EQ(st, PACT_OK) << pact_last_error();
+  r.xfers.push_back(x);
+  return x;
+}
+
+// ---- happy path --------------------------------------------------------------------------------
+
+TEST(Engine, HappyPathCommitsByteExactOnceWithATrace) {
+  // Mixed sizes (eager and rendezvous pieces); sender and receiver cut the bytes differently.
+  const std::vector<uint64_t> recvLayout = {4096, 1 << 20, 300000, 7};
+  const std::vector<uint64_t> sendLayout = {700000, 4096 + (1 << 20) + 300000 + 7 - 700000};
+  constexpr int kTransfers = 20;
+  runPair(
+      {},
+      [&](Side& r) {
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        std::vector<pact_xfer_t> xs;
+        for (int i = 0; i < kTransfers; ++i)
+          xs.push_back(expectInto(r, key(100 + i), recvLayout, static_cast<uint64_t>(i) * (1500000)));
+        for (pact_xfer_t x : xs) {
+          pact_xfer_info_t info = r.waitFinal(x);
+          EXPECT_EQ(info.state, PACT_STATE_COMMITTED);
+          EXPECT_EQ(info.result, PACT_OK);
+          EXPECT_EQ(info.peer, r.peer);
+          PACT_OK_OR_FAIL(pact_xfer_release(r.engine, x));
+        }
+        EXPECT_EQ(hook.calls, kTransfers);
+        EXPECT_EQ(hook.bad, 0);
+        const pact_stats_t s = r.stats();
+        EXPECT_EQ(s.committed, static_cast<uint64_t>(kTransfers));
+        EXPECT_EQ(s.aborted, 0u);
+        EXPECT_EQ(s.open_transfers, 0u);
+        EXPECT_EQ(s.staged_bytes, 0u);
+        // The trace has every step of the first transfer, in order, with monotonic times.
+        std::vector<pact_event_t> ev(4096);
+        uint64_t cursor = 0;
+        ev.resize(pact_trace_read(r.engine, ev.data(), ev.size(), &cursor));
+        std::vector<int> states;
+        uint64_t last = 0;
+        for (const auto& e : ev) {
+          if (e.key.request_id != 100) continue;
+          states.push_back(e.state);
+          EXPECT_GE(e.time_ns, last);
+          last = e.time_ns;
+        }
+        EXPECT_EQ(states, (std::vector<int>{PACT_STATE_ALLOCATED, PACT_STATE_ADVERTISED,
+                                            PACT_STATE_POSTED, PACT_STATE_IN_FLIGHT,
+                                            PACT_STATE_REMOTE_DONE, PACT_STATE_VERIFIED,
+                                            PACT_STATE_COMMITTED, PACT_STATE_RELEASED}));
+        r.note(1);
+      },
+      [&](Side& s) {
+        std::vector<pact_xfer_t> xs;
+        for (int i = 0; i < kTransfers; ++i)
+          xs.push_back(sendPattern(s, key(100 + i), sendLayout, static_cast<uint64_t>(i) * 1500000));
+        for (pact_xfer_t x : xs) {
+          pact_xfer_info_t info = s.waitFinal(x);
+          EXPECT_EQ(info.state, PACT_STATE_COMMITTED);
+          EXPECT_EQ(info.result, PACT_OK);
+          PACT_OK_OR_FAIL(pact_xfer_release(s.engine, x));
+        }
+        EXPECT_TRUE(s.await(1));
+        EXPECT_EQ(s.stats().committed, static_cast<uint64_t>(kTransfers));
+      });
+}
+
+TEST(Engine, CallerDrivenProgressWorksWithoutAThread) {
+  PairOptions o;
+  o.progressThread = false;
+  runPair(
+      o,
+      [&](Side& r) {
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        pact_xfer_t x = expectInto(r, key(7), {65536, 3 << 20}, 0);
+        EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
+        EXPECT_EQ(hook.calls, 1);
+        EXPECT_EQ(hook.bad, 0);
+        r.note(1);
+      },
+      [&](Side& s) {
+        pact_xfer_t x = sendPattern(s, key(7), {65536 + (3 << 20)}, 0);
+        EXPECT_EQ(s.waitFinal(x).result, PACT_OK);
+        EXPECT_TRUE(s.await(1));
+      });
+}
+
+// ---- bad input at the API ------------------------------------------------------------------------
+
+TEST(Engine, BadArgumentsAreRefusedWithAMessage) {
+  runPair(
+      {},
+      [&](Side& r) {
+        pact_key_t k = key(1);
+        pact_block_t outside{r.mr, r.memory.size() - 10, 100};
+        pact_xfer_t x = 0;
+        EXPECT_EQ(pact_expect(r.engine, &k, &outside, 1, 0, nullptr, &x), PACT_ERR_OUT_OF_RANGE);
+        EXPECT_NE(std::string(pact_last_error()).find("blocks[0]: offset"), std::string::npos)
+            << pact_last_error();
+        pact_block_t zero{r.mr, 0, 0};
+        EXPECT_EQ(pact_expect(r.engine, &k, &zero, 1, 0, nullptr, &x), PACT_ERR_INVALID_ARG);
+        pact_block_t unknown{reinterpret_cast<pact_mr_t>(&k), 0, 10};
+        EXPECT_EQ(pact_expect(r.engine, &k, &unknown, 1, 0, nullptr, &x), PACT_ERR_NOT_FOUND);
+        pact_key_t other = key(1, 5);
+        pact_block_t ok{r.mr, 0, 10};
+        EXPECT_EQ(pact_expect(r.engine, &other, &ok, 1, 0, nullptr, &x), PACT_ERR_EPOCH_MISMATCH);
+        ASSERT_EQ(pact_expect(r.engine, &k, &ok, 1, 0, nullptr, &x), PACT_OK);
+        pact_xfer_t y = 0;
+        EXPECT_EQ(pact_expect(r.engine, &k, &ok, 1, 0, nullptr, &y), PACT_ERR_DUPLICATE);
+        // A registration in use cannot go; the transfer's release frees it.
+        EXPECT_EQ(pact_mem_deregister(r.engine, r.mr), PACT_ERR_BUSY);
+        PACT_OK_OR_FAIL(pact_xfer_release(r.engine, x));
+        EXPECT_EQ(pact_xfer_query(r.engine, x, nullptr), PACT_ERR_INVALID_ARG);
+        pact_xfer_info_t info;
+        EXPECT_EQ(pact_xfer_query(r.engine, x, &info), PACT_ERR_NOT_FOUND);
+        EXPECT_EQ(pact_connect(r.engine, "127.0.0.1", 100, &r.peer), PACT_ERR_INVALID_ARG);
+        EXPECT_NE(std::string(pact_last_error()).find("expected ip:port"), std::string::npos);
+        r.note(1);
+      },
+      [&](Side& s) { EXPECT_TRUE(s.await(1)); });
+}
+
+// ---- checksums ---------------------------------------------------------------------------------
+
+TEST(Engine, ChecksumMismatchNeverCommits) {
+  PairOptions o;
+  o.receiverEnv = {{"PACT_FAULT", "corrupt=1,seed=3"}, {"PACT_TC_KV", "verify=crc32c,retries=2"}};
+  o.senderEnv = {{"PACT_TC_KV", "verify=crc32c,retries=2"}};
+  runPair(
+      o,
+      [&](Side& r) {
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        pact_xfer_t x = expectInto(r, key(9), {100000, 2 << 20}, 0, 0, "KV");
+        pact_xfer_info_t info = r.waitFinal(x);
+        EXPECT_EQ(info.state, PACT_STATE_ABORTED);
+        EXPECT_EQ(info.result, PACT_ERR_CHECKSUM);
+        EXPECT_EQ(info.retries, 2u);
+        EXPECT_EQ(hook.calls, 0);
+        const pact_stats_t st = r.stats();
+        EXPECT_EQ(st.checksum_failures, 3u);
+        EXPECT_EQ(st.retried, 2u);
+        EXPECT_EQ(st.committed, 0u);
+        r.note(1);
+      },
+      [&](Side& s) {
+        pact_xfer_t x = sendPattern(s, key(9), {100000 + (2 << 20)}, 0, 0, "KV");
+        pact_xfer_info_t info = s.waitFinal(x);
+        EXPECT_EQ(info.result, PACT_ERR_CHECKSUM);
+        EXPECT_EQ(info.retries, 2u);
+        EXPECT_TRUE(s.await(1));
+      });
+}
+
+TEST(Engine, CorruptedAttemptsAreRetriedUntilTheDataIsRight) {
+  PairOptions o;
+  o.receiverEnv = {{"PACT_FAULT", "corrupt=0.3,seed=11"}, {"PACT_TC_KV", "verify=xxh3,retries=40"}};
+  o.senderEnv = {{"PACT_TC_KV", "verify=xxh3,retries=40"}};
+  constexpr int kTransfers = 30;
+  runPair(
+      o,
+      [&](Side& r) {
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        std::vector<pact_xfer_t> xs;
+        for (int i = 0; i < kTransfers; ++i)
+          xs.push_back(expectInto(r, key(i + 1), {8192, 8192}, static_cast<uint64_t>(i) * 16384, 0, "KV"));
+        for (pact_xfer_t x : xs) EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
+        EXPECT_EQ(hook.calls, kTransfers);
+        EXPECT_EQ(hook.bad, 0);  // nothing corrupt reached the hook
+        EXPECT_GT(r.stats().checksum_failures, 0u);
+        EXPECT_EQ(r.stats().retried, r.stats().checksum_failures);
+        r.note(1);
+      },
+      [&](Side& s) {
+        for (int i = 0; i < kTransfers; ++i) {
+          pact_xfer_t x = sendPattern(s, key(i + 1), {16384}, static_cast<uint64_t>(i) * 16384, 0, "KV");
+          EXPECT_EQ(s.waitFinal(x).result, PACT_OK);
+        }
+        EXPECT_TRUE(s.await(1));
+      });
+}
+
+// ---- exactly once ------------------------------------------------------------------------------
+
+TEST(Engine, DuplicateDeliveryCommitsOnce) {
+  PairOptions o;
+  o.senderEnv = {{"PACT_FAULT", "dup=1,lose_remote_done=0.5,seed=5"}};
+  runPair(
+      o,
+      [&](Side& r) {
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        for (int i = 0; i < 10; ++i) {
+          pact_xfer_t x = expectInto(r, key(50 + i), {4096, 1 << 20}, static_cast<uint64_t>(i) << 21);
+          EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
+        }
+        EXPECT_EQ(hook.calls, 10);
+        EXPECT_EQ(hook.bad, 0);
+        EXPECT_GT(r.stats().duplicates_dropped, 0u);
+        r.note(1);
+        // The sender sends key 50 again: refused as a duplicate, never committed twice.
+        EXPECT_TRUE(r.await(2));
+        EXPECT_EQ(hook.calls, 10);
+        pact_key_t again = key(50);
+        pact_block_t b{r.mr, 0, 4096};
+        pact_xfer_t y = 0;
+        EXPECT_EQ(pact_expect(r.engine, &again, &b, 1, 0, nullptr, &y), PACT_ERR_DUPLICATE);
+        r.note(3);
+      },
+      [&](Side& s) {
+        for (int i = 0; i < 10; ++i) {
+          pact_xfer_t x = sendPattern(s, key(50 + i), {4096 + (1 << 20)}, static_cast<uint64_t>(i) << 21);
+          EXPECT_EQ(s.waitFinal(x).result, PACT_OK);
+        }
+        EXPECT_TRUE(s.await(1));
+        pact_xfer_t x = sendPattern(s, key(50), {4096 + (1 << 20)}, 0);
+        EXPECT_EQ(s.waitFinal(x).result, PACT_ERR_DUPLICATE);
+        s.note(2);
+        EXPECT_TRUE(s.await(3));
+      });
+}
+
+// ---- epochs ------------------------------------------------------------------------------------
+
+// The receiver stops progressing once it advertised, lets the sender put every piece on the wire,
+// then switches epochs before it looks at them: the transfer aborts, the sender hears
+// EPOCH_MISMATCH, and not one late byte lands in the (poisoned) buffer.
+TEST(Engine, EpochSwitchMidTransferAbortsRevokesAndTellsTheSender) {
+  PairOptions o;
+  o.progressThread = false;
+  const std::vector<uint64_t> layout = {16384, 16384, 4 << 20};
+  runPair(
+      o,
+      [&](Side& r) {
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        pact_xfer_t x = expectInto(r, key(77), layout, 0);
+        pact_xfer_info_t info{};
+        const auto limit = steady_clock::now() + milliseconds(10000);
+        do {
+          PACT_OK_OR_FAIL(pact_progress(r.engine, 1));
+          PACT_OK_OR_FAIL(pact_xfer_query(r.engine, x, &info));
+        } while (info.state == PACT_STATE_ALLOCATED && steady_clock::now() < limit);
+        ASSERT_TRUE(info.state == PACT_STATE_POSTED || info.state == PACT_STATE_IN_FLIGHT)
+            << info.state;
+        r.note(1);                // advertised; no more progress here until the pieces are out
+        ASSERT_TRUE(r.await(2));  // the sender's pieces are on their way
+        PACT_OK_OR_FAIL(pact_set_epoch(r.engine, 1));
+        info = r.waitFinal(x);
+        EXPECT_EQ(info.state, PACT_STATE_ABORTED);
+        EXPECT_EQ(info.result, PACT_ERR_EPOCH_MISMATCH);
+        std::fill(r.memory.begin(), r.memory.begin() + (5 << 20), 0xAB);
+        // Keep progressing until the sender has heard; late pieces must not land.
+        r.note(3);
+        EXPECT_TRUE(r.awaitProgressing(4));
+        for (int i = 0; i < 50; ++i) PACT_OK_OR_FAIL(pact_progress(r.engine, 1));
+        EXPECT_TRUE(std::all_of(r.memory.begin(), r.memory.begin() + (5 << 20),
+                                [](uint8_t b) { return b == 0xAB; }));
+        EXPECT_EQ(hook.calls, 0);
+        EXPECT_GT(r.stats().stale_rejected, 0u);
+        // The old epoch is refused from now on.
+        pact_key_t old = key(78, 0);
+        pact_block_t b{r.mr, 0, 10};
+        pact_xfer_t y = 0;
+        EXPECT_EQ(pact_expect(r.engine, &old, &b, 1, 0, nullptr, &y), PACT_ERR_EPOCH_MISMATCH);
+        PACT_OK_OR_FAIL(pact_xfer_release(r.engine, x));
+      },
+      [&](Side& s) {
+        pact_xfer_t x = sendPattern(s, key(77), layout, 0);
+        ASSERT_TRUE(s.awaitProgressing(1));
+        pact_xfer_info_t info{};
+        const auto limit = steady_clock::now() + milliseconds(10000);
+        do {  // wait until the pieces are posted (the rendezvous one waits for the receiver)
+          PACT_OK_OR_FAIL(pact_progress(s.engine, 1));
+          PACT_OK_OR_FAIL(pact_xfer_query(s.engine, x, &info));
+        } while (info.state != PACT_STATE_IN_FLIGHT && steady_clock::now() < limit);
+        EXPECT_EQ(info.state, PACT_STATE_IN_FLIGHT);
+        s.note(2);
+        ASSERT_TRUE(s.awaitProgressing(3));
+        info = s.waitFinal(x, 10000);
+        EXPECT_EQ(info.state, PACT_STATE_ABORTED);
+        EXPECT_EQ(info.result, PACT_ERR_EPOCH_MISMATCH);
+        s.note(4);
+      });
+}
+
+// ---- deadlines ---------------------------------------------------------------------------------
+
+TEST(Engine, DeadlinesEndTransfersWithinABound) {
+  runPair(
+      {},
+      [&](Side& r) {
+        // Nobody sends this one.
+        const auto t0 = steady_clock::now();
+        pact_xfer_t x = expectInto(r, key(300), {4096}, 0, 200000);
+        pact_xfer_info_t info = r.waitFinal(x, 5000);
+        const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0);
+        EXPECT_EQ(info.result, PACT_ERR_DEADLINE);
+        EXPECT_EQ(info.state, PACT_STATE_ABORTED);
+        EXPECT_GE(took.count(), 190);
+        EXPECT_LE(took.count(), 200 + 300);
+        r.note(1);
+        EXPECT_TRUE(r.await(2));
+      },
+      [&](Side& s) {
+        // Nobody expects this one.
+        const auto t0 = steady_clock::now();
+        pact_xfer_t x = sendPattern(s, key(301), {4096}, 0, 150000);
+        pact_xfer_info_t info = s.waitFinal(x, 5000);
+        const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0);
+        EXPECT_EQ(info.result, PACT_ERR_DEADLINE);
+        EXPECT_LE(took.count(), 150 + 300);
+        EXPECT_TRUE(s.await(1));
+        s.note(2);
+      });
+}
+
+// ---- peer death --------------------------------------------------------------------------------
+
+// The sender drops every piece (so the transfer stays in flight) and is SIGKILLed: the receiver's
+// transfer ends PEER_LOST within its deadline plus a small bound, and the receiver keeps working.
+TEST(Engine, SenderKilledMidTransferAbortsTheReceiversTransfer) {
+  PairOptions o;
+  o.senderEnv = {{"PACT_FAULT", "drop=1"}};
+  runPair(
+      o,
+      [&](Side& r) {
+        pact_xfer_t x = expectInto(r, key(400), {1 << 20}, 0, 30000000);
+        pact_xfer_info_t info{};
+        const auto limit = steady_clock::now() + milliseconds(10000);
+        do {
+          std::this_thread::yield();
+          PACT_OK_OR_FAIL(pact_xfer_query(r.engine, x, &info));
+        } while (info.state == PACT_STATE_ALLOCATED && steady_clock::now() < limit);
+        ASSERT_TRUE(r.parent->sendValue(uint32_t{1}));  // kill the sender now
+        const auto t0 = steady_clock::now();
+        info = r.waitFinal(x, 10000);
+        const auto took = std::chrono::duration_cast<milliseconds>(steady_clock::now() - t0);
+        EXPECT_EQ(info.state, PACT_STATE_ABORTED);
+        EXPECT_EQ(info.result, PACT_ERR_PEER_LOST);
+        EXPECT_LE(took.count(), 2000);
+        pact_key_t k = key(401);
+        pact_block_t b{r.mr, 0, 10};
+        pact_xfer_t y = 0;
+        EXPECT_EQ(pact_send(r.engine, r.peer, &k, &b, 1, 0, nullptr, &y), PACT_ERR_PEER_LOST);
+      },
+      [&](Side& s) {
+        sendPattern(s, key(400), {1 << 20}, 0);
+        std::this_thread::sleep_for(std::chrono::seconds(60));  // killed long before
+      },
+      [&](Children& c) {
+        uint32_t go = 0;
+        ASSERT_TRUE(c.toReceiver.recvValue(&go, milliseconds(20000)));
+        c.sender.kill(SIGKILL);
+        c.sender.wait(milliseconds(5000));
+        c.receiver.wait(milliseconds(20000));
+      });
+}
+
+TEST(Engine, ReceiverKilledMidTransferAbortsTheSendersTransfer) {
+  runPair(
+      {},
+      [&](Side& r) {
+        expectInto(r, key(500), {1 << 20}, 0);  // never progressed to completion: killed
+        r.note(1);
+        std::this_thread::sleep_for(std::chrono::seconds(60));
+      },
+      [&](Side& s) {
+        pact_xfer_t x = sendPattern(s, key(500), {1 << 20}, 0);
+        ASSERT_TRUE(s.await(1));
+        ASSERT_TRUE(s.parent->sendValue(uint32_t{1}));
+        const pact_xfer_info_t info = s.waitFinal(x, 10000);
+        // Committed if it was fast enough, else lost with the peer: never a hang.
+        EXPECT_TRUE(info.result == PACT_OK || info.result == PACT_ERR_PEER_LOST)
+            << pact_status_string(info.result);
+      },
+      [&](Children& c) {
+        uint32_t go = 0;
+        ASSERT_TRUE(c.toSender.recvValue(&go, milliseconds(20000)));
+        c.receiver.kill(SIGKILL);
+        c.receiver.wait(milliseconds(5000));
+        c.sender.wait(milliseconds(20000));
+      });
+}
+
+// ---- credits -----------------------------------------------------------------------------------
+
+TEST(Engine, CreditBudgetIsNeverExceededUnderABurst) {
+  PairOptions o;
+  o.creditBudget = 1 << 20;
+  constexpr int kTransfers = 40;
+  constexpr uint64_t kSize = 256 << 10;
+  runPair(
+      o,
+      [&](Side& r) {
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        std::vector<pact_xfer_t> xs;
+        for (int i = 0; i < kTransfers; ++i)
+          xs.push_back(expectInto(r, key(600 + i), {kSize}, static_cast<uint64_t>(i) * kSize));
+        for (pact_xfer_t x : xs) EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
+        const pact_stats_t st = r.stats();
+        EXPECT_EQ(hook.calls, kTransfers);
+        EXPECT_EQ(hook.bad, 0);
+        EXPECT_LE(st.peak_staged_bytes, uint64_t{1} << 20);
+        EXPECT_GT(st.peak_staged_bytes, 0u);
+        EXPECT_GT(st.credit_stall_ns, 0u);  // the burst had to wait for credit
+        EXPECT_EQ(st.staged_bytes, 0u);
+        r.note(1);
+      },
+      [&](Side& s) {
+        std::vector<pact_xfer_t> xs;
+        for (int i = 0; i < kTransfers; ++i)
+          xs.push_back(sendPattern(s, key(600 + i), {kSize}, static_cast<uint64_t>(i) * kSize));
+        // Sample the sender's view while the burst drains: never above the granted budget.
+        uint64_t peak = 0, budget = 0, inUse = 0;
+        pact_xfer_info_t info{};
+        do {
+          PACT_OK_OR_FAIL(pact_peer_credit(s.engine, s.peer, &budget, &inUse));
+          peak = std::max(peak, inUse);
+          PACT_OK_OR_FAIL(pact_xfer_query(s.engine, xs.back(), &info));
+        } while (!info.final);
+        EXPECT_EQ(budget, uint64_t{1} << 20);
+        EXPECT_LE(peak, budget);
+        for (pact_xfer_t x : xs) EXPECT_EQ(s.waitFinal(x).result, PACT_OK);
+        EXPECT_TRUE(s.await(1));
+      });
+}
+
+}  // namespace
+}  // namespace pact::test

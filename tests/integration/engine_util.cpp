@@ -1,0 +1,147 @@
+#include "tests/integration/engine_util.h"
+
+#include <stdlib.h>
+
+namespace pact::test {
+
+namespace {
+
+constexpr std::chrono::milliseconds kNoteWait{20000};
+
+void setEnv(const Env& env) {
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+}
+
+pact_engine_t makeEngine(const char* name, bool listen, const PairOptions& o) {
+  pact_engine_config_t c;
+  pact_engine_config_init(&c);
+  c.name = name;
+  c.listen_ip = listen ? "127.0.0.1" : nullptr;
+  c.credit_budget = listen ? o.creditBudget : 0;
+  c.progress_thread = o.progressThread ? 1 : 0;
+  pact_engine_t e = nullptr;
+  const pact_status_t st = pact_engine_create(&c, &e);
+  EXPECT_EQ(st, PACT_OK) << pact_last_error();
+  return e;
+}
+
+struct Address {
+  char text[128];
+};
+
+}  // namespace
+
+Side::~Side() {
+  if (engine == nullptr) return;
+  for (pact_xfer_t x : xfers) (void)pact_xfer_release(engine, x);
+  // Released transfers go once no UCX operation touches their blocks any more.
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (stats().open_transfers != 0 && std::chrono::steady_clock::now() < limit)
+    EXPECT_EQ(pact_progress(engine, 1), PACT_OK);
+  if (mr != nullptr) {
+    EXPECT_EQ(pact_mem_deregister(engine, mr), PACT_OK) << pact_last_error();
+    EXPECT_EQ(stats().open_registrations, 0u);
+  }
+  pact_engine_destroy(engine);
+}
+
+std::vector<pact_block_t> Side::blocks(const std::vector<uint64_t>& lengths, uint64_t offset) const {
+  std::vector<pact_block_t> out;
+  for (uint64_t n : lengths) {
+    out.push_back({mr, offset, n});
+    offset += n;
+  }
+  return out;
+}
+
+pact_stats_t Side::stats() const {
+  pact_stats_t s{};
+  EXPECT_EQ(pact_stats(engine, &s), PACT_OK);
+  return s;
+}
+
+pact_xfer_info_t Side::waitFinal(pact_xfer_t xfer, int timeoutMs) const {
+  pact_xfer_info_t info{};
+  const pact_status_t st = pact_xfer_wait(engine, xfer, timeoutMs, &info);
+  EXPECT_EQ(st, PACT_OK) << pact_last_error();
+  EXPECT_TRUE(info.final);
+  return info;
+}
+
+void Side::note(uint32_t what) const { EXPECT_TRUE(channel->sendValue(what)); }
+
+bool Side::await(uint32_t what, int timeoutMs) const {
+  uint32_t got = 0;
+  if (!channel->recvValue(&got, std::chrono::milliseconds(timeoutMs))) return false;
+  EXPECT_EQ(got, what);
+  return got == what;
+}
+
+bool Side::awaitProgressing(uint32_t what, int timeoutMs) const {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
+  while (!channel->readable(std::chrono::milliseconds(0))) {
+    if (std::chrono::steady_clock::now() > limit) return false;
+    EXPECT_EQ(pact_progress(engine, 1), PACT_OK);
+  }
+  return await(what, 0);
+}
+
+void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sender,
+             const ParentBody& parent) {
+  auto [rx, tx] = Channel::pair();
+  auto [pr, cr] = Channel::pair();
+  auto [ps, cs] = Channel::pair();
+  ForkPeer r = ForkPeer::start(
+      "receiver",
+      [&] {
+        setEnv(o.receiverEnv);
+        Side side;
+        side.channel = &rx;
+        side.parent = &cr;
+        side.engine = makeEngine("receiver", true, o);
+        ASSERT_NE(side.engine, nullptr);
+        Address a{};
+        PACT_OK_OR_FAIL(pact_engine_address(side.engine, a.text, sizeof a.text));
+        ASSERT_TRUE(rx.sendValue(a));
+        PACT_OK_OR_FAIL(pact_peer_wait(side.engine, "sender", 20000, &side.peer));
+        side.memory.assign(o.memory, 0);
+        PACT_OK_OR_FAIL(pact_mem_register(side.engine, side.memory.data(), side.memory.size(), &side.mr));
+        receiver(side);
+      },
+      {o.timeout, {&tx, &pr, &ps, &cs}});
+  ForkPeer s = ForkPeer::start(
+      "sender",
+      [&] {
+        setEnv(o.senderEnv);
+        Side side;
+        side.channel = &tx;
+        side.parent = &cs;
+        side.engine = makeEngine("sender", false, o);
+        ASSERT_NE(side.engine, nullptr);
+        Address a{};
+        ASSERT_TRUE(tx.recvValue(&a, kNoteWait));
+        PACT_OK_OR_FAIL(pact_connect(side.engine, a.text, 20000, &side.peer));
+        side.memory.assign(o.memory, 0);
+        PACT_OK_OR_FAIL(pact_mem_register(side.engine, side.memory.data(), side.memory.size(), &side.mr));
+        sender(side);
+      },
+      {o.timeout, {&rx, &pr, &cr, &ps}});
+  rx.close();
+  tx.close();
+  cr.close();
+  cs.close();
+  if (parent) {
+    Children c{r, s, pr, ps};
+    parent(c);
+  }
+  waitAll({&r, &s}, o.timeout + std::chrono::seconds(5));
+  const bool killedR = r.outcome().killedBy(9), killedS = s.outcome().killedBy(9);
+  if (!(parent && killedR)) {
+    EXPECT_TRUE(r.outcome().ok()) << "receiver " << r.outcome().describe();
+  }
+  if (!(parent && killedS)) {
+    EXPECT_TRUE(s.outcome().ok()) << "sender " << s.outcome().describe();
+  }
+}
+
+}  // namespace pact::test

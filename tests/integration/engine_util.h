@@ -1,0 +1,96 @@
+// Scaffolding of the engine integration tests: engines in forked processes (real UCX over
+// loopback, real sockets), connected receiver <-> sender, with a test channel between them for
+// "ready" notes, and the data pattern every test verifies byte for byte.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "pact/pact.h"
+#include "tests/common/channel.h"
+#include "tests/common/fork_peer.h"
+
+namespace pact::test {
+
+using Env = std::map<std::string, std::string>;
+
+// Byte i of the payload of seed: differs per transfer and per position.
+inline uint8_t patternByte(uint64_t seed, uint64_t i) {
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + i;
+  z ^= z >> 29;
+  return static_cast<uint8_t>(z * 0xbf58476d1ce4e5b9ull >> 56);
+}
+inline void fillPattern(void* p, size_t n, uint64_t seed, uint64_t start = 0) {
+  auto* b = static_cast<uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) b[i] = patternByte(seed, start + i);
+}
+// Index of the first wrong byte, or -1.
+inline int64_t firstMismatch(const void* p, size_t n, uint64_t seed, uint64_t start = 0) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  for (size_t i = 0; i < n; ++i) {
+    if (b[i] != patternByte(seed, start + i)) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+#define PACT_OK_OR_FAIL(call)                                                             \
+  do {                                                                                    \
+    pact_status_t st_ = (call);                                                           \
+    ASSERT_EQ(st_, PACT_OK) << #call << ": " << pact_status_string(st_) << ": "           \
+                            << pact_last_error();                                         \
+  } while (0)
+
+// An engine with a registered buffer, owned by one test process.
+struct Side {
+  pact_engine_t engine = nullptr;
+  pact_peer_t peer = 0;  // the other side
+  Channel* channel = nullptr;  // to the other side
+  Channel* parent = nullptr;   // to the test process
+  std::vector<uint8_t> memory;
+  pact_mr_t mr = nullptr;
+  std::vector<pact_xfer_t> xfers;  // released (if not yet) before the registration goes
+  ~Side();
+  // Blocks of the registered memory: consecutive, of these lengths, starting at offset.
+  std::vector<pact_block_t> blocks(const std::vector<uint64_t>& lengths, uint64_t offset = 0) const;
+  pact_stats_t stats() const;
+  // Waits until xfer is final (bounded) and returns its info.
+  pact_xfer_info_t waitFinal(pact_xfer_t xfer, int timeoutMs = 20000) const;
+  // Test-channel notes between the two processes.
+  void note(uint32_t what) const;
+  bool await(uint32_t what, int timeoutMs = 20000) const;
+  // await() for an engine without a progress thread: progresses it while waiting.
+  bool awaitProgressing(uint32_t what, int timeoutMs = 20000) const;
+};
+
+struct PairOptions {
+  Env receiverEnv, senderEnv;
+  uint64_t creditBudget = 0;
+  size_t memory = 32u << 20;
+  bool progressThread = true;
+  std::chrono::milliseconds timeout{60000};
+};
+
+using SideBody = std::function<void(Side&)>;
+// What the test process does while the two run (e.g. SIGKILL one of them when it says so).
+// Returns the children that are expected to die (not checked for success).
+struct Children {
+  ForkPeer& receiver;
+  ForkPeer& sender;
+  Channel& toReceiver;
+  Channel& toSender;
+};
+using ParentBody = std::function<void(Children&)>;
+
+// Forks a receiver (listening engine named "receiver") and a sender ("sender") that connects to
+// it; each sets its environment first, registers `memory` bytes, then runs its body. The test
+// fails when a child fails, crashes or outlives the timeout, unless the parent body killed it.
+void runPair(const PairOptions& options, const SideBody& receiver, const SideBody& sender,
+             const ParentBody& parent = nullptr);
+
+}  // namespace pact::test
