@@ -71,9 +71,8 @@ const char* codeName(Code c) {
 }
 
 Engine::Engine(const EngineConfig& config)
-    : config_(config), epoch_(config.modelEpoch), creditBudget_(config.creditBudget),
+    : config_(config), epoch_(config.modelEpoch), credits_(config.creditBudget),
       trace_(kTraceDefault) {
-  stats_.creditBudget = config.creditBudget;
 }
 
 Code Engine::create(const EngineConfig& config, std::unique_ptr<Engine>* out) {
@@ -448,7 +447,7 @@ Code Engine::onHello(Peer& p, const Hello& hello) {
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
             p.outbound ? "connected" : "accepted");
   // Tell the new peer its credit share.
-  sendControl(p, CreditUpdate{p.grant != 0 ? p.grant : creditBudget_});
+  sendControl(p, CreditUpdate{credits_.grantFor(p.id)});
   return Code::kOk;
 }
 
@@ -756,8 +755,9 @@ Stats Engine::stats() {
   std::lock_guard lock(mu_);
   Stats s = stats_;
   s.openRegistrations = registrations_.size();
-  s.stagedBytes = staged_;
-  s.creditBudget = creditBudget_;
+  s.stagedBytes = credits_.staged();
+  s.peakStagedBytes = credits_.peak();
+  s.creditBudget = credits_.total();
   return s;
 }
 

@@ -34,6 +34,7 @@
 #include "common/params.h"
 #include "common/scoped_fd.h"
 #include "engine/control.h"
+#include "engine/credits.h"
 #include "engine/dedup.h"
 #include "engine/transfer.h"
 #include "telemetry/trace.h"
@@ -240,8 +241,7 @@ class Engine {
   // Receiver.
   uint64_t epoch_ = 0;
   CommitHook hook_;
-  uint64_t creditBudget_ = 0;
-  uint64_t staged_ = 0;
+  CreditLedger credits_;
   struct PendingOffer {
     uint64_t peer;
     Offer offer;

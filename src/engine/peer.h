@@ -23,9 +23,6 @@ struct Engine::Peer {
   // Sender's view of this receiver's credit.
   uint64_t creditBudget = 0;  // 0 = unlimited
   uint64_t creditInUse = 0;
-  // Receiver's share for this sender.
-  uint64_t grant = 0;  // 0 = no per-peer limit
-  uint64_t staged = 0;
 };
 
 // A UCX operation on a transfer's blocks: its completion finds the transfer by id (which may be

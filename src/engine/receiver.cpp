@@ -75,16 +75,13 @@ void Engine::setCommitHook(CommitHook hook) {
 Code Engine::setCredit(uint64_t peer, uint64_t budget) {
   std::lock_guard lock(mu_);
   if (peer == 0) {
-    creditBudget_ = budget;
-    stats_.creditBudget = budget;
-    for (auto& [id, p] : peers_) {
-      if (p->grant == 0) sendControl(*p, CreditUpdate{budget});
-    }
+    credits_.setTotal(budget);
+    for (auto& [id, p] : peers_) sendControl(*p, CreditUpdate{credits_.grantFor(id)});
   } else {
     auto it = peers_.find(peer);
     if (it == peers_.end()) return fail(Code::kNotFound, "set_credit: unknown peer " + std::to_string(peer));
-    it->second->grant = budget;
-    sendControl(*it->second, CreditUpdate{budget != 0 ? budget : creditBudget_});
+    credits_.setShare(peer, budget);
+    sendControl(*it->second, CreditUpdate{credits_.grantFor(peer)});
   }
   advertiseWaiting();
   wake();
@@ -140,14 +137,15 @@ void Engine::onOffer(Peer& p, const Offer& m) {
     sendVerdict(p.id, k, Outcome::kAborted, Reason::kEpochMismatch);
     return;
   }
-  if (committed_.contains(k.requestId, k.transferId, k.generation)) {
-    ++stats_.duplicatesDropped;
-    sendVerdict(p.id, k, Outcome::kCommitted, Reason::kDuplicate);
-    return;
-  }
+  // A newer generation is expected already: stale, even if this one once committed.
   if (generations_.isStale(k.requestId, k.transferId, k.generation)) {
     ++stats_.staleRejected;
     sendVerdict(p.id, k, Outcome::kAborted, Reason::kStale);
+    return;
+  }
+  if (committed_.contains(k.requestId, k.transferId, k.generation)) {
+    ++stats_.duplicatesDropped;
+    sendVerdict(p.id, k, Outcome::kCommitted, Reason::kDuplicate);
     return;
   }
   Transfer* x = openReceiver(k);
@@ -205,9 +203,7 @@ void Engine::advertiseWaiting() {
       ++it;
       continue;
     }
-    const bool fitsTotal = creditBudget_ == 0 || staged_ + x.bytes <= creditBudget_;
-    const bool fitsPeer = p->grant == 0 || p->staged + x.bytes <= p->grant;
-    if (!fitsTotal || !fitsPeer) {
+    if (!credits_.fits(p->id, x.bytes)) {
       ++it;
       continue;
     }
@@ -219,9 +215,7 @@ void Engine::advertiseWaiting() {
 void Engine::advertise(Transfer& x) {
   Peer& p = *peers_.at(x.peer);
   x.advertised = true;
-  staged_ += x.bytes;
-  p.staged += x.bytes;
-  stats_.peakStagedBytes = std::max(stats_.peakStagedBytes, staged_);
+  credits_.take(p.id, x.bytes);
   stats_.creditStallNs += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count());
   step(x, Event::kAdvertise);
@@ -242,9 +236,7 @@ void Engine::advertise(Transfer& x) {
 void Engine::releaseCredit(Transfer& x) {
   if (!x.advertised) return;
   x.advertised = false;
-  staged_ -= std::min(staged_, x.bytes);
-  auto it = peers_.find(x.peer);
-  if (it != peers_.end()) it->second->staged -= std::min(it->second->staged, x.bytes);
+  credits_.give(x.peer, x.bytes);
   advertiseWaiting();
 }
 

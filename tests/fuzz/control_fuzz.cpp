@@ -1,5 +1,6 @@
-// libFuzzer target: the engine's control codec. Any input is decoded or refused with a message;
-// whatever decodes re-encodes to the same bytes; advertised blocks always lie inside the region.
+// libFuzzer target: the engine's control codec and its data-piece header. Any input is decoded or
+// refused with a message; whatever decodes re-encodes to the same bytes; advertised blocks always
+// lie inside the region.
 #include <cstring>
 
 #include "engine/control.h"
@@ -13,12 +14,24 @@ std::vector<std::vector<uint8_t>> pact::fuzz::seeds() {
   a.regionLength = 8192;
   a.rkey = {1, 2};
   a.blocks = {{0, 4096}, {4096, 4096}};
-  return {encode(a), encode(Done{{1, 2, 3, 4}, 10, Checksum::kXxh3, 5}),
-          encode(Verdict{{1, 2, 3, 4}, Outcome::kAborted, Reason::kChecksum}),
-          encode(EpochChange{3}), encode(CreditUpdate{1 << 20})};
+  uint8_t piece[kPieceHeaderSize];
+  encodePiece(PieceHeader{7, {1, 2, 3, 4}, 1, 2, 4096}, piece);
+  return {encode(a), encode(Done{{1, 2, 3, 4}, 1, 10, Checksum::kXxh3, 5}),
+          encode(Verdict{{1, 2, 3, 4}, Outcome::kRetry, Reason::kChecksum, 2}),
+          encode(EpochChange{3}), encode(CreditUpdate{1 << 20}),
+          encode(Offer{{1, 2, 3, 4}, 8192, 1000}), encode(Hello{"decode-0", 9, 1, {1, 2, 3}}),
+          std::vector<uint8_t>(piece, piece + kPieceHeaderSize)};
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  auto piece = decodePiece(std::span<const uint8_t>(data, size));
+  if (piece.ok()) {
+    uint8_t again[kPieceHeaderSize];
+    encodePiece(*piece, again);
+    if (size != kPieceHeaderSize || std::memcmp(again, data, size) != 0) __builtin_trap();
+  } else if (piece.error().message.empty()) {
+    __builtin_trap();
+  }
   auto m = decode(std::span<const uint8_t>(data, size));
   if (!m.ok()) {
     if (m.error().message.empty()) __builtin_trap();  // every refusal names its field

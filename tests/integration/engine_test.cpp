@@ -493,5 +493,124 @@ TEST(Engine, CreditBudgetIsNeverExceededUnderABurst) {
       });
 }
 
+// ---- all-to-all --------------------------------------------------------------------------------
+
+// Three ranks in three processes, every rank connected to every rank (itself included). Two
+// steps commit with byte-exact chunks; during step 2 rank 0 injects a chunk of step 1 for rank 1,
+// which rank 1 rejects as stale (counted) while step 2 still commits.
+TEST(Engine, AllToAllStepsCommitAndAStaleChunkIsRejected) {
+  constexpr int kRanks = 3;
+  constexpr uint64_t kChunk = 300000;  // eager and rendezvous sizes mixed by UCX's thresholds
+  constexpr uint64_t kGroup = 42;
+  struct Address {
+    char text[128];
+  };
+  std::vector<std::pair<Channel, Channel>> links;
+  for (int r = 0; r < kRanks; ++r) links.push_back(Channel::pair());
+  const auto seedOf = [](uint32_t gen, uint32_t src, uint32_t dst) {
+    return uint64_t{gen} << 16 | src << 8 | dst;
+  };
+  std::vector<ForkPeer> ranks;
+  for (uint32_t me = 0; me < kRanks; ++me) {
+    std::vector<Channel*> others;
+    for (int r = 0; r < kRanks; ++r) {
+      others.push_back(&links[r].first);
+      if (r != static_cast<int>(me)) others.push_back(&links[r].second);
+    }
+    ranks.push_back(ForkPeer::start(
+        "rank" + std::to_string(me),
+        [&, me] {
+          Channel& parent = links[me].second;
+          pact_engine_config_t c;
+          pact_engine_config_init(&c);
+          const std::string name = "rank" + std::to_string(me);
+          c.name = name.c_str();
+          c.listen_ip = "127.0.0.1";
+          c.progress_thread = 1;
+          pact_engine_t e = nullptr;
+          PACT_OK_OR_FAIL(pact_engine_create(&c, &e));
+          Address a{};
+          PACT_OK_OR_FAIL(pact_engine_address(e, a.text, sizeof a.text));
+          ASSERT_TRUE(parent.sendValue(a));
+          std::vector<pact_peer_t> peers(kRanks);
+          for (int r = 0; r < kRanks; ++r) {
+            Address other{};
+            ASSERT_TRUE(parent.recvValue(&other, milliseconds(20000)));
+            PACT_OK_OR_FAIL(pact_connect(e, other.text, 20000, &peers[r]));
+          }
+          std::vector<uint8_t> sendBuf(kRanks * kChunk), recvBuf(kRanks * kChunk);
+          pact_mr_t smr = nullptr, rmr = nullptr;
+          PACT_OK_OR_FAIL(pact_mem_register(e, sendBuf.data(), sendBuf.size(), &smr));
+          PACT_OK_OR_FAIL(pact_mem_register(e, recvBuf.data(), recvBuf.size(), &rmr));
+          pact_group_t g = nullptr;
+          PACT_OK_OR_FAIL(pact_group_create(e, kGroup, peers.data(), kRanks, me, &g));
+          std::vector<pact_block_t> sendBlocks, recvBlocks;
+          for (uint64_t r = 0; r < kRanks; ++r) {
+            sendBlocks.push_back({smr, r * kChunk, kChunk});
+            recvBlocks.push_back({rmr, r * kChunk, kChunk});
+          }
+          for (uint32_t gen = 1; gen <= 2; ++gen) {
+            for (uint32_t r = 0; r < kRanks; ++r)
+              fillPattern(sendBuf.data() + r * kChunk, kChunk, seedOf(gen, me, r));
+            std::fill(recvBuf.begin(), recvBuf.end(), 0);
+            PACT_OK_OR_FAIL(pact_group_step(g, 0, gen, sendBlocks.data(), recvBlocks.data(), 10000000));
+            if (gen == 2) {
+              // Barrier: every rank expects step 2 before rank 0 sends its stale chunk.
+              ASSERT_TRUE(parent.sendValue(uint32_t{1}));
+              uint32_t go = 0;
+              ASSERT_TRUE(parent.recvValue(&go, milliseconds(20000)));
+              if (me == 0) {
+                pact_key_t stale{kGroup, uint64_t{0} << 32 | 1, 0, 1};
+                pact_block_t b{smr, 0, kChunk};
+                pact_xfer_t x = 0;
+                PACT_OK_OR_FAIL(pact_send(e, peers[1], &stale, &b, 1, 5000000, nullptr, &x));
+                pact_xfer_info_t info{};
+                PACT_OK_OR_FAIL(pact_xfer_wait(e, x, 10000, &info));
+                EXPECT_EQ(info.result, PACT_ERR_STALE);
+                PACT_OK_OR_FAIL(pact_xfer_release(e, x));
+              }
+            }
+            PACT_OK_OR_FAIL(pact_group_wait(g, 20000));
+            for (uint32_t r = 0; r < kRanks; ++r)
+              EXPECT_EQ(firstMismatch(recvBuf.data() + r * kChunk, kChunk, seedOf(gen, r, me)), -1)
+                  << "step " << gen << " chunk from rank " << r;
+          }
+          pact_stats_t st{};
+          PACT_OK_OR_FAIL(pact_stats(e, &st));
+          if (me == 1) {
+            EXPECT_GE(st.stale_rejected, 1u);
+          }
+          EXPECT_EQ(st.open_transfers, 0u);
+          pact_group_destroy(g);
+          // Everyone is done before anyone's engine goes (peers would see the others leave).
+          ASSERT_TRUE(parent.sendValue(uint32_t{2}));
+          uint32_t bye = 0;
+          ASSERT_TRUE(parent.recvValue(&bye, milliseconds(20000)));
+          PACT_OK_OR_FAIL(pact_mem_deregister(e, smr));
+          PACT_OK_OR_FAIL(pact_mem_deregister(e, rmr));
+          pact_engine_destroy(e);
+        },
+        {milliseconds(60000), others}));
+  }
+  for (auto& l : links) l.second.close();
+  // Parent: relay the addresses, then two barriers.
+  std::vector<Address> addrs(kRanks);
+  for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(links[r].first.recvValue(&addrs[r], milliseconds(20000)));
+  for (int r = 0; r < kRanks; ++r)
+    for (int k = 0; k < kRanks; ++k) ASSERT_TRUE(links[r].first.sendValue(addrs[k]));
+  for (uint32_t round = 1; round <= 2; ++round) {
+    for (int r = 0; r < kRanks; ++r) {
+      uint32_t v = 0;
+      ASSERT_TRUE(links[r].first.recvValue(&v, milliseconds(30000))) << "rank " << r << " round " << round;
+      EXPECT_EQ(v, round);
+    }
+    for (int r = 0; r < kRanks; ++r) ASSERT_TRUE(links[r].first.sendValue(round));
+  }
+  for (auto& rank : ranks) {
+    rank.wait(milliseconds(30000));
+    EXPECT_TRUE(rank.outcome().ok()) << rank.name() << " " << rank.outcome().describe();
+  }
+}
+
 }  // namespace
 }  // namespace pact::test
