@@ -4,6 +4,7 @@
 // chunk. Every child asserts; the test fails on any failure, crash or hang (watchdogs).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <time.h>
 
 #include <algorithm>
 #include <atomic>
@@ -147,6 +148,36 @@ TEST(Engine, CallerDrivenProgressWorksWithoutAThread) {
         pact_xfer_t x = sendPattern(s, key(7), {65536 + (3 << 20)}, 0);
         EXPECT_EQ(s.waitFinal(x).result, PACT_OK);
         EXPECT_TRUE(s.await(1));
+      });
+}
+
+// ---- progress ----------------------------------------------------------------------------------
+
+double processCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// An idle engine's progress thread sleeps on the worker's event fd: connected, with a transfer
+// waiting for an offer, it uses (far) less CPU than a spinning thread would in the same time.
+TEST(Engine, AnIdleProgressThreadSleeps) {
+  runPair(
+      {},
+      [&](Side& r) {
+        expectInto(r, key(900), {4096}, 0);  // waits for an offer that comes later
+        const double cpu0 = processCpuSeconds();
+        const auto wall0 = steady_clock::now();
+        std::this_thread::sleep_for(milliseconds(500));
+        const double cpu = processCpuSeconds() - cpu0;
+        const double wall = std::chrono::duration<double>(steady_clock::now() - wall0).count();
+        EXPECT_LT(cpu, 0.2 * wall) << "cpu " << cpu << " s in " << wall << " s";
+        r.note(1);
+        EXPECT_EQ(r.waitFinal(r.xfers.back()).result, PACT_OK);  // and it still wakes up
+      },
+      [&](Side& s) {
+        EXPECT_TRUE(s.await(1));
+        EXPECT_EQ(s.waitFinal(sendPattern(s, key(900), {4096}, 0)).result, PACT_OK);
       });
 }
 
