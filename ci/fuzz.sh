@@ -10,18 +10,19 @@ mkdir -p "$out"
 CXX=${CXX_FUZZ:-clang++}
 flags=(-std=c++20 -O1 -g -I. -Isrc -Wall -Wextra -Werror)
 common=(src/common/status.cpp src/common/log.cpp)
+libs=(-lsodium)  # auth.cpp (PACT_AUTH_KEY_FILE)
 declare -A srcs=(
   [wire_fuzz]="src/transport/wire.cpp"
   [control_fuzz]="src/engine/control.cpp"
-  [params_fuzz]="src/common/params.cpp src/common/profile.cpp src/common/fault.cpp"
+  [params_fuzz]="src/common/params.cpp src/common/profile.cpp src/common/fault.cpp src/common/auth.cpp"
 )
 status=0
 for t in wire_fuzz control_fuzz params_fuzz; do
   # shellcheck disable=SC2086
-  $CXX "${flags[@]}" -DPACT_FUZZ_SEEDS "tests/fuzz/$t.cpp" ${srcs[$t]} "${common[@]}" -o "$out/$t-seeds"
+  $CXX "${flags[@]}" -DPACT_FUZZ_SEEDS "tests/fuzz/$t.cpp" ${srcs[$t]} "${common[@]}" "${libs[@]}" -o "$out/$t-seeds"
   # shellcheck disable=SC2086
   $CXX "${flags[@]}" -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-    "tests/fuzz/$t.cpp" ${srcs[$t]} "${common[@]}" -o "$out/$t"
+    "tests/fuzz/$t.cpp" ${srcs[$t]} "${common[@]}" "${libs[@]}" -o "$out/$t"
   rm -rf "$out/corpus-$t" && mkdir -p "$out/corpus-$t"
   "$out/$t-seeds" "$out/corpus-$t"
   if "$out/$t" -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \

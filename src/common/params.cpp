@@ -29,6 +29,7 @@ namespace {
 std::string formatValue(uint64_t v) { return std::to_string(v); }
 std::string formatValue(int v) { return std::to_string(v); }
 std::string formatValue(const FaultSpec& v) { return v.describe(); }
+std::string formatValue(const auth::Key& v) { return v.path; }  // never the secret
 std::string formatValue(log::Level v) { return log::levelName(v); }
 std::string formatValue(Microseconds v) { return formatDuration(v); }
 std::string formatValue(const std::vector<std::string>& v) {
@@ -140,8 +141,9 @@ const std::vector<ParamInfo>& Params::table() {
 
 Result<Params> Params::load(const EnvMap& env, std::vector<std::string>* unknown) {
   Params p;
-  // A parser that names the offending token ("'tok': expected ...") has its message kept;
-  // otherwise the message says what the whole value should be.
+  // A parser that names the offending token ("'tok': expected ...") has its message kept; one
+  // that answers with its allowed() text gets "expected <allowed>"; any other reason is followed
+  // by what is allowed ("cannot read: ... (expected ...)").
   auto one = [&env](const char* name, const char* def, auto parse, const char* allowed,
                     auto& field) -> std::optional<Error> {
     auto it = env.find(name);
@@ -154,7 +156,9 @@ Result<Params> Params::load(const EnvMap& env, std::vector<std::string>* unknown
     const std::string& why = r.error().message;
     return Error{Status::kInvalidArgument,
                  std::string("invalid ") + name + "='" + std::string(text) + "': " +
-                     (why.rfind('\'', 0) == 0 ? why : std::string("expected ") + allowed)};
+                     (why.rfind('\'', 0) == 0 ? why
+                      : why == allowed         ? std::string("expected ") + allowed
+                                               : why + " (expected " + allowed + ")")};
   };
 #define PACT_PARAM(field, name, parser, def, doc)                                   \
   if (auto e = one(name, def, parser::parse, parser::allowed(), p.field)) return *e;

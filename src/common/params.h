@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/auth.h"
 #include "common/fault.h"
 #include "common/log.h"
 #include "common/profile.h"

@@ -10,8 +10,9 @@ namespace {
 
 enum class Type : uint16_t {
   kAdvertise = 1, kDone = 2, kVerdict = 3, kEpochChange = 4, kCredit = 5, kOffer = 6, kHello = 7,
+  kProof = 8,
 };
-constexpr uint16_t kLastType = 7;
+constexpr uint16_t kLastType = 8;
 constexpr uint32_t kPieceMagic = 0x50564b50;  // "PKVP" in memory order
 
 void putKey(ByteWriter& w, const TransferKey& k) {
@@ -68,7 +69,13 @@ struct Encoder {
     w.u64(m.token);
     w.u64(m.epoch);
     w.bytes(m.workerAddress);
+    w.u8(m.auth);
+    for (uint8_t b : m.nonce) w.u8(b);
     return Type::kHello;
+  }
+  Type operator()(const Proof& m) {
+    for (uint8_t b : m.mac) w.u8(b);
+    return Type::kProof;
   }
   Type operator()(const EpochChange& m) {
     w.u64(m.newEpoch);
@@ -162,8 +169,13 @@ Result<Control> decodeHello(ByteReader& r) {
   std::vector<uint8_t> name;
   if (!r.bytes(&name, kMaxName, "name") || !r.u64(&m.token, "token") ||
       !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
-      !r.done())
+      !r.u8(&m.auth, "auth") || !r.raw(m.nonce.data(), m.nonce.size(), "nonce"))
     return r.error();
+  if (m.auth > 1) {
+    r.fail("auth", "expected 0 or 1, got " + std::to_string(m.auth));
+    return r.error();
+  }
+  if (!r.done()) return r.error();
   m.name.assign(name.begin(), name.end());
   return Control(std::move(m));
 }
@@ -236,6 +248,12 @@ Result<Control> decode(std::span<const uint8_t> frame) {
     case Type::kHello: {
       ByteReader r(body, "hello");
       return decodeHello(r);
+    }
+    case Type::kProof: {
+      ByteReader r(body, "proof");
+      Proof m;
+      if (!r.raw(m.mac.data(), m.mac.size(), "mac") || !r.done()) return r.error();
+      return Control(m);
     }
   }
   return Error{Status::kInvalidArgument, "control.type: unknown"};

@@ -7,6 +7,7 @@
 // Data pieces travel as UCP active messages whose header is a fixed-size PieceHeader.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -105,9 +106,18 @@ struct Hello {
                                        // every message so the sender knows where it came from
   uint64_t epoch = 0;                  // the sender's current model epoch
   std::vector<uint8_t> workerAddress;  // 1..kMaxWorkerAddress bytes
+  uint8_t auth = 0;                    // 1: the sender has PACT_AUTH_KEY_FILE set
+  std::array<uint8_t, 32> nonce{};     // the sender's fresh challenge
 };
 
-using Control = std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello>;
+// Either side, after the peer's Hello when both authenticate: HMAC-SHA256(key, label || the
+// peer's nonce || own nonce) (common/auth.h).
+struct Proof {
+  std::array<uint8_t, 32> mac{};
+};
+
+using Control =
+    std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Proof>;
 
 std::vector<uint8_t> encode(const Control& m);
 // Decodes one whole frame (header + body). Errors name the field: "advertise.blocks[3]: offset

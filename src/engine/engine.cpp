@@ -314,8 +314,11 @@ Code Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t*
   p->outbound = outbound;
   p->socket = std::move(socket);
   transport::enableKeepalive(p->socket.fd(), Params::global()->peer_timeout);
-  Hello hello{config_.name, p->id, epoch_, worker_.address()};
-  if (p->socket.send(wire::encodeEngine(encode(hello))) == Status::kRemoteError)
+  const auth::Key& key = Params::global()->auth_key;
+  p->nonce = auth::freshNonce();
+  Hello hello{config_.name, p->id, epoch_, worker_.address(), key.enabled() ? uint8_t{1} : uint8_t{0},
+              p->nonce};
+  if (p->socket.send(wire::encodeEngine(encode(Control(hello)))) == Status::kRemoteError)
     return fail(Code::kPeerLost, "connection refused or reset before the handshake");
   addTimer(now() + Params::global()->peer_timeout, p->id, TimerKind::kHandshake);
   *id = p->id;
@@ -338,7 +341,7 @@ Code Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer) 
                                      std::to_string(timeoutMs) + " ms");
   }
   if (p.phase == Peer::Phase::kLost)
-    return fail(Code::kPeerLost, "connect " + address + ": " + p.lostReason);
+    return fail(p.refused ? Code::kRefused : Code::kPeerLost, "connect " + address + ": " + p.lostReason);
   *peer = id;
   return Code::kOk;
 }
@@ -413,6 +416,15 @@ int Engine::pollPeers() {
         peerLost(p, "the peer closed");
         break;
       }
+      if (f.header.type == wire::FrameType::kRefuse) {
+        auto r = wire::decodeRefuse(f.body);
+        p.refused = true;
+        peerLost(p, r.ok() ? std::string("refused by the peer: ") + wire::fieldName(r->field) +
+                                 " differs (remote " + std::to_string(r->expected) + ", local " +
+                                 std::to_string(r->got) + ")"
+                           : "refused by the peer: " + r.error().message);
+        break;
+      }
       if (f.header.type != wire::FrameType::kEngine || p.phase != Peer::Phase::kHandshake) {
         peerLost(p, "unexpected frame on the control connection");
         break;
@@ -421,6 +433,10 @@ int Engine::pollPeers() {
       if (!m.ok()) {
         peerLost(p, "handshake: " + m.error().message);
         break;
+      }
+      if (const auto* proof = std::get_if<Proof>(&*m)) {
+        if (onProof(p, *proof) != Code::kOk) break;
+        continue;
       }
       if (!std::holds_alternative<Hello>(*m)) {
         peerLost(p, "handshake: expected hello");
@@ -433,10 +449,55 @@ int Engine::pollPeers() {
   return n;
 }
 
+namespace {
+constexpr std::string_view kProofLabel = "pact-engine-proof-v1";
+}  // namespace
+
+// Refuses the handshake on the control socket, so the peer reports a refusal too.
+void Engine::refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, const std::string& why) {
+  ignore(p.socket.send(wire::encode(wire::Refuse{field, ours, theirs})));
+  p.refused = true;
+  peerLost(p, "refused: " + why);
+}
+
 Code Engine::onHello(Peer& p, const Hello& hello) {
   p.name = hello.name;
   p.remoteToken = hello.token;
-  auto ep = ucx::Endpoint::create(worker_.get(), hello.workerAddress, &Engine::onEndpointError,
+  p.peerWorker = hello.workerAddress;
+  p.peerNonce = hello.nonce;
+  const auth::Key& key = Params::global()->auth_key;
+  const uint8_t ours = key.enabled() ? 1 : 0;
+  if (hello.auth != ours) {
+    refuse(p, wire::Field::kAuth, ours, hello.auth,
+           std::string("authentication: PACT_AUTH_KEY_FILE is set on ") +
+               (ours ? "this side only" : "the peer only"));
+    return Code::kRefused;
+  }
+  if (!key.enabled()) return connectEndpoint(p);
+  // Prove we know the key (over the peer's challenge); the endpoint waits for the peer's proof.
+  sendHandshake(p, Proof{auth::mac(key.secret, kProofLabel, p.peerNonce, p.nonce)});
+  return Code::kOk;
+}
+
+Code Engine::onProof(Peer& p, const Proof& proof) {
+  const auth::Key& key = Params::global()->auth_key;
+  if (!key.enabled() || p.peerWorker.empty()) {
+    peerLost(p, "handshake: unexpected proof");
+    return Code::kRefused;
+  }
+  if (!auth::verify(key.secret, kProofLabel, p.nonce, p.peerNonce, proof.mac)) {
+    refuse(p, wire::Field::kAuth, 1, 0, "authentication: the peer's proof does not verify (another key)");
+    return Code::kRefused;
+  }
+  return connectEndpoint(p);
+}
+
+void Engine::sendHandshake(Peer& p, const Control& m) {
+  ignore(p.socket.send(wire::encodeEngine(encode(m))));
+}
+
+Code Engine::connectEndpoint(Peer& p) {
+  auto ep = ucx::Endpoint::create(worker_.get(), p.peerWorker, &Engine::onEndpointError,
                                   &p, &peerFailure_);
   if (!ep.ok()) {
     peerLost(p, ep.error().message);
@@ -456,6 +517,8 @@ void Engine::peerLost(Peer& p, const std::string& why) {
   PACT_INFO("engine %s: peer %s lost: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
   p.phase = Peer::Phase::kLost;
   p.lostReason = why;
+  ignore(p.socket.flush());  // a refusal on its way goes out; then the peer sees the close
+  p.socket = transport::ControlSocket();
   forEachLive([&](const Transfer& x) { return x.peer == p.id; }, [&](Transfer& x) {
     if (x.role == Role::kReceiver) {
       receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);

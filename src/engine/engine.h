@@ -39,6 +39,7 @@
 #include "engine/transfer.h"
 #include "telemetry/trace.h"
 #include "transport/control_socket.h"
+#include "transport/wire.h"
 #include "ucx/worker.h"
 
 namespace pact::engine {
@@ -170,6 +171,10 @@ class Engine {
   int pollPeers();
   Code startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id);
   Code onHello(Peer& p, const Hello& hello);
+  Code onProof(Peer& p, const Proof& proof);
+  Code connectEndpoint(Peer& p);
+  void sendHandshake(Peer& p, const Control& m);
+  void refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, const std::string& why);
   void peerLost(Peer& p, const std::string& why);
   Peer* peerByToken(uint64_t token);
   Peer* readyPeer(uint64_t id);

@@ -3,6 +3,9 @@
 #pragma once
 
 #include <string>
+#include <vector>
+
+#include "common/auth.h"
 
 #include "engine/engine.h"
 
@@ -20,6 +23,11 @@ struct Engine::Peer {
   transport::ControlSocket socket;
   ucx::Endpoint ep;
   std::string lostReason;
+  bool refused = false;      // the handshake was refused (by either side): connect says REFUSED
+  // PACT_AUTH_KEY_FILE: our challenge, the peer's, and the peer's Hello until its proof arrives.
+  auth::Nonce nonce{};
+  auth::Nonce peerNonce{};
+  std::vector<uint8_t> peerWorker;
   // Sender's view of this receiver's credit.
   uint64_t creditBudget = 0;  // 0 = unlimited
   uint64_t creditInUse = 0;

@@ -76,6 +76,7 @@ const char* fieldName(Field f) {
     case Field::kVersion: return "wire version";
     case Field::kListenId: return "listen id";
     case Field::kEpoch: return "epoch";
+    case Field::kAuth: return "authentication";
   }
   return "unknown field";
 }
@@ -163,7 +164,7 @@ Result<Refuse> decodeRefuse(std::span<const uint8_t> body) {
   if (!r.u16(&field, "field") || !r.u64(&m.expected, "expected") || !r.u64(&m.got, "got") ||
       !r.done())
     return r.error();
-  if (field < 1 || field > 4)
+  if (field < 1 || field > static_cast<uint16_t>(Field::kAuth))
     return Error{Status::kInvalidArgument, "refuse.field: unknown field " + std::to_string(field)};
   m.field = static_cast<Field>(field);
   return m;

@@ -67,7 +67,9 @@ struct Accept {         // listener -> connector
   uint64_t epoch = 0;
   std::vector<std::vector<uint8_t>> railAddresses;  // one worker address per rail, 1..8
 };
-enum class Field : uint16_t { kMagic = 1, kVersion = 2, kListenId = 3, kEpoch = 4 };
+// kAuth: authentication (PACT_AUTH_KEY_FILE) on one side only (values 1/0) or a proof that does
+// not verify (expected 1, got 0).
+enum class Field : uint16_t { kMagic = 1, kVersion = 2, kListenId = 3, kEpoch = 4, kAuth = 5 };
 const char* fieldName(Field f);
 struct Refuse {         // either side -> the other: which field differs, with both values
   Field field = Field::kEpoch;

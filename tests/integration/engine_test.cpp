@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -214,6 +215,53 @@ TEST(Engine, BadArgumentsAreRefusedWithAMessage) {
         r.note(1);
       },
       [&](Side& s) { EXPECT_TRUE(s.await(1)); });
+}
+
+// ---- authentication ----------------------------------------------------------------------------
+
+std::string writeKeyFile(const std::string& secret) {
+  char path[] = "/tmp/pact-key-XXXXXX";
+  const int fd = mkstemp(path);
+  EXPECT_GE(fd, 0);
+  EXPECT_EQ(write(fd, secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
+  close(fd);
+  return path;
+}
+
+TEST(EngineAuth, PeersWithTheSameKeyConnectAndTransfer) {
+  const std::string keyFile = writeKeyFile("correct horse battery staple\n");
+  PairOptions o;
+  o.receiverEnv = o.senderEnv = {{"PACT_AUTH_KEY_FILE", keyFile}};
+  runPair(
+      o,
+      [&](Side& r) {
+        EXPECT_EQ(r.waitFinal(expectInto(r, key(1), {1 << 20}, 0)).result, PACT_OK);
+        r.note(1);
+      },
+      [&](Side& s) {
+        EXPECT_EQ(s.waitFinal(sendPattern(s, key(1), {1 << 20}, 0)).result, PACT_OK);
+        EXPECT_TRUE(s.await(1));
+      });
+  unlink(keyFile.c_str());
+}
+
+TEST(EngineAuth, AnotherKeyOrNoKeyIsRefusedPromptly) {
+  const std::string a = writeKeyFile("the first shared secret");
+  const std::string b = writeKeyFile("another shared secret!!");
+  const auto never = [](Side&) { ADD_FAILURE() << "a refused pair ran its body"; };
+  PairOptions o;
+  o.expectRefused = true;
+  o.receiverEnv = {{"PACT_AUTH_KEY_FILE", a}};
+  o.senderEnv = {{"PACT_AUTH_KEY_FILE", b}};
+  o.refusal = "authentication";
+  runPair(o, never, never);
+  o.senderEnv = {};  // the sender has no key
+  runPair(o, never, never);
+  o.receiverEnv = {};
+  o.senderEnv = {{"PACT_AUTH_KEY_FILE", a}};  // only the sender has one
+  runPair(o, never, never);
+  unlink(a.c_str());
+  unlink(b.c_str());
 }
 
 // ---- checksums ---------------------------------------------------------------------------------

@@ -103,6 +103,12 @@ void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sen
         Address a{};
         PACT_OK_OR_FAIL(pact_engine_address(side.engine, a.text, sizeof a.text));
         ASSERT_TRUE(rx.sendValue(a));
+        if (o.expectRefused) {
+          EXPECT_EQ(pact_peer_wait(side.engine, "sender", 1500, &side.peer), PACT_ERR_TIMED_OUT);
+          uint32_t done = 0;
+          EXPECT_TRUE(rx.recvValue(&done, kNoteWait));
+          return;
+        }
         PACT_OK_OR_FAIL(pact_peer_wait(side.engine, "sender", 20000, &side.peer));
         side.memory.assign(o.memory, 0);
         PACT_OK_OR_FAIL(pact_mem_register(side.engine, side.memory.data(), side.memory.size(), &side.mr));
@@ -120,6 +126,15 @@ void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sen
         ASSERT_NE(side.engine, nullptr);
         Address a{};
         ASSERT_TRUE(tx.recvValue(&a, kNoteWait));
+        if (o.expectRefused) {
+          const auto t0 = std::chrono::steady_clock::now();
+          EXPECT_EQ(pact_connect(side.engine, a.text, 20000, &side.peer), PACT_ERR_REFUSED);
+          EXPECT_NE(std::string(pact_last_error()).find(o.refusal), std::string::npos)
+              << pact_last_error();
+          EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(2));
+          EXPECT_TRUE(tx.sendValue(uint32_t{1}));
+          return;
+        }
         PACT_OK_OR_FAIL(pact_connect(side.engine, a.text, 20000, &side.peer));
         side.memory.assign(o.memory, 0);
         PACT_OK_OR_FAIL(pact_mem_register(side.engine, side.memory.data(), side.memory.size(), &side.mr));

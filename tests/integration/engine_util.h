@@ -73,6 +73,10 @@ struct PairOptions {
   uint64_t creditBudget = 0;
   size_t memory = 32u << 20;
   bool progressThread = true;
+  // The handshake must fail: the sender's connect returns PACT_ERR_REFUSED promptly naming
+  // `refusal`, the receiver never sees the peer; the bodies do not run.
+  bool expectRefused = false;
+  std::string refusal;
   std::chrono::milliseconds timeout{60000};
 };
 

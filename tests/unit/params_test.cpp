@@ -72,7 +72,8 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"PACT_LIVENESS_INTERVAL", "ms",
             "invalid PACT_LIVENESS_INTERVAL='ms': expected a duration with unit us, ms or s (e.g. 200ms)"},
         Bad{"PACT_NET_DEVICES", "lo,,eth0",
-            "invalid PACT_NET_DEVICES='lo,,eth0': expected comma-separated device names, or 'all'"},
+            "invalid PACT_NET_DEVICES='lo,,eth0': an empty device name in the list (expected "
+            "comma-separated device names, or 'all')"},
         Bad{"PACT_FAULT", "delay=lane99:5ms",
             "invalid PACT_FAULT='delay=lane99:5ms': 'delay=lane99:5ms': expected a lane from 0 to 15"},
         Bad{"PACT_FAULT", "delay=lane0:5",
@@ -97,8 +98,16 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"PACT_FAULT", "flood=1",
             "invalid PACT_FAULT='flood=1': 'flood=1': unknown fault; expected drop, dup, corrupt, "
             "reject, lose_remote_done, delay, epoch_skew, kill_after or seed"},
+        Bad{"PACT_AUTH_KEY_FILE", "/nonexistent/pact.key",
+            "invalid PACT_AUTH_KEY_FILE='/nonexistent/pact.key': cannot read: No such file or directory "
+            "(expected a readable file of 16 to 4096 bytes (the shared secret), or empty)"},
+        Bad{"PACT_AUTH_KEY_FILE", PACT_SOURCE_ROOT "/tests/unit/data/short.key",
+            "invalid PACT_AUTH_KEY_FILE='" PACT_SOURCE_ROOT "/tests/unit/data/short.key': is 5 bytes; "
+            "at least 16 are needed (expected a readable file of 16 to 4096 bytes (the shared "
+            "secret), or empty)"},
         Bad{"PACT_NET_DEVICES", "eth0;rm -rf",
-            "invalid PACT_NET_DEVICES='eth0;rm -rf': expected comma-separated device names, or 'all'"}));
+            "invalid PACT_NET_DEVICES='eth0;rm -rf': device name 'eth0;rm -rf' has a character "
+            "outside [A-Za-z0-9_.:-] (expected comma-separated device names, or 'all')"}));
 
 TEST(Params, FaultSpecParses) {
   auto p = Params::load({{"PACT_FAULT", "delay=lane1:250ms, seed=7"}});
@@ -189,5 +198,23 @@ TEST(ParamsDoc, DocsParamsMdMatchesTheRegistry) {
       << "docs/params.md is stale: regenerate it with build/perf/pact-info --params-md > docs/params.md";
 }
 
+}  // namespace
+}  // namespace pact
+
+namespace pact {
+namespace {
+TEST(Params, AuthKeyFileIsReadAndNeverShown) {
+  auto p = Params::load({{"PACT_AUTH_KEY_FILE", PACT_SOURCE_ROOT "/tests/unit/data/test.key"}});
+  ASSERT_TRUE(p.ok()) << p.error().message;
+  EXPECT_TRUE(p->auth_key.enabled());
+  EXPECT_EQ(p->auth_key.secret, "0123456789abcdef0123");  // the trailing newline is not part of it
+  for (const auto& [name, value] : p->effective()) {
+    if (name == "PACT_AUTH_KEY_FILE") {
+      EXPECT_EQ(value, PACT_SOURCE_ROOT "/tests/unit/data/test.key");
+    }
+    EXPECT_EQ(value.find("0123456789abcdef"), std::string::npos) << name;
+  }
+  EXPECT_FALSE(Params::load({})->auth_key.enabled());
+}
 }  // namespace
 }  // namespace pact
