@@ -56,7 +56,23 @@ Status refuse(ControlSocket& sock, wire::Field field, uint64_t ours, uint64_t th
 
 bool expired(TimePoint start, const Params& p) { return now() - start > p.peer_timeout; }
 
+// PACT_AUTH_KEY_FILE: the listener proves the key over the connector's nonce in its accept, the
+// connector over the listener's nonce in a proof frame; nobody gets a comm before both verified.
+constexpr std::string_view kAcceptLabel = "pact-plugin-accept-v1";
+constexpr std::string_view kProofLabel = "pact-plugin-proof-v1";
+
 }  // namespace
+
+// A connection the listener took, not yet a comm.
+struct ListenPending {
+  ControlSocket sock;
+  TimePoint start;
+  // With authentication: accepted, waiting for the connector's proof.
+  bool awaitingProof = false;
+  wire::Hello hello;
+  auth::Nonce nonce{};
+  uint32_t tagSpace = 0;
+};
 
 class ListenComm {
  public:
@@ -65,11 +81,7 @@ class ListenComm {
   std::shared_ptr<DeviceCtx> dev;
   Listener listener;
   uint64_t listenId = 0;
-  struct Pending {
-    ControlSocket sock;
-    TimePoint start;
-  };
-  std::vector<Pending> pending;
+  std::vector<ListenPending> pending;
   ~ListenComm() { magic = 0; }
 };
 
@@ -80,6 +92,7 @@ struct ConnectState {
   TimePoint start = now();
   std::string peer;
   ChannelConfig channel;
+  auth::Nonce nonce{};
 };
 
 Status Net::listen(int dev, int trafficClass, void* handle, ListenComm** out) {
@@ -158,6 +171,9 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     st = new ConnectState{*d, std::move(sock.value()), *h, now(), "", channel};
     std::memcpy(bytes + kScratchOffset, &st, sizeof st);
     wire::Hello hello{h->listenId, randomId(), params_.epoch, (*d)->worker().address()};
+    st->nonce = auth::freshNonce();
+    hello.auth = params_.auth_key.enabled() ? 1 : 0;
+    hello.nonce = st->nonce;
     st->channel = channel;
     hello.unordered = channel.ordered ? 0 : 1;
     hello.lanes = static_cast<uint8_t>(channel.ordered ? 1 : channel.lanes);
@@ -210,6 +226,11 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   }
   if (acc->epoch != params_.epoch)
     return finish(refuse(st->sock, wire::Field::kEpoch, params_.epoch, acc->epoch, st->peer));
+  if (const auth::Key& key = params_.auth_key; key.enabled()) {
+    if (!auth::verify(key.secret, kAcceptLabel, st->nonce, acc->nonce, acc->mac))
+      return finish(refuse(st->sock, wire::Field::kAuth, 1, 0, st->peer));
+    ignore(st->sock.send(wire::encode(wire::Proof{auth::mac(key.secret, kProofLabel, acc->nonce, st->nonce)})));
+  }
   std::lock_guard lock(st->dev->mutex());
   auto comm = std::make_unique<SendComm>(st->dev, std::move(st->sock), acc->tagSpace, st->peer,
                                          st->channel);
@@ -233,7 +254,10 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
       return fd.status();
     }
     if (!fd->valid()) break;
-    lc->pending.push_back({ControlSocket(std::move(fd.value())), now()});
+    ListenPending p;
+    p.sock = ControlSocket(std::move(fd.value()));
+    p.start = now();
+    lc->pending.push_back(std::move(p));
   }
   for (size_t i = 0; i < lc->pending.size();) {
     auto& p = lc->pending[i];
@@ -251,6 +275,14 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
       continue;
     }
     const Frame& frame = *f.value();
+    if (p.awaitingProof) {
+      RecvComm* comm = nullptr;
+      Status s = finishAuthenticated(lc, p, frame, peer, &comm);
+      drop();
+      if (s != Status::kOk) return s;
+      *out = comm;
+      return Status::kOk;
+    }
     Status refused = Status::kOk;
     auto hello = wire::decodeHello(frame.body);
     if (frame.header.version != wire::kVersion)
@@ -264,6 +296,8 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
       refused = refuse(p.sock, wire::Field::kListenId, lc->listenId, hello->listenId, peer);
     else if (hello->epoch != params_.epoch)
       refused = refuse(p.sock, wire::Field::kEpoch, params_.epoch, hello->epoch, peer);
+    else if (hello->auth != (params_.auth_key.enabled() ? 1 : 0))
+      refused = refuse(p.sock, wire::Field::kAuth, params_.auth_key.enabled() ? 1 : 0, hello->auth, peer);
     if (refused != Status::kOk) {
       drop();
       return refused;
@@ -274,20 +308,59 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
       PACT_WARN("accept: %s", space.error().message.c_str());
       return space.status();
     }
-    ignore(p.sock.send(wire::encode(wire::Accept{*space, params_.epoch, lc->dev->addresses()})));
-    ChannelConfig channel;
-    channel.ordered = hello->unordered == 0;
-    channel.lanes = hello->lanes;
-    channel.chunk = hello->chunk;
-    channel.rails = static_cast<int>(std::min<size_t>({hello->lanes, hello->rails, lc->dev->rails()}));
-    auto* comm = new RecvComm(lc->dev, std::move(p.sock), *space, peer, channel);
+    wire::Accept accept{*space, params_.epoch, lc->dev->addresses()};
+    if (const auth::Key& key = params_.auth_key; key.enabled()) {
+      p.nonce = auth::freshNonce();
+      accept.nonce = p.nonce;
+      accept.mac = auth::mac(key.secret, kAcceptLabel, hello->nonce, p.nonce);
+      ignore(p.sock.send(wire::encode(accept)));
+      p.awaitingProof = true;
+      p.hello = *hello;
+      p.tagSpace = *space;
+      ++i;
+      continue;
+    }
+    ignore(p.sock.send(wire::encode(accept)));
+    *out = newRecvComm(lc, std::move(p.sock), *space, *hello, peer);
     drop();
-    PACT_INFO("recv comm %p accepted from %s on %s (tag space %u)", static_cast<void*>(comm),
-              peer.c_str(), lc->dev->info().name.c_str(), *space);
-    *out = comm;
     return Status::kOk;
   }
   return Status::kOk;
+}
+
+// The connector's answer to an authenticated accept: its proof (then the comm exists) or a
+// refusal (then accept fails, as connect did).
+Status Net::finishAuthenticated(ListenComm* lc, ListenPending& p, const Frame& frame,
+                                const std::string& peer, RecvComm** out) {
+  if (frame.header.type == wire::FrameType::kRefuse) {
+    auto r = wire::decodeRefuse(frame.body);
+    PACT_WARN("accept: %s refused the handshake (%s)", peer.c_str(),
+              r.ok() ? wire::fieldName(r->field) : r.error().message.c_str());
+    return Status::kRefused;
+  }
+  auto proof = frame.header.type == wire::FrameType::kProof
+                   ? wire::decodeProof(frame.body)
+                   : Result<wire::Proof>(Status::kInvalidArgument, "expected a proof frame");
+  if (!proof.ok() ||
+      !auth::verify(params_.auth_key.secret, kProofLabel, p.nonce, p.hello.nonce, proof->mac)) {
+    return refuse(p.sock, wire::Field::kAuth, 1, 0, peer);
+  }
+  std::lock_guard lock(lc->dev->mutex());
+  *out = newRecvComm(lc, std::move(p.sock), p.tagSpace, p.hello, peer);
+  return Status::kOk;
+}
+
+RecvComm* Net::newRecvComm(ListenComm* lc, ControlSocket sock, uint32_t space,
+                           const wire::Hello& hello, const std::string& peer) {
+  ChannelConfig channel;
+  channel.ordered = hello.unordered == 0;
+  channel.lanes = hello.lanes;
+  channel.chunk = hello.chunk;
+  channel.rails = static_cast<int>(std::min<size_t>({hello.lanes, hello.rails, lc->dev->rails()}));
+  auto* comm = new RecvComm(lc->dev, std::move(sock), space, peer, channel);
+  PACT_INFO("recv comm %p accepted from %s on %s (tag space %u)", static_cast<void*>(comm),
+            peer.c_str(), lc->dev->info().name.c_str(), space);
+  return comm;
 }
 
 Status Net::closeListen(ListenComm* lc) {

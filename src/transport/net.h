@@ -40,6 +40,7 @@ struct Properties {
 inline constexpr int kPtrHost = 0x1;
 
 class ListenComm;
+struct ListenPending;
 
 class Net {
  public:
@@ -89,6 +90,11 @@ class Net {
   Result<std::shared_ptr<DeviceCtx>> device(int dev, int trafficClass);
   // The channel a class's send comms use (profile + the PACT_FAULT lane delay).
   ChannelConfig channelFor(int trafficClass) const;
+  // accept(): the connector's proof after an authenticated accept, and the comm it then gets.
+  Status finishAuthenticated(ListenComm* lc, ListenPending& p, const Frame& frame,
+                             const std::string& peer, RecvComm** out);
+  RecvComm* newRecvComm(ListenComm* lc, ControlSocket sock, uint32_t space,
+                        const wire::Hello& hello, const std::string& peer);
 
   Params params_;
   std::vector<ucx::DeviceInfo> devices_;

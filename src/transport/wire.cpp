@@ -61,7 +61,7 @@ Result<Header> decodeHeader(std::span<const uint8_t> in) {
       !r.u32(&h.length, "length"))
     return r.error();
   if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
-  if (type < 1 || type > static_cast<uint16_t>(FrameType::kEngine))
+  if (type < 1 || type > static_cast<uint16_t>(FrameType::kProof))
     return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
   if (h.length > kMaxBody)
     return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
@@ -90,6 +90,8 @@ std::vector<uint8_t> encode(const Hello& m) {
   w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
   w.u16(m.rails);
   w.u64(m.chunk);
+  w.u8(m.auth);
+  for (uint8_t b : m.nonce) w.u8(b);
   return frame(FrameType::kHello, w);
 }
 
@@ -99,7 +101,15 @@ std::vector<uint8_t> encode(const Accept& m) {
   w.u64(m.epoch);
   w.u16(static_cast<uint16_t>(m.railAddresses.size()));
   for (const auto& a : m.railAddresses) w.bytes(a);
+  for (uint8_t b : m.nonce) w.u8(b);
+  for (uint8_t b : m.mac) w.u8(b);
   return frame(FrameType::kAccept, w);
+}
+
+std::vector<uint8_t> encode(const Proof& m) {
+  Writer w;
+  for (uint8_t b : m.mac) w.u8(b);
+  return frame(FrameType::kProof, w);
 }
 
 std::vector<uint8_t> encode(const Refuse& m) {
@@ -125,8 +135,10 @@ Result<Hello> decodeHello(std::span<const uint8_t> body) {
   if (!r.u64(&m.listenId, "listen_id") || !r.u64(&m.commId, "comm_id") ||
       !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
       !r.u16(&channel, "channel") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
-      !r.done())
+      !r.u8(&m.auth, "auth") || !r.raw(m.nonce.data(), m.nonce.size(), "nonce") || !r.done())
     return r.error();
+  if (m.auth > 1)
+    return Error{Status::kInvalidArgument, "hello.auth: expected 0 or 1, got " + std::to_string(m.auth)};
   if (rails < 1 || rails > kMaxRails)
     return Error{Status::kInvalidArgument, "hello.rails: " + std::to_string(rails) + " outside 1..8"};
   m.rails = static_cast<uint8_t>(rails);
@@ -153,7 +165,16 @@ Result<Accept> decodeAccept(std::span<const uint8_t> body) {
   m.railAddresses.resize(rails);
   for (auto& a : m.railAddresses)
     if (!r.bytes(&a, kMaxWorkerAddress, "worker_address")) return r.error();
-  if (!r.done()) return r.error();
+  if (!r.raw(m.nonce.data(), m.nonce.size(), "nonce") || !r.raw(m.mac.data(), m.mac.size(), "mac") ||
+      !r.done())
+    return r.error();
+  return m;
+}
+
+Result<Proof> decodeProof(std::span<const uint8_t> body) {
+  Reader r(body, "proof");
+  Proof m;
+  if (!r.raw(m.mac.data(), m.mac.size(), "mac") || !r.done()) return r.error();
   return m;
 }
 

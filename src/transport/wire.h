@@ -6,6 +6,7 @@
 // All integers little-endian.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <string>
@@ -16,7 +17,7 @@
 namespace pact::wire {
 
 inline constexpr uint32_t kMagic = 0x54434150;  // "PACT" in memory order
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;  // 2: authentication fields and the proof frame
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr size_t kMaxBody = 4096;
 inline constexpr size_t kMaxWorkerAddress = 2048;
@@ -37,7 +38,10 @@ Result<ListenHandle> decodeHandle(std::span<const uint8_t> in);
 
 // kEngine: the body is a transfer-engine control frame (engine/control.h) sent before the
 // engine's UCX endpoints exist (its Hello).
-enum class FrameType : uint16_t { kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kEngine = 5 };
+// kProof: the connector's proof of the shared key (PACT_AUTH_KEY_FILE), after the accept.
+enum class FrameType : uint16_t {
+  kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kEngine = 5, kProof = 6,
+};
 
 struct Header {
   uint16_t version = kVersion;
@@ -57,6 +61,8 @@ struct Hello {          // connector -> listener
   uint8_t lanes = 1;      // 1..16
   uint8_t rails = 1;      // the sender's rails (ports of its virtual device), 1..8
   uint64_t chunk = 0;     // unordered: power of two in [4 KiB, 1 GiB]
+  uint8_t auth = 0;       // 1: the connector has PACT_AUTH_KEY_FILE set
+  std::array<uint8_t, 32> nonce{};  // the connector's challenge
 };
 inline constexpr uint8_t kMaxLanes = 16;
 inline constexpr size_t kMaxRails = 8;
@@ -66,6 +72,11 @@ struct Accept {         // listener -> connector
   uint32_t tagSpace = 0;  // receiver's comm id: the high bits of every UCX tag on this comm
   uint64_t epoch = 0;
   std::vector<std::vector<uint8_t>> railAddresses;  // one worker address per rail, 1..8
+  std::array<uint8_t, 32> nonce{};  // the listener's challenge
+  std::array<uint8_t, 32> mac{};    // with auth: HMAC(key, accept label || hello nonce || nonce)
+};
+struct Proof {           // connector -> listener, with auth: HMAC(key, proof label || accept
+  std::array<uint8_t, 32> mac{};  // nonce || hello nonce)
 };
 // kAuth: authentication (PACT_AUTH_KEY_FILE) on one side only (values 1/0) or a proof that does
 // not verify (expected 1, got 0).
@@ -80,6 +91,7 @@ struct Refuse {         // either side -> the other: which field differs, with b
 std::vector<uint8_t> encode(const Hello& m);
 std::vector<uint8_t> encode(const Accept& m);
 std::vector<uint8_t> encode(const Refuse& m);
+std::vector<uint8_t> encode(const Proof& m);
 std::vector<uint8_t> encodeBye();
 // Wraps an engine control frame (at most kMaxBody bytes) as a kEngine frame.
 std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame);
@@ -87,5 +99,6 @@ std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame);
 Result<Hello> decodeHello(std::span<const uint8_t> body);
 Result<Accept> decodeAccept(std::span<const uint8_t> body);
 Result<Refuse> decodeRefuse(std::span<const uint8_t> body);
+Result<Proof> decodeProof(std::span<const uint8_t> body);
 
 }  // namespace pact::wire

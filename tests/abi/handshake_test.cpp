@@ -3,8 +3,14 @@
 //         with a NULL devComm pointer and with a pointer to NULL; then a transfer in that thread.
 // Case 13: peers started with different PACT_EPOCH values must be refused promptly, on at least
 //          the refusing side, and neither side may get a comm. Same non-zero epochs connect.
+// Authentication (PACT_AUTH_KEY_FILE): another key, or a key on one side only, is refused
+//          promptly on BOTH sides with no comm; the same key connects.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "tests/abi/harness.h"
 #include "tests/common/scoped_env.h"
@@ -69,8 +75,16 @@ struct SideResult {
 constexpr auto kRefuseBound = std::chrono::milliseconds(10000);  // "promptly"
 constexpr auto kObserveWindow = std::chrono::milliseconds(10500);
 
-void epochAcceptSide(PeerIo& io, const char* epoch) {
-  test::ScopedEnv env("PACT_EPOCH", std::string(epoch));
+// The environment one side of a handshake runs with.
+using SideEnv = std::vector<std::pair<std::string, std::string>>;
+std::vector<std::unique_ptr<test::ScopedEnv>> apply(const SideEnv& env) {
+  std::vector<std::unique_ptr<test::ScopedEnv>> out;
+  for (const auto& [k, v] : env) out.push_back(std::make_unique<test::ScopedEnv>(k, v));
+  return out;
+}
+
+void acceptSide(PeerIo& io, const SideEnv& sideEnv) {
+  auto env = apply(sideEnv);
   auto plugin = openPlugin(io.version);
   ASSERT_TRUE(plugin);
   char handle[loader::kHandleSize] = {};
@@ -95,8 +109,8 @@ void epochAcceptSide(PeerIo& io, const char* epoch) {
   EXPECT_EQ(plugin->closeListen(lc), loader::kSuccess);
 }
 
-void epochConnectSide(PeerIo& io, const char* epoch) {
-  test::ScopedEnv env("PACT_EPOCH", std::string(epoch));
+void connectSide(PeerIo& io, const SideEnv& sideEnv) {
+  auto env = apply(sideEnv);
   auto plugin = openPlugin(io.version);
   ASSERT_TRUE(plugin);
   char handle[loader::kHandleSize];
@@ -125,11 +139,11 @@ std::string describe(const char* side, const SideResult& r) {
   return s + "returned " + std::to_string(r.rc) + " after " + std::to_string(r.elapsedMs) + " ms";
 }
 
-void runEpochPair(int version, const char* acceptEpoch, const char* connectEpoch, SideResult* a,
-                  SideResult* b) {
+void runHandshakePair(int version, const SideEnv& acceptEnv, const SideEnv& connectEnv,
+                      SideResult* a, SideResult* b) {
   PeerPair pair(
-      version, [acceptEpoch](PeerIo& io) { epochAcceptSide(io, acceptEpoch); },
-      [connectEpoch](PeerIo& io) { epochConnectSide(io, connectEpoch); });
+      version, [acceptEnv](PeerIo& io) { acceptSide(io, acceptEnv); },
+      [connectEnv](PeerIo& io) { connectSide(io, connectEnv); });
   const auto budget = kObserveWindow + kOpTimeout;
   EXPECT_TRUE(pair.controlA().recvValue(a, budget)) << "no report from the accepting side";
   EXPECT_TRUE(pair.controlB().recvValue(b, budget)) << "no report from the connecting side";
@@ -140,7 +154,7 @@ class Epoch : public ::testing::TestWithParam<int> {};
 
 TEST_P(Epoch, MismatchIsRefusedPromptly) {
   SideResult acc, con;
-  runEpochPair(GetParam(), "1", "2", &acc, &con);
+  runHandshakePair(GetParam(), {{"PACT_EPOCH", "1"}}, {{"PACT_EPOCH", "2"}}, &acc, &con);
   const std::string report =
       describe("accept (epoch 1)", acc) + "; " + describe("connect (epoch 2)", con);
   RecordProperty("epoch_mismatch", report);
@@ -156,12 +170,67 @@ TEST_P(Epoch, MismatchIsRefusedPromptly) {
 // mismatch and not about PACT_EPOCH itself.
 TEST_P(Epoch, SameEpochConnects) {
   SideResult acc, con;
-  runEpochPair(GetParam(), "7", "7", &acc, &con);
+  runHandshakePair(GetParam(), {{"PACT_EPOCH", "7"}}, {{"PACT_EPOCH", "7"}}, &acc, &con);
   EXPECT_TRUE(acc.gotComm) << describe("accept", acc);
   EXPECT_TRUE(con.gotComm) << describe("connect", con);
 }
 
 INSTANTIATE_TEST_SUITE_P(Versions, Epoch,
+                         ::testing::Range(loader::kOldestVersion, loader::kNewestVersion + 1),
+                         versionName);
+
+class Auth : public ::testing::TestWithParam<int> {
+ protected:
+  void SetUp() override {
+    keyA_ = writeKey("pact test key number one");
+    keyB_ = writeKey("pact test key number two");
+  }
+  void TearDown() override {
+    unlink(keyA_.c_str());
+    unlink(keyB_.c_str());
+  }
+  static std::string writeKey(const std::string& secret) {
+    char path[] = "/tmp/pact-abi-key-XXXXXX";
+    const int fd = mkstemp(path);
+    EXPECT_GE(fd, 0);
+    EXPECT_EQ(write(fd, secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
+    close(fd);
+    return path;
+  }
+  // Both sides must fail promptly and neither may get a comm.
+  void expectRefusedOnBothSides(const SideEnv& acceptEnv, const SideEnv& connectEnv) {
+    SideResult acc, con;
+    runHandshakePair(GetParam(), acceptEnv, connectEnv, &acc, &con);
+    const std::string report = describe("accept", acc) + "; " + describe("connect", con);
+    std::printf("[   INFO   ] auth refusal: %s\n", report.c_str());
+    EXPECT_FALSE(acc.gotComm) << report;
+    EXPECT_FALSE(con.gotComm) << report;
+    EXPECT_NE(acc.rc, loader::kSuccess) << report;
+    EXPECT_NE(con.rc, loader::kSuccess) << report;
+    EXPECT_LT(acc.elapsedMs, kRefuseBound.count()) << report;
+    EXPECT_LT(con.elapsedMs, kRefuseBound.count()) << report;
+  }
+  std::string keyA_, keyB_;
+};
+
+TEST_P(Auth, SameKeyConnects) {
+  SideResult acc, con;
+  runHandshakePair(GetParam(), {{"PACT_AUTH_KEY_FILE", keyA_}}, {{"PACT_AUTH_KEY_FILE", keyA_}},
+                   &acc, &con);
+  EXPECT_TRUE(acc.gotComm) << describe("accept", acc);
+  EXPECT_TRUE(con.gotComm) << describe("connect", con);
+}
+
+TEST_P(Auth, AnotherKeyIsRefusedOnBothSides) {
+  expectRefusedOnBothSides({{"PACT_AUTH_KEY_FILE", keyA_}}, {{"PACT_AUTH_KEY_FILE", keyB_}});
+}
+
+TEST_P(Auth, AKeyOnOneSideOnlyIsRefusedOnBothSides) {
+  expectRefusedOnBothSides({{"PACT_AUTH_KEY_FILE", keyA_}}, {});
+  expectRefusedOnBothSides({}, {{"PACT_AUTH_KEY_FILE", keyA_}});
+}
+
+INSTANTIATE_TEST_SUITE_P(Versions, Auth,
                          ::testing::Range(loader::kOldestVersion, loader::kNewestVersion + 1),
                          versionName);
 

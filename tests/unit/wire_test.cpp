@@ -51,7 +51,7 @@ TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
   d = decodeHandle(buf);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status(), Status::kRefused);
-  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 1");
+  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 2");
 
   h.family = 99;
   encodeHandle(h, buf);
@@ -173,6 +173,36 @@ TEST(Frames, HelloCarriesTheSendersChannel) {
             "hello.chunk: 5000 is not a power of two in [4096, 2^30]");
   h.unordered = 2;
   EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message, "hello.order: 2 is not 0 or 1");
+}
+
+TEST(Frames, AuthenticationFieldsRoundTrip) {
+  Hello h{1, 2, 3, {9}};
+  h.auth = 1;
+  h.nonce[0] = 0xaa;
+  auto hd = decodeHello(bodyOf(encode(h)));
+  ASSERT_TRUE(hd.ok()) << hd.error().message;
+  EXPECT_EQ(hd->auth, 1);
+  EXPECT_EQ(hd->nonce, h.nonce);
+  h.auth = 3;
+  EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message, "hello.auth: expected 0 or 1, got 3");
+  Accept a{7, 0, {{1, 2}}};
+  a.nonce[5] = 1;
+  a.mac[31] = 2;
+  auto ad = decodeAccept(bodyOf(encode(a)));
+  ASSERT_TRUE(ad.ok()) << ad.error().message;
+  EXPECT_EQ(ad->nonce, a.nonce);
+  EXPECT_EQ(ad->mac, a.mac);
+  Proof p;
+  p.mac[3] = 9;
+  auto pd = decodeProof(bodyOf(encode(p)));
+  ASSERT_TRUE(pd.ok()) << pd.error().message;
+  EXPECT_EQ(pd->mac, p.mac);
+  auto body = bodyOf(encode(p));
+  EXPECT_EQ(decodeProof(std::span<const uint8_t>(body).first(31)).error().message,
+            "proof.mac: truncated");
+  auto r = decodeRefuse(bodyOf(encode(Refuse{Field::kAuth, 1, 0})));
+  ASSERT_TRUE(r.ok());
+  EXPECT_STREQ(fieldName(r->field), "authentication");
 }
 
 }  // namespace
