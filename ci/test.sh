@@ -20,7 +20,7 @@ meson test -C build --print-errorlogs --num-processes 1 || status=1
 if [ "${PACTCI_SKIP_ASAN:-0}" != 1 ]; then
   ci/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
     || { echo "0 passed, 1 failed"; exit 1; }
-  meson test -C build-asan --setup asan --suite unit --suite abi --suite integration \
+  meson test -C build-asan --setup asan --suite unit --suite abi --suite integration --suite fault \
     --print-errorlogs --num-processes 1 \
     || status=1
 fi
