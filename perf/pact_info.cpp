@@ -119,6 +119,12 @@ int main(int argc, char** argv) {
   std::printf("pact %s\nconfiguration:\n", PACT_VERSION);
   for (const auto& [name, value] : params->effective())
     std::printf("  %-24s %s\n", name.c_str(), value.c_str());
+  std::printf("security:\n  authentication           %s\n",
+              params->auth_key.enabled() ? ("on (HMAC-SHA256, key from " + params->auth_key.path + ")").c_str()
+                                         : "off (PACT_AUTH_KEY_FILE unset)");
+  if (params->fault.active())
+    std::printf("FAULT INJECTION ACTIVE: %s (PACT_FAULT; a test hook, not for production)\n",
+                params->fault.describe().c_str());
   if (noDevices) return printClasses(params->classes, nullptr, false) ? 0 : 2;
   auto net = pact::transport::Net::create(*params);
   if (!net.ok()) {

@@ -20,6 +20,14 @@ bool valid(const T* p) {
 
 Result<std::shared_ptr<Net>> Net::create(const Params& params) {
   std::shared_ptr<Net> net(new Net(params));
+  // PACT_FAULT for the plugin: a process on a skewed epoch (its peers refuse it) and one that
+  // dies by SIGKILL after kill_after. Piece-level faults (drop, dup, corrupt, reject,
+  // lose_remote_done) are applied by the transfer engine (docs/reliability.md).
+  if (params.fault.active()) {
+    PACT_WARN("fault injection active: %s", params.fault.describe().c_str());
+    net->params_.epoch += params.fault.epochSkew;
+    armKillAfter(params.fault);
+  }
   auto devs = ucx::discoverDevices(params.net_devices);
   if (!devs.ok()) return devs.error();
   net->devices_ = std::move(devs.value());

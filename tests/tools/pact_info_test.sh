@@ -14,17 +14,20 @@ expect_error() {  # VAR VALUE EXPECTED_LINE
 }
 expect_error PACT_EPOCH abc "invalid PACT_EPOCH='abc': expected an unsigned 64-bit integer"
 expect_error PACT_TC_1 lanes=0 "invalid PACT_TC_1='lanes=0': 'lanes=0': expected an integer from 1 to 16"
-expect_error PACT_FAULT drop=1 "invalid PACT_FAULT='drop=1': 'drop=1': expected delay=laneN:DURATION or seed=N (this build injects no other fault)"
+expect_error PACT_FAULT drop=2 "invalid PACT_FAULT='drop=2': 'drop=2': expected a probability from 0 to 1"
+expect_error PACT_FAULT flood=1 "invalid PACT_FAULT='flood=1': 'flood=1': unknown fault; expected drop, dup, corrupt, reject, lose_remote_done, delay, epoch_skew, kill_after or seed"
+expect_error PACT_AUTH_KEY_FILE /nonexistent "invalid PACT_AUTH_KEY_FILE='/nonexistent': cannot read: No such file or directory (expected a readable file of 16 to 4096 bytes (the shared secret), or empty)"
 expect_error PACT_TC_FOO rc "invalid PACT_TC_FOO='rc': 'FOO': expected a class DEFAULT, KV, A2A, CTRL, CKPT or a number from 0 to 255"
 
 out=$(PACT_TC_7="unordered,lanes=4" PACT_FAULT="delay=lane1:5ms" "$info" --no-devices 2>&1); rc=$?
-for want in "PACT_TC_7 " "order=unordered,lanes=4" "PACT_FAULT               delay=lane1:5ms,seed=1" "PACT_PEER_TIMEOUT"; do
+for want in "PACT_TC_7 " "order=unordered,lanes=4" "PACT_FAULT               delay=lane1:5ms,seed=1" "PACT_PEER_TIMEOUT" \
+    "FAULT INJECTION ACTIVE: delay=lane1:5ms,seed=1" "authentication           off"; do
   case "$out" in *"$want"*) ;; *) echo "FAIL: good configuration: missing '$want' (rc=$rc)"; fail=1 ;; esac
 done
 [ $rc -eq 0 ] || { echo "FAIL: good configuration exited $rc"; fail=1; }
 
 help=$("$info" --help 2>&1)
-for want in PACT_NET_DEVICES PACT_EPOCH PACT_TC_DEFAULT PACT_FAULT "steer"; do
+for want in PACT_NET_DEVICES PACT_EPOCH PACT_TC_DEFAULT PACT_FAULT PACT_AUTH_KEY_FILE PACT_TRACE_EVENTS "steer"; do
   case "$help" in *"$want"*) ;; *) echo "FAIL: --help does not document $want"; fail=1 ;; esac
 done
 [ $fail -eq 0 ] && echo "pact-info checks passed"
