@@ -166,6 +166,18 @@ TEST_P(Epoch, MismatchIsRefusedPromptly) {
   EXPECT_TRUE(accRefused || conRefused) << "no side refused within 10 s: " << report;
 }
 
+// PACT_FAULT=epoch_skew=1 makes the connector a peer on a skewed epoch: refused like a mismatch.
+TEST_P(Epoch, InjectedEpochSkewIsRefused) {
+  SideResult acc, con;
+  runHandshakePair(GetParam(), {}, {{"PACT_FAULT", "epoch_skew=1"}}, &acc, &con);
+  const std::string report = describe("accept", acc) + "; " + describe("connect (skewed)", con);
+  EXPECT_FALSE(acc.gotComm) << report;
+  EXPECT_FALSE(con.gotComm) << report;
+  EXPECT_TRUE((acc.rc != loader::kSuccess && acc.elapsedMs < kRefuseBound.count()) ||
+              (con.rc != loader::kSuccess && con.elapsedMs < kRefuseBound.count()))
+      << report;
+}
+
 // Control: the same non-zero epoch on both sides connects, so the refusal above is about the
 // mismatch and not about PACT_EPOCH itself.
 TEST_P(Epoch, SameEpochConnects) {
