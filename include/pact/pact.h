@@ -237,6 +237,7 @@ typedef struct pact_stats {
   uint64_t credit_stall_ns;     /* receiver: time matched transfers waited for credit */
   uint64_t bytes_received;
   uint64_t bytes_sent;
+  uint64_t faults_injected;     /* PACT_FAULT faults this engine applied */
 } pact_stats_t;
 
 pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats);

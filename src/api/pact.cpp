@@ -308,7 +308,7 @@ pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats) {
                           s.outOfRange, s.checksumFailures, s.openRegistrations,
                           s.leakedRegistrations, s.openTransfers, s.stagedBytes,
                           s.peakStagedBytes, s.creditBudget, s.creditStallNs, s.bytesReceived,
-                          s.bytesSent};
+                          s.bytesSent, s.faultsInjected};
     return PACT_OK;
   });
 }

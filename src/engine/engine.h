@@ -90,7 +90,7 @@ struct Stats {
   uint64_t committed = 0, aborted = 0, retried = 0, duplicatesDropped = 0, staleRejected = 0,
            outOfRange = 0, checksumFailures = 0, openRegistrations = 0, leakedRegistrations = 0,
            openTransfers = 0, stagedBytes = 0, peakStagedBytes = 0, creditBudget = 0,
-           creditStallNs = 0, bytesReceived = 0, bytesSent = 0;
+           creditStallNs = 0, bytesReceived = 0, bytesSent = 0, faultsInjected = 0;
 };
 
 // Called once per verified transfer with the application's destination blocks; true commits.
@@ -170,6 +170,12 @@ class Engine {
   int acceptConnections();
   int pollPeers();
   Code startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id);
+  // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
+  bool inject(double p) {
+    if (!fault_.active() || !dice_.roll(p)) return false;
+    ++stats_.faultsInjected;
+    return true;
+  }
   Code onHello(Peer& p, const Hello& hello);
   Code onProof(Peer& p, const Proof& proof);
   Code connectEndpoint(Peer& p);

@@ -241,7 +241,7 @@ void Engine::releaseCredit(Transfer& x) {
 }
 
 void Engine::sendVerdict(uint64_t peer, const TransferKey& key, Outcome o, Reason r, uint32_t attempt) {
-  if (fault_.active() && o == Outcome::kCommitted && dice_.roll(fault_.loseRemoteDone)) return;
+  if (o == Outcome::kCommitted && inject(fault_.loseRemoteDone)) return;
   Peer* p = readyPeer(peer);
   if (p != nullptr) sendControl(*p, Verdict{key, o, r, attempt});
 }
@@ -342,7 +342,7 @@ void Engine::pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64
     receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
     return;
   }
-  if (fault_.active() && dice_.roll(fault_.corrupt)) dst[dice_.next() % length] ^= 0x10;
+  if (inject(fault_.corrupt)) dst[dice_.next() % length] ^= 0x10;
   x.landedBytes += length;
   stats_.bytesReceived += length;
   tryComplete(x);
@@ -424,7 +424,7 @@ void Engine::tryComplete(Transfer& x) {
   const uint64_t id = x.id;
   std::vector<BlockRef> table;
   for (const Extent& b : x.blocks) table.push_back({b.mr, b.offset, b.length});
-  const bool refused = fault_.active() && dice_.roll(fault_.reject);
+  const bool refused = inject(fault_.reject);
   const bool accepted = !refused && (x.groupChunk || !hook_ || hook_(id, x.key, x.peer, table));
   if (!accepted) {
     if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, Reason::kRejected);

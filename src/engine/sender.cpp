@@ -65,7 +65,10 @@ Code Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const B
   if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "send: " + lastError());
   const Profile& profile = Params::global()->classes.forName(trafficClass ? trafficClass : "DEFAULT");
   TransferKey k = key;
-  if (fault_.active()) k.modelEpoch += fault_.epochSkew;  // a peer on a skewed epoch
+  if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
+    k.modelEpoch += fault_.epochSkew;
+    ++stats_.faultsInjected;
+  }
   Transfer& x = newTransfer(Role::kSender, k, blocks, profile, deadlineUs);
   x.peer = peer;
   sending_[{peer, k.requestId, k.transferId, k.generation}] = x.id;
@@ -123,10 +126,7 @@ void Engine::postPieces(Transfer& x) {
   while (src < x.blocks.size() && dst < x.remoteBlocks.size()) {
     const uint64_t n = std::min({x.blocks[src].length - srcOff, x.remoteBlocks[dst] - dstOff, kMaxPiece});
     // Faults: a piece not delivered, or delivered twice.
-    const int copies = !fault_.active()            ? 1
-                       : dice_.roll(fault_.drop)   ? 0
-                       : dice_.roll(fault_.dup)    ? 2
-                                                   : 1;
+    const int copies = inject(fault_.drop) ? 0 : inject(fault_.dup) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       auto* op = new SendOp{this, id, {}};
       encodePiece(PieceHeader{p->remoteToken, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
@@ -175,7 +175,7 @@ void Engine::pieceSent(uint64_t xferId, bool ok) {
 void Engine::sendDone(Transfer& x) {
   Peer* p = readyPeer(x.peer);
   if (p == nullptr) return;
-  const bool lost = fault_.active() && dice_.roll(fault_.loseRemoteDone);
+  const bool lost = inject(fault_.loseRemoteDone);
   Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
   if (x.verify != Verify::kNone) {
     Digest digest(x.verify);

@@ -136,6 +136,9 @@ void receiverBody(Channel& parent, const FaultCase& fc) {
   const pact_stats_t st = side.stats();
   EXPECT_EQ(st.open_transfers, 0u);
   EXPECT_EQ(st.staged_bytes, 0u);
+  if (fc.where == Where::kReceiver) {
+    EXPECT_GT(st.faults_injected, 0u) << fc.name;
+  }
 }
 
 void senderBody(Channel& parent, const FaultCase& fc, bool faulty) {
@@ -183,6 +186,9 @@ void senderBody(Channel& parent, const FaultCase& fc, bool faulty) {
   uint32_t bye = 0;
   EXPECT_TRUE(parent.recvValue(&bye, milliseconds(30000)));
   EXPECT_EQ(side.stats().open_transfers, 0u);
+  if (faulty && fc.where == Where::kSender) {
+    EXPECT_GT(side.stats().faults_injected, 0u) << fc.name;
+  }
 }
 
 class EngineFault : public ::testing::TestWithParam<FaultCase> {};
