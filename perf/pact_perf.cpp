@@ -1,7 +1,10 @@
 // pact-perf: benchmark driver. Each scenario lives in its own file and registers one subcommand;
-// main only dispatches. Scenarios: p2p (this file's only one so far); kv, a2a and soak plug in the
-// same way (addXCommand(app, &exit_code)).
+// main only dispatches. Scenarios: p2p (net plugin), kv and a2a (transfer engine); more plug in
+// the same way (addXCommand(app, &exit_code)).
+#include "a2a.h"
+#include "kv.h"
 #include "p2p.h"
+#include "soak.h"
 
 #include <CLI/CLI.hpp>
 
@@ -10,6 +13,9 @@ int main(int argc, char** argv) {
   app.require_subcommand(1, 1);
   int exit_code = 0;
   pact::perf::addP2pCommand(app, &exit_code);
+  pact::perf::addKvCommand(app, &exit_code);
+  pact::perf::addA2aCommand(app, &exit_code);
+  pact::perf::addSoakCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
