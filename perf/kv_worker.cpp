@@ -218,8 +218,7 @@ void Decode::updateCredit(Tp now) {
   if (grow && last_credit_ >= static_cast<int64_t>(s_.request_bytes) &&
       now - last_credit_at_ < std::chrono::microseconds(s_.opt.credit_interval_us))
     return;
-  // pact_set_credit treats 0 as "no limit": a worker with no free page grants 1 byte instead.
-  if (eng.setCredit(0, static_cast<uint64_t>(std::max<int64_t>(bytes, 1))).ok()) {
+  if (eng.setCredit(0, static_cast<uint64_t>(std::max<int64_t>(bytes, 0))).ok()) {
     last_credit_ = bytes;
     last_credit_at_ = now;
     ++credit_updates;
@@ -308,8 +307,9 @@ int Prefill::route(int avoid) {
     if (d == avoid) continue;
     auto c = eng.peerCredit(peers[static_cast<size_t>(d)]);
     if (!c) continue;
-    const int64_t budget = c->budget == 0 ? std::numeric_limits<int64_t>::max() / 2
-                                          : static_cast<int64_t>(c->budget);
+    const int64_t budget = c->budget == PACT_CREDIT_UNLIMITED
+                               ? std::numeric_limits<int64_t>::max() / 2
+                               : static_cast<int64_t>(c->budget);
     const int64_t used = std::max<int64_t>(s_.decodes[static_cast<size_t>(d)]->outstanding.load(
                                                std::memory_order_relaxed),
                                            static_cast<int64_t>(c->in_use));

@@ -33,6 +33,9 @@ extern "C" {
 
 #define PACT_API_VERSION 1
 
+/* A credit budget without a limit (pact_set_credit, pact_peer_credit). */
+#define PACT_CREDIT_UNLIMITED UINT64_MAX
+
 typedef enum pact_status {
   PACT_OK = 0,
   PACT_IN_PROGRESS = 1,           /* not finished yet (query/wait with a timeout) */
@@ -104,8 +107,10 @@ pact_status_t pact_connect(pact_engine_t engine, const char* address, int timeou
 /* Waits for a peer (connected or accepted) with the given name. Blocking up to timeout_ms. */
 pact_status_t pact_peer_wait(pact_engine_t engine, const char* name, int timeout_ms,
                              pact_peer_t* peer);
-/* Sender's view of a receiver's credit: the budget it granted this engine and the bytes this
- * engine has advertised-but-unfinished transfers for. */
+/* Sender's view of a receiver's credit: the budget it granted this engine (its per-sender share,
+ * or the receiver's total budget, shared by all its senders, when it set no share;
+ * PACT_CREDIT_UNLIMITED when unlimited) and the bytes of this engine's advertised, unfinished
+ * transfers to it. */
 pact_status_t pact_peer_credit(pact_engine_t engine, pact_peer_t peer, uint64_t* budget,
                                uint64_t* in_use);
 
@@ -144,9 +149,10 @@ typedef int (*pact_commit_fn)(void* user, pact_xfer_t xfer, const pact_key_t* ke
                               pact_peer_t from, const pact_block_t* blocks, size_t count);
 pact_status_t pact_set_commit_hook(pact_engine_t engine, pact_commit_fn hook, void* user);
 
-/* Credit budget in bytes: peer 0 sets the engine's total, a peer id that peer's share
- * (0 bytes = no per-peer limit). Lowering it never cancels what is advertised; new transfers
- * wait until they fit. Senders are told their share. */
+/* Credit budget in bytes: peer 0 sets the engine's total, a peer id that peer's share.
+ * PACT_CREDIT_UNLIMITED removes the limit (the default for both); 0 grants nothing (new
+ * transfers wait). Lowering it never cancels what is advertised; new transfers wait until they
+ * fit. Senders are told their grant. */
 pact_status_t pact_set_credit(pact_engine_t engine, pact_peer_t peer, uint64_t budget);
 
 /* Expects the transfer key into blocks (the destination; each block inside its registration).
@@ -198,7 +204,10 @@ pact_status_t pact_xfer_query(pact_engine_t engine, pact_xfer_t xfer, pact_xfer_
 /* Blocking until the transfer is final or timeout_ms passed (PACT_ERR_TIMED_OUT). */
 pact_status_t pact_xfer_wait(pact_engine_t engine, pact_xfer_t xfer, int timeout_ms,
                              pact_xfer_info_t* info);
-/* Ends the caller's interest: an open transfer is aborted first; the id becomes invalid once
+/* Ends the caller's interest: an open transfer is aborted first. PACT_OK: the transfer is gone
+ * and its blocks are free. PACT_IN_PROGRESS: a UCX operation still touches its blocks;
+ * pact_xfer_query/pact_xfer_wait keep working on the id until it is final (wait for that before
+ * reusing the blocks). The id becomes invalid once
  * final (the engine keeps what it needs until then). */
 pact_status_t pact_xfer_release(pact_engine_t engine, pact_xfer_t xfer);
 

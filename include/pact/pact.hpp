@@ -108,7 +108,7 @@ struct EngineConfig {
   std::string listen_ip;       ///< empty = do not listen
   uint16_t listen_port = 0;    ///< 0 = chosen by the kernel
   uint64_t model_epoch = 0;    ///< the receiver's current epoch
-  uint64_t credit_budget = 0;  ///< bytes advertised at once; 0 = unlimited
+  uint64_t credit_budget = 0;  ///< bytes advertised at once; 0 = unlimited (config only)
   bool progress_thread = false;  ///< true: an engine thread progresses; false: call progress()
 };
 
@@ -258,9 +258,12 @@ class Engine {
     if (pact_status_t s = pact_xfer_wait(e_, xfer, timeout_ms, &i); s < 0) return Error::last(s);
     return i;
   }
-  /** Ends interest in xfer (aborts it if open); the id is invalid once final. */
-  Result<void> release(pact_xfer_t xfer) const {
-    return detail::check(pact_xfer_release(e_, xfer));
+  /** Ends interest in xfer (aborts it if open). True: gone, its blocks are free; false
+   *  (PACT_IN_PROGRESS): a UCX operation still touches them, wait() on the id until final. */
+  Result<bool> release(pact_xfer_t xfer) const {
+    const pact_status_t s = pact_xfer_release(e_, xfer);
+    if (s < 0) return Error::last(s);
+    return s == PACT_OK;
   }
 
   /** A group over peers[rank]; must be destroyed before this engine. */

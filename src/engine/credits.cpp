@@ -6,13 +6,13 @@ namespace pact::engine {
 
 uint64_t CreditLedger::grantFor(uint64_t peer) const {
   auto it = peers_.find(peer);
-  return it != peers_.end() && it->second.share != 0 ? it->second.share : total_;
+  return it != peers_.end() && it->second.share != kUnlimited ? it->second.share : total_;
 }
 
 bool CreditLedger::fits(uint64_t peer, uint64_t bytes) const {
-  if (total_ != 0 && (bytes > total_ || staged_ > total_ - bytes)) return false;
+  if (total_ != kUnlimited && (bytes > total_ || staged_ > total_ - bytes)) return false;
   auto it = peers_.find(peer);
-  if (it == peers_.end() || it->second.share == 0) return true;
+  if (it == peers_.end() || it->second.share == kUnlimited) return true;
   const Share& s = it->second;
   return bytes <= s.share && s.staged <= s.share - bytes;
 }

@@ -1,13 +1,16 @@
 // Receiver credit accounting: a total budget and optional per-sender shares of it. A transfer is
 // advertised only when its bytes fit both, so the receiver's staged bytes (advertised, not yet
 // final) never exceed the budget; lowering a budget never takes back what is advertised.
-// 0 means unlimited for both budgets. Not synchronized (the engine's lock).
+// kUnlimited (PACT_CREDIT_UNLIMITED) means no limit; 0 grants nothing. Not synchronized (the
+// engine's lock).
 #pragma once
 
 #include <cstdint>
 #include <map>
 
 namespace pact::engine {
+
+inline constexpr uint64_t kUnlimited = UINT64_MAX;
 
 class CreditLedger {
  public:
@@ -16,7 +19,7 @@ class CreditLedger {
   void setTotal(uint64_t bytes) { total_ = bytes; }
   void setShare(uint64_t peer, uint64_t bytes) { peers_[peer].share = bytes; }
   uint64_t total() const { return total_; }
-  // What a sender is told it may have in flight: its share, else the total (0 = unlimited).
+  // What a sender is told it may have in flight: its share, else the total.
   uint64_t grantFor(uint64_t peer) const;
 
   bool fits(uint64_t peer, uint64_t bytes) const;
@@ -31,7 +34,7 @@ class CreditLedger {
 
  private:
   struct Share {
-    uint64_t share = 0;
+    uint64_t share = kUnlimited;
     uint64_t staged = 0;
   };
   uint64_t total_;

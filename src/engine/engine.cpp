@@ -71,7 +71,8 @@ const char* codeName(Code c) {
 }
 
 Engine::Engine(const EngineConfig& config)
-    : config_(config), epoch_(config.modelEpoch), credits_(config.creditBudget),
+    : config_(config), epoch_(config.modelEpoch),
+      credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
       trace_(kTraceDefault) {
 }
 
@@ -171,7 +172,8 @@ void Engine::shutdown() {
     return std::any_of(xfers_.begin(), xfers_.end(), [](auto& kv) { return kv.second->pendingOps > 0; });
   };
   while (busy() && now() < limit) worker_.progress();
-  for (auto& [id, p] : peers_) p->ep.close(!busy() ? false : true);
+  // Forced: a peer that no longer progresses would hold a flushing close for its timeout.
+  for (auto& [id, p] : peers_) p->ep.close(true);
   stats_.leakedRegistrations += registrations_.size();
   registrations_.clear();
   if (busy()) {
@@ -201,8 +203,17 @@ int Engine::progressLocked() {
     if (n == 0) break;
     events += static_cast<int>(n);
   }
-  events += acceptConnections();
-  events += pollPeers();
+  // The sockets only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
+  // (every call while a handshake is under way), not on every spin of a busy progress loop.
+  const TimePoint t = now();
+  const bool handshaking = std::any_of(peers_.begin(), peers_.end(), [](const auto& kv) {
+    return kv.second->phase == Peer::Phase::kHandshake;
+  });
+  if (handshaking || t - lastSocketCheck_ >= Params::global()->liveness_interval) {
+    lastSocketCheck_ = t;
+    events += acceptConnections();
+    events += pollPeers();
+  }
   events += fireTimers();
   if (events > 0) cv_.notify_all();
   return events;
@@ -272,6 +283,10 @@ int Engine::fireTimers() {
   while (!timers_.empty() && timers_.begin()->first <= t) {
     const Timer timer = timers_.begin()->second;
     timers_.erase(timers_.begin());
+    if (timer.kind == TimerKind::kOffer) {
+      fired += static_cast<int>(std::erase_if(offers_, [&](const auto& kv) { return kv.second.id == timer.id; }));
+      continue;
+    }
     if (timer.kind == TimerKind::kHandshake) {
       auto it = peers_.find(timer.id);
       if (it != peers_.end() && it->second->phase == Peer::Phase::kHandshake) {
@@ -741,10 +756,12 @@ const Transfer* Engine::find(uint64_t xfer) const {
   return it == xfers_.end() ? nullptr : it->second.get();
 }
 
+// A released transfer stays queryable until it is final (then the engine frees it): so the
+// application can wait for an aborted transfer's blocks to be free again.
 Code Engine::query(uint64_t xfer, XferInfo* info) {
   std::lock_guard lock(mu_);
   const Transfer* x = find(xfer);
-  if (x == nullptr || x->userReleased)
+  if (x == nullptr)
     return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
   *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
   return Code::kOk;
@@ -753,13 +770,23 @@ Code Engine::query(uint64_t xfer, XferInfo* info) {
 Code Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
   std::unique_lock lock(mu_);
   const Transfer* x = find(xfer);
-  if (x == nullptr || x->userReleased)
+  if (x == nullptr)
     return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
-  const bool done = waitFor(lock, timeoutMs, [&] { return x->final(); });
   *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
+  // Progress may free a released transfer once final: look it up again each time.
+  const bool done = waitFor(lock, timeoutMs, [&] {
+    x = find(xfer);
+    if (x != nullptr) *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
+    return x == nullptr || x->final();
+  });
+  if (x == nullptr) {  // released and now freed: it was final
+    info->state = State::kReleased;
+    info->final = true;
+  }
   if (!done)
-    return fail(Code::kTimedOut, "transfer " + keyText(x->key) + " still " + stateName(x->state) +
-                                     " after " + std::to_string(timeoutMs) + " ms");
+    return fail(Code::kTimedOut, "transfer " + keyText(info->key) + " still " +
+                                     stateName(info->state) + " after " + std::to_string(timeoutMs) +
+                                     " ms");
   return Code::kOk;
 }
 
@@ -781,7 +808,7 @@ Code Engine::releaseLocked(uint64_t xfer) {
   } else {
     settle(x, Event::kFatalError, Code::kInternal);
   }
-  return Code::kOk;
+  return find(xfer) == nullptr ? Code::kOk : Code::kInProgress;
 }
 
 // ---- memory ------------------------------------------------------------------------------------

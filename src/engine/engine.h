@@ -72,7 +72,7 @@ struct EngineConfig {
   std::string listenIp;  // empty: do not listen
   uint16_t listenPort = 0;
   uint64_t modelEpoch = 0;
-  uint64_t creditBudget = 0;  // 0 = unlimited
+  uint64_t creditBudget = 0;  // 0 = unlimited (as PACT_CREDIT_UNLIMITED)
   bool progressThread = false;
 };
 
@@ -148,7 +148,8 @@ class Engine {
   struct Peer;
   struct OpContext;
   // kMissing: Done came but pieces of the attempt did not (dropped); a grace period, then retry.
-  enum class TimerKind : uint8_t { kDeadline, kResendDone, kHandshake, kMissing };
+  // kOffer: an offer waiting for its expect reached the sender's deadline.
+  enum class TimerKind : uint8_t { kDeadline, kResendDone, kHandshake, kMissing, kOffer };
   struct Timer {
     uint64_t id;  // transfer id, or peer id for kHandshake
     TimerKind kind;
@@ -248,6 +249,7 @@ class Engine {
   std::unordered_map<uint64_t, std::unique_ptr<Transfer>> xfers_;
   std::list<std::unique_ptr<Registration>> registrations_;
   std::multimap<TimePoint, Timer> timers_;
+  TimePoint lastSocketCheck_{};
 
   // Receiver.
   uint64_t epoch_ = 0;
@@ -256,6 +258,7 @@ class Engine {
   struct PendingOffer {
     uint64_t peer;
     Offer offer;
+    uint64_t id = 0;  // for its expiry timer
   };
   std::map<std::tuple<uint64_t, uint64_t, uint32_t>, PendingOffer> offers_;
   std::map<std::tuple<uint64_t, uint64_t, uint32_t>, uint64_t> receiving_;  // open receivers

@@ -81,7 +81,7 @@ Code Engine::setCredit(uint64_t peer, uint64_t budget) {
     auto it = peers_.find(peer);
     if (it == peers_.end()) return fail(Code::kNotFound, "set_credit: unknown peer " + std::to_string(peer));
     credits_.setShare(peer, budget);
-    sendControl(*it->second, CreditUpdate{credits_.grantFor(peer)});
+    sendControl(*it->second, CreditUpdate{credits_.grantFor(peer)});  // share or the total
   }
   advertiseWaiting();
   wake();
@@ -155,7 +155,10 @@ void Engine::onOffer(Peer& p, const Offer& m) {
       sendVerdict(p.id, k, Outcome::kAborted, Reason::kDuplicate);
       return;
     }
-    offers_[ident(k)] = PendingOffer{p.id, m};  // waits for the application's expect
+    // Waits for the application's expect, at most until the sender's deadline.
+    const uint64_t id = nextId_++;
+    offers_[ident(k)] = PendingOffer{p.id, m, id};
+    if (m.deadlineUs != 0) addTimer(now() + std::chrono::microseconds(m.deadlineUs), id, TimerKind::kOffer);
     return;
   }
   if (x->matched) {

@@ -182,6 +182,43 @@ TEST(Engine, AnIdleProgressThreadSleeps) {
       });
 }
 
+// Releasing an open transfer aborts it; the id stays queryable until the transfer is final, so the
+// application can tell when the blocks are free again; the receiver hears of it.
+TEST(Engine, ReleasingAnOpenTransferAbortsItAndWaitSaysWhenItIsFinal) {
+  PairOptions o;
+  o.senderEnv = {{"PACT_FAULT", "drop=1"}};  // the pieces never arrive: the transfer stays open
+  runPair(
+      o,
+      [&](Side& r) {
+        pact_xfer_t x = expectInto(r, key(950), {1 << 20}, 0);
+        const pact_xfer_info_t info = r.waitFinal(x, 10000);
+        EXPECT_EQ(info.state, PACT_STATE_ABORTED);
+        EXPECT_NE(info.result, PACT_OK);
+        r.note(1);
+      },
+      [&](Side& s) {
+        pact_xfer_t x = sendPattern(s, key(950), {1 << 20}, 0);
+        pact_xfer_info_t info{};
+        const auto limit = steady_clock::now() + milliseconds(10000);
+        do {
+          PACT_OK_OR_FAIL(pact_xfer_query(s.engine, x, &info));
+        } while (info.state != PACT_STATE_IN_FLIGHT && steady_clock::now() < limit);
+        ASSERT_EQ(info.state, PACT_STATE_IN_FLIGHT);
+        const pact_status_t released = pact_xfer_release(s.engine, x);
+        ASSERT_TRUE(released == PACT_OK || released == PACT_IN_PROGRESS) << pact_last_error();
+        EXPECT_EQ(pact_xfer_release(s.engine, x), PACT_ERR_NOT_FOUND);  // once only
+        if (released == PACT_IN_PROGRESS) {
+          PACT_OK_OR_FAIL(pact_xfer_wait(s.engine, x, 10000, &info));
+          EXPECT_TRUE(info.final);
+        } else {
+          EXPECT_EQ(pact_xfer_query(s.engine, x, &info), PACT_ERR_NOT_FOUND);  // gone: free
+        }
+        EXPECT_EQ(pact_mem_deregister(s.engine, s.mr), PACT_OK);  // nothing uses the blocks now
+        s.mr = nullptr;
+        EXPECT_TRUE(s.await(1));
+      });
+}
+
 // ---- bad input at the API ------------------------------------------------------------------------
 
 TEST(Engine, BadArgumentsAreRefusedWithAMessage) {

@@ -6,12 +6,15 @@
 namespace pact::engine {
 namespace {
 
-TEST(Credits, UnlimitedWhenZero) {
-  CreditLedger c(0);
+TEST(Credits, UnlimitedAndZero) {
+  CreditLedger c(kUnlimited);
   EXPECT_TRUE(c.fits(1, UINT64_MAX));
   c.take(1, 1 << 30);
   EXPECT_TRUE(c.fits(2, 1 << 30));
-  EXPECT_EQ(c.grantFor(1), 0u);
+  EXPECT_EQ(c.grantFor(1), kUnlimited);
+  CreditLedger none(0);  // grants nothing
+  EXPECT_FALSE(none.fits(1, 1));
+  EXPECT_TRUE(none.fits(1, 0));
 }
 
 TEST(Credits, TotalBudgetBoundsStagedBytes) {
@@ -41,7 +44,7 @@ TEST(Credits, PerSenderShareBoundsThatSender) {
   c.take(7, 300);
   EXPECT_FALSE(c.fits(7, 1));
   EXPECT_TRUE(c.fits(8, 700));
-  c.setShare(7, 0);  // no per-sender limit any more: only the total
+  c.setShare(7, kUnlimited);  // no per-sender limit any more: only the total
   EXPECT_TRUE(c.fits(7, 700));
 }
 
