@@ -1,4 +1,5 @@
-/*
+/**
+ * @file pact.h
  * pact transfer engine: C API (libpact.so, pkg-config "pact").
  *
  * Moves sets of blocks from a sender to a receiver under a key
@@ -33,34 +34,34 @@ extern "C" {
 
 #define PACT_API_VERSION 1
 
-/* A credit budget without a limit (pact_set_credit, pact_peer_credit). */
+/** A credit budget without a limit (pact_set_credit, pact_peer_credit). */
 #define PACT_CREDIT_UNLIMITED UINT64_MAX
 
 typedef enum pact_status {
   PACT_OK = 0,
-  PACT_IN_PROGRESS = 1,           /* not finished yet (query/wait with a timeout) */
-  PACT_ERR_INVALID_ARG = -1,      /* a malformed argument; the message names it */
+  PACT_IN_PROGRESS = 1,           /**< not finished yet (query/wait with a timeout) */
+  PACT_ERR_INVALID_ARG = -1,      /**< a malformed argument; the message names it */
   PACT_ERR_NO_MEMORY = -2,
-  PACT_ERR_NOT_FOUND = -3,        /* unknown transfer, peer or registration */
-  PACT_ERR_TIMED_OUT = -4,        /* a blocking call's timeout passed (the operation goes on) */
-  PACT_ERR_EPOCH_MISMATCH = -5,   /* the receiver is on another model epoch */
-  PACT_ERR_PEER_LOST = -6,        /* the peer died or closed */
-  PACT_ERR_REFUSED = -7,          /* the peer refused the connection (version, epoch) */
-  PACT_ERR_CHECKSUM = -8,         /* payload check failed and no retry was left */
-  PACT_ERR_REJECTED = -9,         /* the receiver's commit hook rejected the block table */
-  PACT_ERR_DEADLINE = -10,        /* the transfer's deadline passed */
-  PACT_ERR_DUPLICATE = -11,       /* the same (request, transfer, generation) is already known */
-  PACT_ERR_OUT_OF_RANGE = -12,    /* a block outside its registration or the advertised range */
-  PACT_ERR_STALE = -13,           /* an older generation than the receiver expects */
-  PACT_ERR_BUSY = -14,            /* the resource is in use (a registration with live transfers) */
-  PACT_ERR_SYSTEM = -15,          /* a system call failed */
-  PACT_ERR_INTERNAL = -16,        /* a bug or an unexpected UCX failure */
-  PACT_ERR_INCOMPLETE = -17       /* data pieces missing after the sender finished, no retry left */
+  PACT_ERR_NOT_FOUND = -3,        /**< unknown transfer, peer or registration */
+  PACT_ERR_TIMED_OUT = -4,        /**< a blocking call's timeout passed (the operation goes on) */
+  PACT_ERR_EPOCH_MISMATCH = -5,   /**< the receiver is on another model epoch */
+  PACT_ERR_PEER_LOST = -6,        /**< the peer died or closed */
+  PACT_ERR_REFUSED = -7,          /**< the peer refused the connection (version, epoch) */
+  PACT_ERR_CHECKSUM = -8,         /**< payload check failed and no retry was left */
+  PACT_ERR_REJECTED = -9,         /**< the receiver's commit hook rejected the block table */
+  PACT_ERR_DEADLINE = -10,        /**< the transfer's deadline passed */
+  PACT_ERR_DUPLICATE = -11,       /**< the same (request, transfer, generation) is already known */
+  PACT_ERR_OUT_OF_RANGE = -12,    /**< a block outside its registration or the advertised range */
+  PACT_ERR_STALE = -13,           /**< an older generation than the receiver expects */
+  PACT_ERR_BUSY = -14,            /**< the resource is in use (a registration with live transfers) */
+  PACT_ERR_SYSTEM = -15,          /**< a system call failed */
+  PACT_ERR_INTERNAL = -16,        /**< a bug or an unexpected UCX failure */
+  PACT_ERR_INCOMPLETE = -17       /**< data pieces missing after the sender finished, no retry left */
 } pact_status_t;
 
-/* Constant name of a status ("PACT_ERR_DEADLINE"). */
+/** Constant name of a status ("PACT_ERR_DEADLINE"). */
 const char* pact_status_string(pact_status_t status);
-/* Message of the last failing call on this thread ("" when none). */
+/** Message of the last failing call on this thread ("" when none). */
 const char* pact_last_error(void);
 
 typedef struct pact_engine* pact_engine_t;
@@ -72,42 +73,42 @@ typedef uint64_t pact_xfer_t;
 /* ---- engine lifecycle --------------------------------------------------------------------- */
 
 typedef struct pact_engine_config {
-  uint32_t struct_size;        /* sizeof(pact_engine_config_t); set by pact_engine_config_init */
-  const char* name;            /* shown to peers and in logs; NULL = "pact-<pid>" */
-  const char* listen_ip;       /* accept connections on this IPv4/IPv6 address; NULL = none */
-  uint16_t listen_port;        /* 0 = chosen by the kernel */
-  uint64_t model_epoch;        /* the receiver's current epoch (pact_set_epoch changes it) */
-  uint64_t credit_budget;      /* bytes the receiver may have advertised at once; 0 = unlimited */
-  int progress_thread;         /* 1: an engine thread progresses (sleeping on the UCX event fd
+  uint32_t struct_size;        /**< sizeof(pact_engine_config_t); set by pact_engine_config_init */
+  const char* name;            /**< shown to peers and in logs; NULL = "pact-<pid>" */
+  const char* listen_ip;       /**< accept connections on this IPv4/IPv6 address; NULL = none */
+  uint16_t listen_port;        /**< 0 = chosen by the kernel */
+  uint64_t model_epoch;        /**< the receiver's current epoch (pact_set_epoch changes it) */
+  uint64_t credit_budget;      /**< bytes the receiver may have advertised at once; 0 = unlimited */
+  int progress_thread;         /**< 1: an engine thread progresses (sleeping on the UCX event fd
                                   when idle); 0: the caller calls pact_progress */
 } pact_engine_config_t;
 
 void pact_engine_config_init(pact_engine_config_t* config);
 
-/* Creates an engine: a UCX context/worker on the devices of PACT_NET_DEVICES, the listening
+/** Creates an engine: a UCX context/worker on the devices of PACT_NET_DEVICES, the listening
  * socket, and the progress thread when asked. Fails with a message naming a malformed PACT_*
  * variable or argument. */
 pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine_t* engine);
-/* Aborts every transfer still open (peers see PACT_ERR_PEER_LOST), waits (bounded) until no
+/** Aborts every transfer still open (peers see PACT_ERR_PEER_LOST), waits (bounded) until no
  * data operation targets application memory, closes every connection and frees everything.
  * Registrations still open are released and counted (pact_stats.leaked_registrations). */
 void pact_engine_destroy(pact_engine_t engine);
-/* "ip:port" other engines pass to pact_connect. PACT_ERR_NOT_FOUND when not listening. */
+/** "ip:port" other engines pass to pact_connect. PACT_ERR_NOT_FOUND when not listening. */
 pact_status_t pact_engine_address(pact_engine_t engine, char* buffer, size_t length);
-/* Progresses the engine once; when nothing happened and timeout_ms > 0, sleeps on the engine's
+/** Progresses the engine once; when nothing happened and timeout_ms > 0, sleeps on the engine's
  * event fds up to timeout_ms (or the next deadline). Returns PACT_OK. Blocking. */
 pact_status_t pact_progress(pact_engine_t engine, int timeout_ms);
 
 /* ---- peers -------------------------------------------------------------------------------- */
 
-/* Connects to the engine listening at address ("ip:port"); the handshake exchanges names,
+/** Connects to the engine listening at address ("ip:port"); the handshake exchanges names,
  * epochs and UCX addresses. Blocking up to timeout_ms. PACT_ERR_REFUSED names the field. */
 pact_status_t pact_connect(pact_engine_t engine, const char* address, int timeout_ms,
                            pact_peer_t* peer);
-/* Waits for a peer (connected or accepted) with the given name. Blocking up to timeout_ms. */
+/** Waits for a peer (connected or accepted) with the given name. Blocking up to timeout_ms. */
 pact_status_t pact_peer_wait(pact_engine_t engine, const char* name, int timeout_ms,
                              pact_peer_t* peer);
-/* Sender's view of a receiver's credit: the budget it granted this engine (its per-sender share,
+/** Sender's view of a receiver's credit: the budget it granted this engine (its per-sender share,
  * or the receiver's total budget, shared by all its senders, when it set no share;
  * PACT_CREDIT_UNLIMITED when unlimited) and the bytes of this engine's advertised, unfinished
  * transfers to it. */
@@ -116,16 +117,16 @@ pact_status_t pact_peer_credit(pact_engine_t engine, pact_peer_t peer, uint64_t*
 
 /* ---- memory ------------------------------------------------------------------------------- */
 
-/* Registers host memory [addr, addr + length) with UCX. Blocks of transfers name a registration
+/** Registers host memory [addr, addr + length) with UCX. Blocks of transfers name a registration
  * and an offset into it; ranges are checked before any data moves. */
 pact_status_t pact_mem_register(pact_engine_t engine, void* addr, size_t length, pact_mr_t* mr);
-/* PACT_ERR_BUSY while an unreleased transfer uses the registration. NULL is accepted. */
+/** PACT_ERR_BUSY while an unreleased transfer uses the registration. NULL is accepted. */
 pact_status_t pact_mem_deregister(pact_engine_t engine, pact_mr_t mr);
 
 typedef struct pact_block {
   pact_mr_t mr;
-  uint64_t offset;  /* into the registration */
-  uint64_t length;  /* > 0 */
+  uint64_t offset;  /**< into the registration */
+  uint64_t length;  /**< > 0 */
 } pact_block_t;
 
 typedef struct pact_key {
@@ -137,25 +138,25 @@ typedef struct pact_key {
 
 /* ---- transfers: receiver side ------------------------------------------------------------- */
 
-/* Moves the receiver to a new model epoch: every open transfer of another epoch is aborted
+/** Moves the receiver to a new model epoch: every open transfer of another epoch is aborted
  * (PACT_ERR_EPOCH_MISMATCH), remote access to its blocks is revoked before it is reported final,
  * and every peer is told. Later offers or expects of other epochs are refused. */
 pact_status_t pact_set_epoch(pact_engine_t engine, uint64_t model_epoch);
 
-/* Called once per transfer whose every block is in, with the current epoch and a matching
+/** Called once per transfer whose every block is in, with the current epoch and a matching
  * checksum. Return 0 to commit (the data is now the application's), nonzero to reject
  * (the transfer ends PACT_ERR_REJECTED; the sender is told). */
 typedef int (*pact_commit_fn)(void* user, pact_xfer_t xfer, const pact_key_t* key,
                               pact_peer_t from, const pact_block_t* blocks, size_t count);
 pact_status_t pact_set_commit_hook(pact_engine_t engine, pact_commit_fn hook, void* user);
 
-/* Credit budget in bytes: peer 0 sets the engine's total, a peer id that peer's share.
+/** Credit budget in bytes: peer 0 sets the engine's total, a peer id that peer's share.
  * PACT_CREDIT_UNLIMITED removes the limit (the default for both); 0 grants nothing (new
  * transfers wait). Lowering it never cancels what is advertised; new transfers wait until they
  * fit. Senders are told their grant. */
 pact_status_t pact_set_credit(pact_engine_t engine, pact_peer_t peer, uint64_t budget);
 
-/* Expects the transfer key into blocks (the destination; each block inside its registration).
+/** Expects the transfer key into blocks (the destination; each block inside its registration).
  * The transfer is advertised to the sender (credit granted, destination published) once the
  * sender's matching offer arrived and the bytes fit the credit budget. deadline_us: time budget
  * from now, 0 = the class default or none. traffic_class: NULL = "DEFAULT" (PACT_TC_*: verify,
@@ -167,7 +168,7 @@ pact_status_t pact_expect(pact_engine_t engine, const pact_key_t* key, const pac
 
 /* ---- transfers: sender side --------------------------------------------------------------- */
 
-/* Offers the transfer key to peer and, once advertised, sends blocks (the source, laid out in
+/** Offers the transfer key to peer and, once advertised, sends blocks (the source, laid out in
  * order over the receiver's blocks; the total length must match). Retries within the class's
  * retry budget and the deadline. */
 pact_status_t pact_send(pact_engine_t engine, pact_peer_t peer, const pact_key_t* key,
@@ -191,8 +192,8 @@ typedef enum pact_state {
 
 typedef struct pact_xfer_info {
   pact_state_t state;
-  pact_status_t result;   /* PACT_OK when committed, PACT_IN_PROGRESS while open, else why */
-  int final;              /* 1: committed or aborted, and no data operation targets its blocks
+  pact_status_t result;   /**< PACT_OK when committed, PACT_IN_PROGRESS while open, else why */
+  int final;              /**< 1: committed or aborted, and no data operation targets its blocks
                              any more (the blocks may be reused) */
   uint32_t retries;
   pact_key_t key;
@@ -201,10 +202,10 @@ typedef struct pact_xfer_info {
 } pact_xfer_info_t;
 
 pact_status_t pact_xfer_query(pact_engine_t engine, pact_xfer_t xfer, pact_xfer_info_t* info);
-/* Blocking until the transfer is final or timeout_ms passed (PACT_ERR_TIMED_OUT). */
+/** Blocking until the transfer is final or timeout_ms passed (PACT_ERR_TIMED_OUT). */
 pact_status_t pact_xfer_wait(pact_engine_t engine, pact_xfer_t xfer, int timeout_ms,
                              pact_xfer_info_t* info);
-/* Ends the caller's interest: an open transfer is aborted first. PACT_OK: the transfer is gone
+/** Ends the caller's interest: an open transfer is aborted first. PACT_OK: the transfer is gone
  * and its blocks are free. PACT_IN_PROGRESS: a UCX operation still touches its blocks;
  * pact_xfer_query/pact_xfer_wait keep working on the id until it is final (wait for that before
  * reusing the blocks). The id becomes invalid once
@@ -213,17 +214,17 @@ pact_status_t pact_xfer_release(pact_engine_t engine, pact_xfer_t xfer);
 
 /* ---- all-to-all groups -------------------------------------------------------------------- */
 
-/* A group of ranks: peers[r] is the connection to rank r (peers[my_rank] is a connection to this
+/** A group of ranks: peers[r] is the connection to rank r (peers[my_rank] is a connection to this
  * engine itself). group_id must be the same on every rank and unique among groups. */
 pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const pact_peer_t* peers,
                                 size_t ranks, uint32_t my_rank, pact_group_t* group);
-/* Starts step (model_epoch, generation): sends send[r] to rank r and expects recv[r] from it
+/** Starts step (model_epoch, generation): sends send[r] to rank r and expects recv[r] from it
  * (arrays of length ranks). A step commits when every rank's chunk is in and verified; chunks
  * of an older step are rejected and counted (pact_stats.stale_rejected). One step at a time. */
 pact_status_t pact_group_step(pact_group_t group, uint64_t model_epoch, uint32_t generation,
                               const pact_block_t* send, const pact_block_t* recv,
                               uint64_t deadline_us);
-/* Blocking until the step is final: PACT_OK when every chunk committed, else the first failure. */
+/** Blocking until the step is final: PACT_OK when every chunk committed, else the first failure. */
 pact_status_t pact_group_wait(pact_group_t group, int timeout_ms);
 void pact_group_destroy(pact_group_t group);
 
@@ -235,32 +236,32 @@ typedef struct pact_stats {
   uint64_t retried;
   uint64_t duplicates_dropped;
   uint64_t stale_rejected;
-  uint64_t out_of_range;        /* pieces or blocks refused for lying outside their range */
+  uint64_t out_of_range;        /**< pieces or blocks refused for lying outside their range */
   uint64_t checksum_failures;
   uint64_t open_registrations;
   uint64_t leaked_registrations;
   uint64_t open_transfers;
-  uint64_t staged_bytes;        /* receiver: bytes advertised and not yet final */
+  uint64_t staged_bytes;        /**< receiver: bytes advertised and not yet final */
   uint64_t peak_staged_bytes;
   uint64_t credit_budget;
-  uint64_t credit_stall_ns;     /* receiver: time matched transfers waited for credit */
+  uint64_t credit_stall_ns;     /**< receiver: time matched transfers waited for credit */
   uint64_t bytes_received;
   uint64_t bytes_sent;
-  uint64_t faults_injected;     /* PACT_FAULT faults this engine applied */
+  uint64_t faults_injected;     /**< PACT_FAULT faults this engine applied */
 } pact_stats_t;
 
 pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats);
 
 typedef struct pact_event {
-  uint64_t time_ns;     /* CLOCK_MONOTONIC */
+  uint64_t time_ns;     /**< CLOCK_MONOTONIC */
   pact_key_t key;
   pact_peer_t peer;
-  uint8_t role;         /* 0 receiver, 1 sender */
-  uint8_t state;        /* pact_state_t entered */
-  uint8_t event;        /* what caused it (engine event number, see docs/engine.md) */
+  uint8_t role;         /**< 0 receiver, 1 sender */
+  uint8_t state;        /**< pact_state_t entered */
+  uint8_t event;        /**< what caused it (engine event number, see docs/engine.md) */
 } pact_event_t;
 
-/* Copies up to max events recorded after *cursor (0 = the oldest kept) and advances *cursor.
+/** Copies up to max events recorded after *cursor (0 = the oldest kept) and advances *cursor.
  * The trace is a bounded ring (PACT_TRACE_EVENTS); events overwritten before they were read are
  * skipped. Returns the number copied. */
 size_t pact_trace_read(pact_engine_t engine, pact_event_t* events, size_t max, uint64_t* cursor);
@@ -269,4 +270,4 @@ size_t pact_trace_read(pact_engine_t engine, pact_event_t* events, size_t max, u
 }
 #endif
 
-#endif /* PACT_PACT_H */
+#endif /**< PACT_PACT_H */
