@@ -521,6 +521,8 @@ TEST(Engine, SenderKilledMidTransferAbortsTheReceiversTransfer) {
         EXPECT_EQ(info.state, PACT_STATE_ABORTED);
         EXPECT_EQ(info.result, PACT_ERR_PEER_LOST);
         EXPECT_LE(took.count(), 2000);
+        std::printf("[   INFO   ] SIGKILLed sender: receiver's transfer PEER_LOST after %lld ms\n",
+                    static_cast<long long>(took.count()));
         pact_key_t k = key(401);
         pact_block_t b{r.mr, 0, 10};
         pact_xfer_t y = 0;
@@ -537,6 +539,95 @@ TEST(Engine, SenderKilledMidTransferAbortsTheReceiversTransfer) {
         c.sender.wait(milliseconds(5000));
         c.receiver.wait(milliseconds(20000));
       });
+}
+
+// Rank restart: the sender is SIGKILLed mid-transfer and a new process of the same name comes
+// back on a new model epoch. The old transfer fails cleanly (PEER_LOST), the receiver moves to the
+// new epoch, and the new connection's transfer commits byte-exact.
+TEST(Engine, AKilledSenderRestartsOnANewEpochAndItsNewTransferCommits) {
+  struct Address {
+    char text[128];
+  };
+  auto [pr, cr] = Channel::pair();
+  auto [p1, c1] = Channel::pair();
+  auto [p2, c2] = Channel::pair();
+  ForkPeer receiver = ForkPeer::start(
+      "receiver",
+      [&] {
+        Side r;
+        pact_engine_config_t c;
+        pact_engine_config_init(&c);
+        c.name = "receiver";
+        c.listen_ip = "127.0.0.1";
+        c.progress_thread = 1;
+        PACT_OK_OR_FAIL(pact_engine_create(&c, &r.engine));
+        Address a{};
+        PACT_OK_OR_FAIL(pact_engine_address(r.engine, a.text, sizeof a.text));
+        ASSERT_TRUE(cr.sendValue(a));
+        r.memory.assign(4 << 20, 0);
+        PACT_OK_OR_FAIL(pact_mem_register(r.engine, r.memory.data(), r.memory.size(), &r.mr));
+        CheckingHook hook{&r};
+        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        pact_xfer_t old = expectInto(r, key(1, 0), {1 << 20}, 0);
+        pact_xfer_info_t info{};
+        do {
+          PACT_OK_OR_FAIL(pact_xfer_query(r.engine, old, &info));
+        } while (info.state == PACT_STATE_ALLOCATED);
+        ASSERT_TRUE(cr.sendValue(uint32_t{1}));  // in flight: kill the sender
+        info = r.waitFinal(old, 10000);
+        EXPECT_EQ(info.result, PACT_ERR_PEER_LOST);
+        PACT_OK_OR_FAIL(pact_set_epoch(r.engine, 1));
+        ASSERT_TRUE(cr.sendValue(uint32_t{2}));  // ready for the restarted sender
+        pact_xfer_t fresh = expectInto(r, key(2, 1), {1 << 20}, 1 << 20);
+        EXPECT_EQ(r.waitFinal(fresh, 20000).result, PACT_OK);
+        EXPECT_EQ(hook.calls, 1);
+        EXPECT_EQ(hook.bad, 0);
+        uint32_t bye = 0;
+        EXPECT_TRUE(cr.recvValue(&bye, milliseconds(20000)));
+      },
+      {milliseconds(60000), {&pr, &p1, &c1, &p2, &c2}});
+  const auto senderBody = [](Channel& parent, uint64_t epoch, const char* fault) {
+    if (fault != nullptr) setenv("PACT_FAULT", fault, 1);
+    Side s;
+    pact_engine_config_t c;
+    pact_engine_config_init(&c);
+    c.name = "sender";
+    c.progress_thread = 1;
+    PACT_OK_OR_FAIL(pact_engine_create(&c, &s.engine));
+    Address a{};
+    ASSERT_TRUE(parent.recvValue(&a, milliseconds(20000)));
+    PACT_OK_OR_FAIL(pact_connect(s.engine, a.text, 20000, &s.peer));
+    s.memory.assign(2 << 20, 0);
+    PACT_OK_OR_FAIL(pact_mem_register(s.engine, s.memory.data(), s.memory.size(), &s.mr));
+    pact_xfer_t x = sendPattern(s, key(epoch + 1, epoch), {1 << 20}, 0);
+    EXPECT_EQ(s.waitFinal(x, 20000).result, PACT_OK);
+    ASSERT_TRUE(parent.sendValue(uint32_t{3}));
+    uint32_t bye = 0;
+    EXPECT_TRUE(parent.recvValue(&bye, milliseconds(20000)));
+  };
+  cr.close();
+  Address a{};
+  ASSERT_TRUE(pr.recvValue(&a, milliseconds(20000)));
+  ForkPeer first = ForkPeer::start("sender#1", [&] { senderBody(c1, 0, "drop=1"); },
+                                   {milliseconds(60000), {&pr, &p1, &p2, &c2}});
+  c1.close();
+  ASSERT_TRUE(p1.sendValue(a));
+  uint32_t note = 0;
+  ASSERT_TRUE(pr.recvValue(&note, milliseconds(20000)));
+  first.kill(SIGKILL);
+  first.wait(milliseconds(5000));
+  EXPECT_TRUE(first.outcome().killedBy(SIGKILL)) << first.outcome().describe();
+  ASSERT_TRUE(pr.recvValue(&note, milliseconds(20000)));
+  ForkPeer second = ForkPeer::start("sender#2", [&] { senderBody(c2, 1, nullptr); },
+                                    {milliseconds(60000), {&pr, &p1, &p2}});
+  c2.close();
+  ASSERT_TRUE(p2.sendValue(a));
+  ASSERT_TRUE(p2.recvValue(&note, milliseconds(30000)));
+  pr.sendValue(uint32_t{9});
+  p2.sendValue(uint32_t{9});
+  waitAll({&receiver, &second}, milliseconds(20000));
+  EXPECT_TRUE(receiver.outcome().ok()) << receiver.outcome().describe();
+  EXPECT_TRUE(second.outcome().ok()) << second.outcome().describe();
 }
 
 TEST(Engine, ReceiverKilledMidTransferAbortsTheSendersTransfer) {
