@@ -5,8 +5,6 @@
 //          the refusing side, and neither side may get a comm. Same non-zero epochs connect.
 // Authentication (PACT_AUTH_KEY_FILE): another key, or a key on one side only, is refused
 //          promptly on BOTH sides with no comm; the same key connects.
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -14,6 +12,7 @@
 
 #include "tests/abi/harness.h"
 #include "tests/common/scoped_env.h"
+#include "tests/common/temp_file.h"
 
 namespace pact::abi_test {
 namespace {
@@ -193,22 +192,6 @@ INSTANTIATE_TEST_SUITE_P(Versions, Epoch,
 
 class Auth : public ::testing::TestWithParam<int> {
  protected:
-  void SetUp() override {
-    keyA_ = writeKey("pact test key number one");
-    keyB_ = writeKey("pact test key number two");
-  }
-  void TearDown() override {
-    unlink(keyA_.c_str());
-    unlink(keyB_.c_str());
-  }
-  static std::string writeKey(const std::string& secret) {
-    char path[] = "/tmp/pact-abi-key-XXXXXX";
-    const int fd = mkstemp(path);
-    EXPECT_GE(fd, 0);
-    EXPECT_EQ(write(fd, secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
-    close(fd);
-    return path;
-  }
   // Both sides must fail promptly and neither may get a comm.
   void expectRefusedOnBothSides(const SideEnv& acceptEnv, const SideEnv& connectEnv) {
     SideResult acc, con;
@@ -222,7 +205,9 @@ class Auth : public ::testing::TestWithParam<int> {
     EXPECT_LT(acc.elapsedMs, kRefuseBound.count()) << report;
     EXPECT_LT(con.elapsedMs, kRefuseBound.count()) << report;
   }
-  std::string keyA_, keyB_;
+  const test::TempFile fileA_{"pact test key number one"}, fileB_{"pact test key number two"};
+  const std::string& keyA_ = fileA_.path();
+  const std::string& keyB_ = fileB_.path();
 };
 
 TEST_P(Auth, SameKeyConnects) {

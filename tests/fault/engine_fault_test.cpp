@@ -50,21 +50,6 @@ struct Results {
   std::array<int32_t, kTransfers> elapsedMs{};
 };
 
-struct Address {
-  char text[128];
-};
-
-pact_engine_t makeEngine(const char* name, bool listen) {
-  pact_engine_config_t c;
-  pact_engine_config_init(&c);
-  c.name = name;
-  c.listen_ip = listen ? "127.0.0.1" : nullptr;
-  c.progress_thread = 1;
-  pact_engine_t e = nullptr;
-  EXPECT_EQ(pact_engine_create(&c, &e), PACT_OK) << pact_last_error();
-  return e;
-}
-
 struct Hook {
   std::vector<uint8_t>* memory;
   int calls = 0;
@@ -86,7 +71,7 @@ struct Hook {
 void receiverBody(Channel& parent, const FaultCase& fc) {
   if (fc.where == Where::kReceiver) setenv("PACT_FAULT", fc.spec, 1);
   Side side;
-  side.engine = makeEngine("receiver", true);
+  side.engine = makeEngine("receiver", "127.0.0.1");
   ASSERT_NE(side.engine, nullptr);
   Address a{};
   PACT_OK_OR_FAIL(pact_engine_address(side.engine, a.text, sizeof a.text));
@@ -144,7 +129,7 @@ void receiverBody(Channel& parent, const FaultCase& fc) {
 void senderBody(Channel& parent, const FaultCase& fc, bool faulty) {
   if (faulty && fc.where == Where::kSender) setenv("PACT_FAULT", fc.spec, 1);
   Side side;
-  side.engine = makeEngine(faulty ? "faulty" : "clean", false);
+  side.engine = makeEngine(faulty ? "faulty" : "clean", nullptr);
   ASSERT_NE(side.engine, nullptr);
   Address a{};
   ASSERT_TRUE(parent.recvValue(&a, milliseconds(20000)));

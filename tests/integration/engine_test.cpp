@@ -12,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "tests/common/temp_file.h"
 #include "tests/integration/engine_util.h"
 
 namespace pact::test {
@@ -256,19 +257,10 @@ TEST(Engine, BadArgumentsAreRefusedWithAMessage) {
 
 // ---- authentication ----------------------------------------------------------------------------
 
-std::string writeKeyFile(const std::string& secret) {
-  char path[] = "/tmp/pact-key-XXXXXX";
-  const int fd = mkstemp(path);
-  EXPECT_GE(fd, 0);
-  EXPECT_EQ(write(fd, secret.data(), secret.size()), static_cast<ssize_t>(secret.size()));
-  close(fd);
-  return path;
-}
-
 TEST(EngineAuth, PeersWithTheSameKeyConnectAndTransfer) {
-  const std::string keyFile = writeKeyFile("correct horse battery staple\n");
+  const TempFile keyFile("correct horse battery staple\n");
   PairOptions o;
-  o.receiverEnv = o.senderEnv = {{"PACT_AUTH_KEY_FILE", keyFile}};
+  o.receiverEnv = o.senderEnv = {{"PACT_AUTH_KEY_FILE", keyFile.path()}};
   runPair(
       o,
       [&](Side& r) {
@@ -279,12 +271,12 @@ TEST(EngineAuth, PeersWithTheSameKeyConnectAndTransfer) {
         EXPECT_EQ(s.waitFinal(sendPattern(s, key(1), {1 << 20}, 0)).result, PACT_OK);
         EXPECT_TRUE(s.await(1));
       });
-  unlink(keyFile.c_str());
 }
 
 TEST(EngineAuth, AnotherKeyOrNoKeyIsRefusedPromptly) {
-  const std::string a = writeKeyFile("the first shared secret");
-  const std::string b = writeKeyFile("another shared secret!!");
+  const TempFile keyA("the first shared secret"), keyB("another shared secret!!");
+  const std::string& a = keyA.path();
+  const std::string& b = keyB.path();
   const auto never = [](Side&) { ADD_FAILURE() << "a refused pair ran its body"; };
   PairOptions o;
   o.expectRefused = true;
@@ -297,8 +289,6 @@ TEST(EngineAuth, AnotherKeyOrNoKeyIsRefusedPromptly) {
   o.receiverEnv = {};
   o.senderEnv = {{"PACT_AUTH_KEY_FILE", a}};  // only the sender has one
   runPair(o, never, never);
-  unlink(a.c_str());
-  unlink(b.c_str());
 }
 
 // ---- checksums ---------------------------------------------------------------------------------
@@ -545,9 +535,6 @@ TEST(Engine, SenderKilledMidTransferAbortsTheReceiversTransfer) {
 // back on a new model epoch. The old transfer fails cleanly (PEER_LOST), the receiver moves to the
 // new epoch, and the new connection's transfer commits byte-exact.
 TEST(Engine, AKilledSenderRestartsOnANewEpochAndItsNewTransferCommits) {
-  struct Address {
-    char text[128];
-  };
   auto [pr, cr] = Channel::pair();
   auto [p1, c1] = Channel::pair();
   auto [p2, c2] = Channel::pair();
@@ -555,12 +542,8 @@ TEST(Engine, AKilledSenderRestartsOnANewEpochAndItsNewTransferCommits) {
       "receiver",
       [&] {
         Side r;
-        pact_engine_config_t c;
-        pact_engine_config_init(&c);
-        c.name = "receiver";
-        c.listen_ip = "127.0.0.1";
-        c.progress_thread = 1;
-        PACT_OK_OR_FAIL(pact_engine_create(&c, &r.engine));
+        r.engine = makeEngine("receiver", "127.0.0.1");
+        ASSERT_NE(r.engine, nullptr);
         Address a{};
         PACT_OK_OR_FAIL(pact_engine_address(r.engine, a.text, sizeof a.text));
         ASSERT_TRUE(cr.sendValue(a));
@@ -589,11 +572,8 @@ TEST(Engine, AKilledSenderRestartsOnANewEpochAndItsNewTransferCommits) {
   const auto senderBody = [](Channel& parent, uint64_t epoch, const char* fault) {
     if (fault != nullptr) setenv("PACT_FAULT", fault, 1);
     Side s;
-    pact_engine_config_t c;
-    pact_engine_config_init(&c);
-    c.name = "sender";
-    c.progress_thread = 1;
-    PACT_OK_OR_FAIL(pact_engine_create(&c, &s.engine));
+    s.engine = makeEngine("sender", nullptr);
+    ASSERT_NE(s.engine, nullptr);
     Address a{};
     ASSERT_TRUE(parent.recvValue(&a, milliseconds(20000)));
     PACT_OK_OR_FAIL(pact_connect(s.engine, a.text, 20000, &s.peer));
@@ -709,9 +689,6 @@ TEST(Engine, AllToAllStepsCommitAndAStaleChunkIsRejected) {
   constexpr int kRanks = 3;
   constexpr uint64_t kChunk = 300000;  // eager and rendezvous sizes mixed by UCX's thresholds
   constexpr uint64_t kGroup = 42;
-  struct Address {
-    char text[128];
-  };
   std::vector<std::pair<Channel, Channel>> links;
   for (int r = 0; r < kRanks; ++r) links.push_back(Channel::pair());
   const auto seedOf = [](uint32_t gen, uint32_t src, uint32_t dst) {
@@ -728,14 +705,9 @@ TEST(Engine, AllToAllStepsCommitAndAStaleChunkIsRejected) {
         "rank" + std::to_string(me),
         [&, me] {
           Channel& parent = links[me].second;
-          pact_engine_config_t c;
-          pact_engine_config_init(&c);
           const std::string name = "rank" + std::to_string(me);
-          c.name = name.c_str();
-          c.listen_ip = "127.0.0.1";
-          c.progress_thread = 1;
-          pact_engine_t e = nullptr;
-          PACT_OK_OR_FAIL(pact_engine_create(&c, &e));
+          pact_engine_t e = makeEngine(name.c_str(), "127.0.0.1");
+          ASSERT_NE(e, nullptr);
           Address a{};
           PACT_OK_OR_FAIL(pact_engine_address(e, a.text, sizeof a.text));
           ASSERT_TRUE(parent.sendValue(a));

@@ -12,24 +12,20 @@ void setEnv(const Env& env) {
   for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
 }
 
-pact_engine_t makeEngine(const char* name, bool listen, const PairOptions& o) {
+}  // namespace
+
+pact_engine_t makeEngine(const char* name, const char* listenIp, bool progressThread,
+                         uint64_t creditBudget) {
   pact_engine_config_t c;
   pact_engine_config_init(&c);
   c.name = name;
-  c.listen_ip = listen ? "127.0.0.1" : nullptr;
-  c.credit_budget = listen ? o.creditBudget : 0;
-  c.progress_thread = o.progressThread ? 1 : 0;
+  c.listen_ip = listenIp;
+  c.credit_budget = creditBudget;
+  c.progress_thread = progressThread ? 1 : 0;
   pact_engine_t e = nullptr;
-  const pact_status_t st = pact_engine_create(&c, &e);
-  EXPECT_EQ(st, PACT_OK) << pact_last_error();
+  EXPECT_EQ(pact_engine_create(&c, &e), PACT_OK) << pact_last_error();
   return e;
 }
-
-struct Address {
-  char text[128];
-};
-
-}  // namespace
 
 Side::~Side() {
   if (engine == nullptr) return;
@@ -98,7 +94,7 @@ void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sen
         Side side;
         side.channel = &rx;
         side.parent = &cr;
-        side.engine = makeEngine("receiver", true, o);
+        side.engine = makeEngine("receiver", "127.0.0.1", o.progressThread, o.creditBudget);
         ASSERT_NE(side.engine, nullptr);
         Address a{};
         PACT_OK_OR_FAIL(pact_engine_address(side.engine, a.text, sizeof a.text));
@@ -122,7 +118,7 @@ void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sen
         Side side;
         side.channel = &tx;
         side.parent = &cs;
-        side.engine = makeEngine("sender", false, o);
+        side.engine = makeEngine("sender", nullptr, o.progressThread);
         ASSERT_NE(side.engine, nullptr);
         Address a{};
         ASSERT_TRUE(tx.recvValue(&a, kNoteWait));

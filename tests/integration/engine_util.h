@@ -46,6 +46,16 @@ inline int64_t firstMismatch(const void* p, size_t n, uint64_t seed, uint64_t st
                             << pact_last_error();                                         \
   } while (0)
 
+// An engine named name (listening on listenIp unless null), with a progress thread unless told
+// otherwise; ADD_FAILURE and nullptr when creation fails.
+pact_engine_t makeEngine(const char* name, const char* listenIp, bool progressThread = true,
+                         uint64_t creditBudget = 0);
+
+// "ip:port" of an engine, as the test processes pass it around.
+struct Address {
+  char text[128];
+};
+
 // An engine with a registered buffer, owned by one test process.
 struct Side {
   pact_engine_t engine = nullptr;
