@@ -15,7 +15,7 @@ constexpr auto kDrainLimit = std::chrono::milliseconds(200);
 void completePart(Part* p, ucs_status_t st, size_t length) {
   p->ucxRequest = nullptr;
   p->done = true;
-  p->status = ucx::toStatus(st);
+  p->status = st == UCS_OK ? Status::kOk : ucx::toStatus(st);
   p->size = length;
   Request* r = p->owner;
   --r->pending;
@@ -90,9 +90,6 @@ void Comm::fail(Status s, const std::string& why) {
 }
 
 void Comm::checkPeer() {
-  // Reading the clock on every spin of a test() loop costs latency; every 32nd call is plenty
-  // (a spinning loop makes millions of calls per second).
-  if ((++livenessCalls_ & 31u) != 0) return;
   const auto t = now();
   if (t < nextLivenessCheck_) return;
   nextLivenessCheck_ = t + dev_->params().liveness_interval;
@@ -121,43 +118,30 @@ std::optional<std::string> Comm::readControl() {
   return std::nullopt;
 }
 
-bool Comm::earlierInFlight(const Request* r) {
-  // posted_ is in posting order and NCCL tests in posting order, so r is almost always first.
-  for (const Request* o : posted_) {
-    if (o == r) return false;
-    if (!o->done()) return true;
-  }
-  return false;
-}
-
 Request* Comm::acquire(bool isSend, int nbuffers, size_t nparts) {
   Request* r = pool_->acquire(this, isSend, nbuffers, nparts);
-  if (r != nullptr) posted_.push_back(r);
+  if (r == nullptr) return nullptr;
+  r->olderPosted = newestPosted_;
+  (newestPosted_ ? newestPosted_->newerPosted : oldestPosted_) = r;
+  newestPosted_ = r;
   return r;
 }
 
 void Comm::release(Request* r) {
-  if (!posted_.empty() && posted_.front() == r)
-    posted_.pop_front();
-  else
-    std::erase(posted_, r);
+  (r->olderPosted ? r->olderPosted->newerPosted : oldestPosted_) = r->newerPosted;
+  (r->newerPosted ? r->newerPosted->olderPosted : newestPosted_) = r->olderPosted;
   pool_->release(r);
 }
 
 Status Comm::test(Request* r, bool* done, int* sizes) {
   *done = false;
+  // Ordered: reported only after every earlier request. A request that can be reported already
+  // (an eager send) needs no progress.
   auto ready = [&] { return r->done() && !(cfg_.ordered && earlierInFlight(r)); };
-  if (!ready()) {  // a request that can be reported already (an eager send) needs no progress
-    dev_->progress();
-    progressComm(r);
-  }
   if (!ready()) {
-    if (error_ == Status::kOk) checkPeer();
-    if (error_ != Status::kOk && !aborted_) {
-      aborted_ = true;
-      abortInFlight();
-    }
-    return isError(error_) ? error_ : Status::kOk;
+    dev_->progress();
+    if (r->multiPart()) progressComm(r);
+    if (!ready()) return notReady();
   }
   if (!cfg_.ordered && earlierInFlight(r)) ++stats_.messagesOutOfOrder;
   Status result = finish(r, sizes);
@@ -166,6 +150,17 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
   ++stats_.messages;
   *done = true;
   return Status::kOk;
+}
+
+Status Comm::notReady() {
+  // Reading the clock on every spin of a test() loop costs latency; checking the peer on every
+  // 32nd call is plenty (a spinning loop makes millions of calls per second).
+  if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
+  if (error_ != Status::kOk && !aborted_) {
+    aborted_ = true;
+    abortInFlight();
+  }
+  return isError(error_) ? error_ : Status::kOk;
 }
 
 void Comm::drainParts() {
@@ -234,8 +229,9 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
 Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out) {
   *out = nullptr;
   if (isError(error_)) return error_;
+  // Ordered: the whole message is one piece.
   const size_t chunk = cfg_.ordered ? std::max<size_t>(size, 1) : cfg_.chunk;
-  const size_t n = piecesFor(size, chunk);
+  const size_t n = cfg_.ordered ? 1 : piecesFor(size, chunk);
   if (n > tag::kMaxPieces) {
     PACT_WARN("isend of %zu bytes needs %zu pieces of %zu bytes; at most %u per message", size, n,
               chunk, tag::kMaxPieces);
@@ -374,6 +370,7 @@ void RecvComm::partDone(Part* p) {
   Request* r = p->owner;
   if (p->piece != r->doneCount[p->buffer]) ++stats_.piecesOutOfOrder;
   ++r->doneCount[p->buffer];
+  r->landedBytes[p->buffer] += p->size;
   if (p->last) r->lastPiece[p->buffer] = p->piece;
 }
 
@@ -406,23 +403,18 @@ void RecvComm::progressComm(Request* r) {
 Status RecvComm::finish(Request* r, int* sizes) {
   if (isError(error_)) return error_;
   Status result = Status::kOk;
-  for (int b = 0; b < r->nbuffers; ++b) {
-    const int64_t last = r->lastPiece[static_cast<size_t>(b)];
-    size_t got = 0;
-    if (last < 0) {
-      // Every posted piece landed, none was the sender's last: the message exceeds the buffer.
-      if (result == Status::kOk) result = Status::kTruncated;
-    } else {
-      for (uint32_t k = 0; k <= static_cast<uint32_t>(last); ++k) {
-        const Part* p = landed(*r, b, k);
-        if (p == nullptr) {
-          if (result == Status::kOk) result = Status::kRemoteError;  // a piece never arrived
-          continue;
-        }
-        got += p->size;
-      }
+  for (size_t b = 0; b < static_cast<size_t>(r->nbuffers); ++b) {
+    // Each piece lands at most once (on one rail) and none past the sender's last can match, so
+    // the buffer is complete when pieces 0..last have all landed. No last piece at all: every
+    // posted piece landed and none was the sender's last, so the message exceeds the buffer.
+    const int64_t last = r->lastPiece[b];
+    if (result == Status::kOk) {
+      if (last < 0)
+        result = Status::kTruncated;
+      else if (r->doneCount[b] != static_cast<uint64_t>(last) + 1)  // a piece never arrived
+        result = Status::kRemoteError;
     }
-    if (sizes) sizes[b] = static_cast<int>(std::min<size_t>(got, INT32_MAX));
+    if (sizes) sizes[b] = static_cast<int>(std::min<uint64_t>(r->landedBytes[b], INT32_MAX));
   }
   if (result == Status::kTruncated)
     fail(result, "a message is larger than the posted receive buffer");

@@ -8,7 +8,6 @@
 // completes with kRemoteError. All state is guarded by the device mutex.
 #pragma once
 
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -76,16 +75,25 @@ class Comm {
   const std::string& peer() const { return peer_; }
 
  protected:
-  // Work the comm does on every test: release delayed pieces, settle receives.
+  // Settles a request with more parts than buffers (Request::multiPart) on each test that finds
+  // it unfinished: cancels receives that can no longer match.
   virtual void progressComm(Request* r) = 0;
   // Failure was recorded: cancel/abort what UCX still holds so every part completes.
   virtual void abortInFlight() = 0;
   // Final status and sizes of a finished request.
   virtual Status finish(Request* r, int* sizes) = 0;
-  bool earlierInFlight(const Request* r);
-  // Pool slots in posting order (posted_), so ordering checks never scan the whole pool.
+  // Whether a request posted before r is still in flight. The list is in posting order and NCCL
+  // tests in posting order, so r is almost always the oldest and this is one comparison.
+  bool earlierInFlight(const Request* r) const {
+    for (const Request* o = oldestPosted_; o != r; o = o->newerPosted)
+      if (!o->done()) return true;
+    return false;
+  }
+  // A pool slot, appended to the posting-order list; release() unlinks it and frees the slot.
   Request* acquire(bool isSend, int nbuffers, size_t nparts);
   void release(Request* r);
+  // The test of a request that cannot be reported yet: liveness, failure handling.
+  Status notReady();
   void checkPeer();
   // Whether the peer has closed (BYE read now or before), died, or the comm failed.
   bool peerGone();
@@ -110,7 +118,8 @@ class Comm {
   TimePoint nextLivenessCheck_{};
   uint32_t livenessCalls_ = 0;
   std::vector<std::pair<int, uint32_t>> seq_;
-  std::deque<Request*> posted_;  // requests handed out and not yet reported done, oldest first
+  Request* oldestPosted_ = nullptr;  // requests handed out and not yet reported done
+  Request* newestPosted_ = nullptr;
 };
 
 class SendComm final : public Comm, private Ticker {

@@ -43,13 +43,6 @@ DeviceCtx::~DeviceCtx() {
   }
 }
 
-unsigned DeviceCtx::progress() {
-  unsigned n = 0;
-  for (auto& r : rails_) n += r->worker.progress();
-  for (Ticker* t : tickers_) t->tick();
-  return n;
-}
-
 std::vector<std::vector<uint8_t>> DeviceCtx::addresses() const {
   std::vector<std::vector<uint8_t>> out;
   for (const auto& r : rails_) out.push_back(r->worker.address());

@@ -37,10 +37,7 @@ size_t Lanes::choose(size_t bytes) {
   return pick;
 }
 
-void Lanes::completed(const Part& p) {
-  Lane& l = lanes_[p.lane];
-  l.inflight -= std::min(l.inflight, p.size);
-  if (p.status != Status::kOk || lanes_.size() == 1) return;  // one lane: nothing to steer
+void Lanes::measure(Lane& l, const Part& p) {
   // Throughput = bytes completed over a window in which the lane was busy the whole time.
   // Windows of at least kWindow smooth out completions that arrive in bursts (one progress call
   // often completes many pieces), which a per-piece estimate would read as infinite speed.

@@ -42,7 +42,11 @@ class Lanes {
   void pump(Post&& post);
   bool idle() const { return waiting_.empty(); }
   // A piece finished (any status): uncharge its lane and update the throughput estimate.
-  void completed(const Part& p);
+  void completed(const Part& p) {
+    Lane& l = lanes_[p.lane];
+    l.inflight -= std::min(l.inflight, p.size);
+    if (p.status == Status::kOk && lanes_.size() > 1) measure(l, p);  // one lane: nothing to steer
+  }
   // Pieces not yet posted (waiting, or held on a delayed lane) are given back: f(part) each.
   template <typename F>
   void dropDelayed(F&& f);
@@ -63,6 +67,7 @@ class Lanes {
   };
   // The lane for a piece of `bytes` among lanes with room, or lanes_.size() when all are full.
   size_t choose(size_t bytes);
+  void measure(Lane& l, const Part& p);
   size_t laneCap() const { return std::max<size_t>(8 * cfg_.chunk, size_t{2} << 20); }
   template <typename Post>
   void bind(Part* p, size_t lane, Post&& post);

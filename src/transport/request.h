@@ -49,6 +49,10 @@ struct Request {
   int rails = 1;            // receive: copies of each piece, one per rail (parts are [piece][rail])
   int pending = 0;          // parts still owned by UCX or waiting on a lane
   uint64_t postIndex = 0;   // order of posting on the comm
+  // The comm's requests not yet reported done, in posting order (an intrusive list, so posting
+  // and reporting a request cost a few pointer writes and never allocate).
+  Request* olderPosted = nullptr;
+  Request* newerPosted = nullptr;
   Comm* comm = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
@@ -56,8 +60,12 @@ struct Request {
   std::array<uint32_t, kMaxBuffers> partCount{};   // pieces posted for each buffer
   std::array<int64_t, kMaxBuffers> lastPiece{};    // -1 until the sender's last piece landed
   std::array<uint32_t, kMaxBuffers> doneCount{};   // pieces landed so far, per buffer
+  std::array<uint64_t, kMaxBuffers> landedBytes{}; // bytes those pieces carried, per buffer
 
   bool done() const { return pending == 0; }
+  // More parts than buffers (pieces of an unordered message, or copies on several rails): parts
+  // past a buffer's last piece, or copies on other rails, may have to be cancelled.
+  bool multiPart() const { return parts.size() > static_cast<size_t>(nbuffers); }
 };
 
 class RequestPool {
@@ -89,34 +97,36 @@ class RequestPool {
 
 inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts) {
   if (used_ == slots_.size()) return nullptr;
-  for (size_t i = 0; i < slots_.size(); ++i) {
-    Request& r = slots_[(next_ + i) % slots_.size()];
-    if (r.inUse) continue;
-    next_ = (next_ + i + 1) % slots_.size();
-    r.inUse = true;
-    r.isSend = isSend;
-    r.nbuffers = nbuffers;
-    r.rails = 1;
-    r.pending = 0;
-    r.postIndex = posted_++;
-    r.comm = comm;
-    r.memHandle = nullptr;
-    // Reset only what this request uses; the parts vector keeps its capacity across reuse.
-    r.parts.resize(nparts);
-    for (auto& p : r.parts) {
-      p = Part{};
-      p.owner = &r;
-    }
-    for (size_t b = 0; b < static_cast<size_t>(nbuffers) && b < kMaxBuffers; ++b) {
-      r.firstPart[b] = 0;
-      r.partCount[b] = 0;
-      r.lastPiece[b] = -1;
-      r.doneCount[b] = 0;
-    }
-    ++used_;
-    return &r;
+  // Slots are handed out round-robin from the one after the last taken; one is free.
+  const auto after = [this](size_t i) { return i + 1 == slots_.size() ? 0 : i + 1; };
+  size_t i = next_;
+  while (slots_[i].inUse) i = after(i);
+  next_ = after(i);
+  Request& r = slots_[i];
+  r.inUse = true;
+  r.isSend = isSend;
+  r.nbuffers = nbuffers;
+  r.rails = 1;
+  r.pending = 0;
+  r.postIndex = posted_++;
+  r.olderPosted = r.newerPosted = nullptr;
+  r.comm = comm;
+  r.memHandle = nullptr;
+  // Reset only what this request uses; the parts vector keeps its capacity across reuse.
+  r.parts.resize(nparts);
+  for (auto& p : r.parts) {
+    p = Part{};
+    p.owner = &r;
   }
-  return nullptr;
+  for (size_t b = 0; b < static_cast<size_t>(nbuffers) && b < kMaxBuffers; ++b) {
+    r.firstPart[b] = 0;
+    r.partCount[b] = 0;
+    r.lastPiece[b] = -1;
+    r.doneCount[b] = 0;
+    r.landedBytes[b] = 0;
+  }
+  ++used_;
+  return &r;
 }
 
 }  // namespace pact::transport
