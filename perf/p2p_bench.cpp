@@ -261,7 +261,8 @@ void runLatency(Session& s, size_t size, SizeRow* row) {
     }
     return r;
   };
-  void* rreq = s.rank == 1 ? postR() : nullptr;  // the echo side always has a receive posted
+  // The echo side always has a receive posted before the next message can arrive.
+  void* rreq = s.rank == 1 ? postR() : nullptr;
   barrier();
   for (long i = 0; i < warm + iters; ++i) {
     uint64_t seq = static_cast<uint64_t>(i);
@@ -280,8 +281,12 @@ void runLatency(Session& s, size_t size, SizeRow* row) {
     } else {
       wait(s, rreq, len, "test(irecv)");
       if (s.opt.verify) checkPattern(rbuf, size, seq, "latency");
+      // Reply first, then post the next receive: the next message cannot leave rank 0 before
+      // this reply arrives there, and ucx_perftest's tag_lat likewise posts its receive after
+      // its send, so neither tool counts a receive post between a message and its reply.
+      void* sreq = postS();
       if (i + 1 < warm + iters) rreq = postR();
-      wait(s, postS(), -1, "test(isend)");
+      wait(s, sreq, -1, "test(isend)");
     }
   }
   barrier();
