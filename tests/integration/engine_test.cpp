@@ -21,25 +21,6 @@ namespace {
 using std::chrono::milliseconds;
 using std::chrono::steady_clock;
 
-// The hook checks data against the receiver's memory: blocks point into Side::memory.
-struct CheckingHook {
-  Side* side;
-  int calls = 0;
-  int bad = 0;
-  static int call(void* user, pact_xfer_t, const pact_key_t* key, pact_peer_t, const pact_block_t* b,
-                  size_t n) {
-    auto* self = static_cast<CheckingHook*>(user);
-    ++self->calls;
-    uint64_t pos = 0;
-    for (size_t i = 0; i < n; ++i) {
-      if (firstMismatch(self->side->memory.data() + b[i].offset, b[i].length, key->request_id, pos) >= 0)
-        ++self->bad;
-      pos += b[i].length;
-    }
-    return 0;
-  }
-};
-
 pact_key_t key(uint64_t request, uint64_t epoch = 0, uint32_t generation = 0) {
   return pact_key_t{request, 1, epoch, generation};
 }
@@ -80,7 +61,7 @@ TEST(Engine, HappyPathCommitsByteExactOnceWithATrace) {
   runPair(
       {},
       [&](Side& r) {
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         std::vector<pact_xfer_t> xs;
         for (int i = 0; i < kTransfers; ++i)
@@ -138,7 +119,7 @@ TEST(Engine, CallerDrivenProgressWorksWithoutAThread) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         pact_xfer_t x = expectInto(r, key(7), {65536, 3 << 20}, 0);
         EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
@@ -300,7 +281,7 @@ TEST(Engine, ChecksumMismatchNeverCommits) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         pact_xfer_t x = expectInto(r, key(9), {100000, 2 << 20}, 0, 0, "KV");
         pact_xfer_info_t info = r.waitFinal(x);
@@ -331,7 +312,7 @@ TEST(Engine, CorruptedAttemptsAreRetriedUntilTheDataIsRight) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         std::vector<pact_xfer_t> xs;
         for (int i = 0; i < kTransfers; ++i)
@@ -360,7 +341,7 @@ TEST(Engine, DuplicateDeliveryCommitsOnce) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         for (int i = 0; i < 10; ++i) {
           pact_xfer_t x = expectInto(r, key(50 + i), {4096, 1 << 20}, static_cast<uint64_t>(i) << 21);
@@ -404,7 +385,7 @@ TEST(Engine, EpochSwitchMidTransferAbortsRevokesAndTellsTheSender) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         pact_xfer_t x = expectInto(r, key(77), layout, 0);
         pact_xfer_info_t info{};
@@ -522,13 +503,7 @@ TEST(Engine, SenderKilledMidTransferAbortsTheReceiversTransfer) {
         sendPattern(s, key(400), {1 << 20}, 0);
         std::this_thread::sleep_for(std::chrono::seconds(60));  // killed long before
       },
-      [&](Children& c) {
-        uint32_t go = 0;
-        ASSERT_TRUE(c.toReceiver.recvValue(&go, milliseconds(20000)));
-        c.sender.kill(SIGKILL);
-        c.sender.wait(milliseconds(5000));
-        c.receiver.wait(milliseconds(20000));
-      });
+      [&](Children& c) { killOnNote(c.toReceiver, c.sender, c.receiver); });
 }
 
 // Rank restart: the sender is SIGKILLed mid-transfer and a new process of the same name comes
@@ -549,7 +524,7 @@ TEST(Engine, AKilledSenderRestartsOnANewEpochAndItsNewTransferCommits) {
         ASSERT_TRUE(cr.sendValue(a));
         r.memory.assign(4 << 20, 0);
         PACT_OK_OR_FAIL(pact_mem_register(r.engine, r.memory.data(), r.memory.size(), &r.mr));
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         pact_xfer_t old = expectInto(r, key(1, 0), {1 << 20}, 0);
         pact_xfer_info_t info{};
@@ -627,13 +602,7 @@ TEST(Engine, ReceiverKilledMidTransferAbortsTheSendersTransfer) {
         EXPECT_TRUE(info.result == PACT_OK || info.result == PACT_ERR_PEER_LOST)
             << pact_status_string(info.result);
       },
-      [&](Children& c) {
-        uint32_t go = 0;
-        ASSERT_TRUE(c.toSender.recvValue(&go, milliseconds(20000)));
-        c.receiver.kill(SIGKILL);
-        c.receiver.wait(milliseconds(5000));
-        c.sender.wait(milliseconds(20000));
-      });
+      [&](Children& c) { killOnNote(c.toSender, c.receiver, c.sender); });
 }
 
 // ---- credits -----------------------------------------------------------------------------------
@@ -646,7 +615,7 @@ TEST(Engine, CreditBudgetIsNeverExceededUnderABurst) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r};
+        CheckingHook hook{&r.memory};
         PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
         std::vector<pact_xfer_t> xs;
         for (int i = 0; i < kTransfers; ++i)

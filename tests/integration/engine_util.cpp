@@ -1,5 +1,6 @@
 #include "tests/integration/engine_util.h"
 
+#include <signal.h>
 #include <stdlib.h>
 
 namespace pact::test {
@@ -71,6 +72,14 @@ bool Side::await(uint32_t what, int timeoutMs) const {
   if (!channel->recvValue(&got, std::chrono::milliseconds(timeoutMs))) return false;
   EXPECT_EQ(got, what);
   return got == what;
+}
+
+void killOnNote(Channel& from, ForkPeer& victim, ForkPeer& survivor) {
+  uint32_t go = 0;
+  ASSERT_TRUE(from.recvValue(&go, kNoteWait));
+  victim.kill(SIGKILL);
+  victim.wait(std::chrono::milliseconds(5000));
+  survivor.wait(std::chrono::milliseconds(20000));
 }
 
 bool Side::awaitProgressing(uint32_t what, int timeoutMs) const {

@@ -56,6 +56,30 @@ struct Address {
   char text[128];
 };
 
+// A commit hook that checks every committed byte: the sender writes the pattern of the key's
+// request_id over the whole transfer (fillPattern with start = position in the transfer).
+struct CheckingHook {
+  std::vector<uint8_t>* memory;  // the registration the blocks point into
+  int calls = 0;
+  int bad = 0;  // committed block tables with a wrong byte: miscommits
+  static int call(void* user, pact_xfer_t, const pact_key_t* key, pact_peer_t,
+                  const pact_block_t* blocks, size_t count) {
+    auto* self = static_cast<CheckingHook*>(user);
+    ++self->calls;
+    uint64_t pos = 0;
+    for (size_t i = 0; i < count; ++i) {
+      if (firstMismatch(self->memory->data() + blocks[i].offset, blocks[i].length,
+                        key->request_id, pos) >= 0)
+        ++self->bad;
+      pos += blocks[i].length;
+    }
+    return 0;
+  }
+};
+
+// SIGKILLs `victim` once `from` sends a note, then waits for both (bounded).
+void killOnNote(Channel& from, ForkPeer& victim, ForkPeer& survivor);
+
 // An engine with a registered buffer, owned by one test process.
 struct Side {
   pact_engine_t engine = nullptr;
