@@ -91,7 +91,7 @@ void pact_engine_config_init(pact_engine_config_t* config);
 pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine_t* engine);
 /** Aborts every transfer still open (peers see PACT_ERR_PEER_LOST), waits (bounded) until no
  * data operation targets application memory, closes every connection and frees everything.
- * Registrations still open are released and counted (pact_stats.leaked_registrations). */
+ * Registrations still open are released, with a warning saying how many. */
 void pact_engine_destroy(pact_engine_t engine);
 /** "ip:port" other engines pass to pact_connect. PACT_ERR_NOT_FOUND when not listening. */
 pact_status_t pact_engine_address(pact_engine_t engine, char* buffer, size_t length);
@@ -239,7 +239,6 @@ typedef struct pact_stats {
   uint64_t out_of_range;        /**< pieces or blocks refused for lying outside their range */
   uint64_t checksum_failures;
   uint64_t open_registrations;
-  uint64_t leaked_registrations;
   uint64_t open_transfers;
   uint64_t staged_bytes;        /**< receiver: bytes advertised and not yet final */
   uint64_t peak_staged_bytes;

@@ -312,7 +312,8 @@ class MemoryRegion {
   MemoryRegion(const MemoryRegion&) = delete;
   MemoryRegion& operator=(const MemoryRegion&) = delete;
   /** A registration still in use (PACT_ERR_BUSY) stays with the engine, which frees it at
-   * destroy and counts it in leaked_registrations; call deregister() to see that error. */
+   * destroy (with a warning) and shows in open_registrations until then; call deregister() to
+   * see that error. */
   ~MemoryRegion() { deregister().ignore(); }
 
   /** Deregisters now. PACT_ERR_BUSY while an unreleased transfer uses it (the region is kept, so

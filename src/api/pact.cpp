@@ -306,7 +306,7 @@ pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats) {
     const pact::engine::Stats s = engine->engine->stats();
     *stats = pact_stats_t{s.committed, s.aborted, s.retried, s.duplicatesDropped, s.staleRejected,
                           s.outOfRange, s.checksumFailures, s.openRegistrations,
-                          s.leakedRegistrations, s.openTransfers, s.stagedBytes,
+                          s.openTransfers, s.stagedBytes,
                           s.peakStagedBytes, s.creditBudget, s.creditStallNs, s.bytesReceived,
                           s.bytesSent, s.faultsInjected};
     return PACT_OK;

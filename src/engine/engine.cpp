@@ -174,7 +174,9 @@ void Engine::shutdown() {
   while (busy() && now() < limit) worker_.progress();
   // Forced: a peer that no longer progresses would hold a flushing close for its timeout.
   for (auto& [id, p] : peers_) p->ep.close(true);
-  stats_.leakedRegistrations += registrations_.size();
+  if (!registrations_.empty())
+    PACT_WARN("engine %s destroyed with %zu registrations still open (released now)",
+              config_.name.c_str(), registrations_.size());
   registrations_.clear();
   if (busy()) {
     // A receive still writes into (or a send reads from) application memory: UCX would assert
@@ -560,7 +562,6 @@ Engine::Peer* Engine::peerByToken(uint64_t token) {
   return it == peers_.end() || it->second->phase != Peer::Phase::kReady ? nullptr : it->second.get();
 }
 
-Engine::Peer* Engine::readyPeer(uint64_t id) { return peerByToken(id); }
 
 void Engine::sendControl(Peer& p, const Control& m) {
   if (p.phase != Peer::Phase::kReady) return;

@@ -18,7 +18,6 @@
 
 #include <condition_variable>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <list>
 #include <map>
@@ -88,7 +87,7 @@ struct XferInfo {
 
 struct Stats {
   uint64_t committed = 0, aborted = 0, retried = 0, duplicatesDropped = 0, staleRejected = 0,
-           outOfRange = 0, checksumFailures = 0, openRegistrations = 0, leakedRegistrations = 0,
+           outOfRange = 0, checksumFailures = 0, openRegistrations = 0,
            openTransfers = 0, stagedBytes = 0, peakStagedBytes = 0, creditBudget = 0,
            creditStallNs = 0, bytesReceived = 0, bytesSent = 0, faultsInjected = 0;
 };
@@ -183,8 +182,8 @@ class Engine {
   void sendHandshake(Peer& p, const Control& m);
   void refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, const std::string& why);
   void peerLost(Peer& p, const std::string& why);
+  // The ready peer with this id (our token for it), or nullptr.
   Peer* peerByToken(uint64_t token);
-  Peer* readyPeer(uint64_t id);
   void sendControl(Peer& p, const Control& m);
   static ucs_status_t onControlAm(void* arg, const void* header, size_t headerLength, void* data,
                                   size_t length, const ucp_am_recv_param_t* param);

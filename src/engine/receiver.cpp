@@ -116,7 +116,7 @@ Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> bloc
   if (offer != offers_.end()) {
     const PendingOffer pending = offer->second;
     offers_.erase(offer);
-    Peer* p = readyPeer(pending.peer);
+    Peer* p = peerByToken(pending.peer);
     if (p != nullptr) {
       if (pending.offer.bytes != x.bytes) {
         sendVerdict(p->id, key, Outcome::kAborted, Reason::kSizeMismatch);
@@ -201,7 +201,7 @@ void Engine::advertiseWaiting() {
       continue;
     }
     Transfer& x = *xi->second;
-    Peer* p = readyPeer(x.peer);
+    Peer* p = peerByToken(x.peer);
     if (p == nullptr) {
       ++it;
       continue;
@@ -245,7 +245,7 @@ void Engine::releaseCredit(Transfer& x) {
 
 void Engine::sendVerdict(uint64_t peer, const TransferKey& key, Outcome o, Reason r, uint32_t attempt) {
   if (o == Outcome::kCommitted && inject(fault_.loseRemoteDone)) return;
-  Peer* p = readyPeer(peer);
+  Peer* p = peerByToken(peer);
   if (p != nullptr) sendControl(*p, Verdict{key, o, r, attempt});
 }
 

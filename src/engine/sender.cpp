@@ -53,7 +53,7 @@ Code Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRe
 
 Code Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
                         uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
-  Peer* p = readyPeer(peer);
+  Peer* p = peerByToken(peer);
   if (p == nullptr) {
     auto it = peers_.find(peer);
     if (it == peers_.end()) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(peer));
@@ -112,7 +112,7 @@ void Engine::onAdvertise(Peer& p, const Advertise& m) {
 // Cuts the source into pieces at both sides' block boundaries (and kMaxPiece) and sends each as
 // one active message; UCX picks eager or rendezvous (zero-copy) by size.
 void Engine::postPieces(Transfer& x) {
-  Peer* p = readyPeer(x.peer);
+  Peer* p = peerByToken(x.peer);
   if (p == nullptr) {
     settle(x, Event::kFatalError, Code::kPeerLost);
     return;
@@ -173,7 +173,7 @@ void Engine::pieceSent(uint64_t xferId, bool ok) {
 }
 
 void Engine::sendDone(Transfer& x) {
-  Peer* p = readyPeer(x.peer);
+  Peer* p = peerByToken(x.peer);
   if (p == nullptr) return;
   const bool lost = inject(fault_.loseRemoteDone);
   Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
