@@ -12,8 +12,8 @@
 // before any byte moves, and lands it itself (memcpy for eager, a rendezvous receive straight
 // into the block otherwise). No remote key is ever handed out, so revoking access is removing
 // the transfer from the receiver's table; a transfer is final only when no receive still
-// writes into its blocks. Files: engine.cpp (lifecycle, progress, peers), receiver.cpp,
-// sender.cpp, group.cpp.
+// writes into its blocks. Files: engine.cpp (lifecycle, progress, bookkeeping), peers.cpp
+// (connections, handshake, control messages), receiver.cpp, sender.cpp, group.cpp.
 #pragma once
 
 #include <condition_variable>

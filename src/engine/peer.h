@@ -11,6 +11,9 @@
 
 namespace pact::engine {
 
+// The engine Code for a core Status (engine-private).
+Code fromStatus(Status s);
+
 // One connection to another engine (or to this one): the control socket (handshake, then
 // liveness) and the UCX endpoint everything else travels on.
 struct Engine::Peer {

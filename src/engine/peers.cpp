@@ -1,0 +1,319 @@
+// Engine connections: listen/connect, the handshake on the control socket (names, tokens, UCX
+// addresses, PACT_AUTH_KEY_FILE proofs), liveness, and the control messages on UCX active
+// messages, dispatched to the receiver (receiver.cpp) and sender (sender.cpp) sides.
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "engine/engine.h"
+#include "engine/peer.h"
+#include "transport/wire.h"
+#include "ucx/ucx_status.h"
+
+namespace pact::engine {
+
+
+Code Engine::address(std::string* out) {
+  std::lock_guard lock(mu_);
+  if (!listening_) return fail(Code::kNotFound, "engine " + config_.name + " does not listen");
+  *out = transport::formatAddress(listener_.addr);
+  return Code::kOk;
+}
+
+Code Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id) {
+  auto p = std::make_unique<Peer>();
+  p->id = nextId_++;
+  p->outbound = outbound;
+  p->socket = std::move(socket);
+  transport::enableKeepalive(p->socket.fd(), Params::global()->peer_timeout);
+  const auth::Key& key = Params::global()->auth_key;
+  p->nonce = auth::freshNonce();
+  Hello hello{config_.name, p->id, epoch_, worker_.address(), key.enabled() ? uint8_t{1} : uint8_t{0},
+              p->nonce};
+  if (p->socket.send(wire::encodeEngine(encode(Control(hello)))) == Status::kRemoteError)
+    return fail(Code::kPeerLost, "connection refused or reset before the handshake");
+  addTimer(now() + Params::global()->peer_timeout, p->id, TimerKind::kHandshake);
+  *id = p->id;
+  peers_.emplace(p->id, std::move(p));
+  return Code::kOk;
+}
+
+Code Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer) {
+  auto handle = transport::parseAddress(address);
+  if (!handle.ok()) return fail(Code::kInvalidArg, handle.error().message);
+  std::unique_lock lock(mu_);
+  auto socket = transport::ControlSocket::connectTo(*handle);
+  if (!socket.ok()) return fail(fromStatus(socket.status()), socket.error().message);
+  uint64_t id = 0;
+  if (Code c = startPeer(std::move(*socket), true, &id); c != Code::kOk) return c;
+  Peer& p = *peers_.at(id);
+  if (!waitFor(lock, timeoutMs, [&] { return p.phase != Peer::Phase::kHandshake; })) {
+    peerLost(p, "handshake timed out");
+    return fail(Code::kTimedOut, "connect " + address + ": no handshake within " +
+                                     std::to_string(timeoutMs) + " ms");
+  }
+  if (p.phase == Peer::Phase::kLost)
+    return fail(p.refused ? Code::kRefused : Code::kPeerLost, "connect " + address + ": " + p.lostReason);
+  *peer = id;
+  return Code::kOk;
+}
+
+Code Engine::waitPeer(const std::string& name, int timeoutMs, uint64_t* peer) {
+  std::unique_lock lock(mu_);
+  uint64_t found = 0;
+  waitFor(lock, timeoutMs, [&] {
+    for (auto& [id, p] : peers_) {
+      if (p->phase == Peer::Phase::kReady && p->name == name) {
+        found = id;
+        return true;
+      }
+    }
+    return false;
+  });
+  if (found == 0)
+    return fail(Code::kTimedOut, "no peer named '" + name + "' within " + std::to_string(timeoutMs) + " ms");
+  *peer = found;
+  return Code::kOk;
+}
+
+Code Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return fail(Code::kNotFound, "peer " + std::to_string(peer) + ": unknown");
+  *budget = it->second->creditBudget;
+  *inUse = it->second->creditInUse;
+  return Code::kOk;
+}
+
+int Engine::acceptConnections() {
+  if (!listening_) return 0;
+  int n = 0;
+  for (;;) {
+    auto fd = transport::acceptOne(listener_.fd.get());
+    if (!fd.ok()) {
+      PACT_WARN("engine %s: accept: %s", config_.name.c_str(), fd.error().message.c_str());
+      return n;
+    }
+    if (!fd->valid()) return n;
+    uint64_t id = 0;
+    if (startPeer(transport::ControlSocket(std::move(*fd)), false, &id) == Code::kOk) ++n;
+  }
+}
+
+int Engine::pollPeers() {
+  int n = 0;
+  for (auto it = peers_.begin(); it != peers_.end();) {
+    Peer& p = *it->second;
+    if (p.phase == Peer::Phase::kLost) {
+      ++it;
+      continue;
+    }
+    if (p.socket.flush() == Status::kRemoteError) {
+      peerLost(p, "control connection reset");
+      ++it;
+      ++n;
+      continue;
+    }
+    for (;;) {
+      auto frame = p.socket.poll();
+      if (!frame.ok()) {
+        peerLost(p, frame.error().message);
+        ++n;
+        break;
+      }
+      if (!frame->has_value()) break;
+      ++n;
+      const transport::Frame& f = **frame;
+      if (f.header.type == wire::FrameType::kBye) {
+        peerLost(p, "the peer closed");
+        break;
+      }
+      if (f.header.type == wire::FrameType::kRefuse) {
+        auto r = wire::decodeRefuse(f.body);
+        p.refused = true;
+        peerLost(p, r.ok() ? std::string("refused by the peer: ") + wire::fieldName(r->field) +
+                                 " differs (remote " + std::to_string(r->expected) + ", local " +
+                                 std::to_string(r->got) + ")"
+                           : "refused by the peer: " + r.error().message);
+        break;
+      }
+      if (f.header.type != wire::FrameType::kEngine || p.phase != Peer::Phase::kHandshake) {
+        peerLost(p, "unexpected frame on the control connection");
+        break;
+      }
+      auto m = decode(f.body);
+      if (!m.ok()) {
+        peerLost(p, "handshake: " + m.error().message);
+        break;
+      }
+      if (const auto* proof = std::get_if<Proof>(&*m)) {
+        if (onProof(p, *proof) != Code::kOk) break;
+        continue;
+      }
+      if (!std::holds_alternative<Hello>(*m)) {
+        peerLost(p, "handshake: expected hello");
+        break;
+      }
+      if (onHello(p, std::get<Hello>(*m)) != Code::kOk) break;
+    }
+    ++it;
+  }
+  return n;
+}
+
+namespace {
+constexpr std::string_view kProofLabel = "pact-engine-proof-v1";
+}  // namespace
+
+// Refuses the handshake on the control socket, so the peer reports a refusal too.
+void Engine::refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, const std::string& why) {
+  ignore(p.socket.send(wire::encode(wire::Refuse{field, ours, theirs})));
+  p.refused = true;
+  peerLost(p, "refused: " + why);
+}
+
+Code Engine::onHello(Peer& p, const Hello& hello) {
+  p.name = hello.name;
+  p.remoteToken = hello.token;
+  p.peerWorker = hello.workerAddress;
+  p.peerNonce = hello.nonce;
+  const auth::Key& key = Params::global()->auth_key;
+  const uint8_t ours = key.enabled() ? 1 : 0;
+  if (hello.auth != ours) {
+    refuse(p, wire::Field::kAuth, ours, hello.auth,
+           std::string("authentication: PACT_AUTH_KEY_FILE is set on ") +
+               (ours ? "this side only" : "the peer only"));
+    return Code::kRefused;
+  }
+  if (!key.enabled()) return connectEndpoint(p);
+  // Prove we know the key (over the peer's challenge); the endpoint waits for the peer's proof.
+  sendHandshake(p, Proof{auth::mac(key.secret, kProofLabel, p.peerNonce, p.nonce)});
+  return Code::kOk;
+}
+
+Code Engine::onProof(Peer& p, const Proof& proof) {
+  const auth::Key& key = Params::global()->auth_key;
+  if (!key.enabled() || p.peerWorker.empty()) {
+    peerLost(p, "handshake: unexpected proof");
+    return Code::kRefused;
+  }
+  if (!auth::verify(key.secret, kProofLabel, p.nonce, p.peerNonce, proof.mac)) {
+    refuse(p, wire::Field::kAuth, 1, 0, "authentication: the peer's proof does not verify (another key)");
+    return Code::kRefused;
+  }
+  return connectEndpoint(p);
+}
+
+void Engine::sendHandshake(Peer& p, const Control& m) {
+  ignore(p.socket.send(wire::encodeEngine(encode(m))));
+}
+
+Code Engine::connectEndpoint(Peer& p) {
+  auto ep = ucx::Endpoint::create(worker_.get(), p.peerWorker, &Engine::onEndpointError,
+                                  &p, &peerFailure_);
+  if (!ep.ok()) {
+    peerLost(p, ep.error().message);
+    return Code::kPeerLost;
+  }
+  p.ep = std::move(*ep);
+  p.phase = Peer::Phase::kReady;
+  PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
+            p.outbound ? "connected" : "accepted");
+  // Tell the new peer its credit share.
+  sendControl(p, CreditUpdate{credits_.grantFor(p.id)});
+  return Code::kOk;
+}
+
+void Engine::peerLost(Peer& p, const std::string& why) {
+  if (p.phase == Peer::Phase::kLost) return;
+  PACT_INFO("engine %s: peer %s lost: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
+  p.phase = Peer::Phase::kLost;
+  p.lostReason = why;
+  ignore(p.socket.flush());  // a refusal on its way goes out; then the peer sees the close
+  p.socket = transport::ControlSocket();
+  forEachLive([&](const Transfer& x) { return x.peer == p.id; }, [&](Transfer& x) {
+    if (x.role == Role::kReceiver) {
+      receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
+    } else {
+      settle(x, Event::kFatalError, Code::kPeerLost);
+    }
+  });
+  std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == p.id; });
+  // Forced close fails whatever UCX still has in flight with the peer, so no receive keeps
+  // writing into application memory.
+  p.ep.close(true);
+  cv_.notify_all();
+}
+
+void Engine::onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+  auto* p = static_cast<Peer*>(arg);
+  // Runs inside ucp_worker_progress with the engine lock held; the socket check reports it too,
+  // this only marks the reason.
+  if (p->lostReason.empty()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
+}
+
+Engine::Peer* Engine::peerByToken(uint64_t token) {
+  auto it = peers_.find(token);
+  return it == peers_.end() || it->second->phase != Peer::Phase::kReady ? nullptr : it->second.get();
+}
+
+
+void Engine::sendControl(Peer& p, const Control& m) {
+  if (p.phase != Peer::Phase::kReady) return;
+  auto* buf = new std::vector<uint8_t>(encode(m));
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.flags = UCP_AM_SEND_FLAG_EAGER;
+  rp.cb.send = [](void* req, ucs_status_t, void* user) {
+    delete static_cast<std::vector<uint8_t>*>(user);
+    ucp_request_free(req);
+  };
+  rp.user_data = buf;
+  void* req = ucp_am_send_nbx(p.ep.get(), kAmControl, &p.remoteToken, sizeof p.remoteToken,
+                              buf->data(), buf->size(), &rp);
+  if (req == nullptr || UCS_PTR_IS_ERR(req)) {
+    if (UCS_PTR_IS_ERR(req))
+      PACT_WARN("engine %s: control message to %s failed: %s", config_.name.c_str(),
+                p.name.c_str(), ucs_status_string(UCS_PTR_STATUS(req)));
+    delete buf;
+  }
+}
+
+ucs_status_t Engine::onControlAm(void* arg, const void* header, size_t headerLength, void* data,
+                                 size_t length, const ucp_am_recv_param_t* param) {
+  auto* e = static_cast<Engine*>(arg);
+  uint64_t token = 0;
+  if (headerLength != sizeof token || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+    PACT_WARN("engine %s: malformed control message dropped", e->config_.name.c_str());
+    return UCS_OK;
+  }
+  std::memcpy(&token, header, sizeof token);
+  Peer* p = e->peerByToken(token);
+  if (p == nullptr) return UCS_OK;  // from a connection already closed
+  auto m = decode(std::span(static_cast<const uint8_t*>(data), length));
+  if (!m.ok()) {
+    PACT_WARN("engine %s: control message from %s refused: %s", e->config_.name.c_str(),
+              p->name.c_str(), m.error().message.c_str());
+    return UCS_OK;
+  }
+  e->dispatch(*p, *m);
+  return UCS_OK;
+}
+
+void Engine::dispatch(Peer& p, const Control& m) {
+  std::visit(
+      [&](const auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        if constexpr (std::is_same_v<T, Offer>) onOffer(p, msg);
+        else if constexpr (std::is_same_v<T, Done>) onDone(p, msg);
+        else if constexpr (std::is_same_v<T, Advertise>) onAdvertise(p, msg);
+        else if constexpr (std::is_same_v<T, Verdict>) onVerdict(p, msg);
+        else if constexpr (std::is_same_v<T, EpochChange>) onEpochChange(p, msg);
+        else if constexpr (std::is_same_v<T, CreditUpdate>) p.creditBudget = msg.budgetBytes;
+        else PACT_WARN("engine %s: unexpected hello from %s", config_.name.c_str(), p.name.c_str());
+      },
+      m);
+  cv_.notify_all();
+}
+
+}  // namespace pact::engine
