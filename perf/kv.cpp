@@ -227,30 +227,24 @@ int runKv(Options opt) {
   // Engine counters before teardown (releasing open transfers aborts them).
   pact_stats_t rx{}, tx{};
   uint64_t peak_staged = 0, receiver_aborted = 0;
-  for (auto& d : s.decodes) {
-    auto st = d->eng.stats();
-    if (!st) continue;
-    rx.committed += st->committed;
-    rx.aborted += st->aborted;
-    rx.retried += st->retried;
-    rx.duplicates_dropped += st->duplicates_dropped;
-    rx.stale_rejected += st->stale_rejected;
-    rx.checksum_failures += st->checksum_failures;
-    rx.credit_stall_ns += st->credit_stall_ns;
-    rx.bytes_received += st->bytes_received;
-    peak_staged = std::max(peak_staged, st->peak_staged_bytes);
-  }
+  // Sums the counters of a side's engines (peak staged bytes: the largest of one engine).
+  const auto add = [&](pact_stats_t& sum, const pact_stats_t& st) {
+    sum.committed += st.committed;
+    sum.aborted += st.aborted;
+    sum.retried += st.retried;
+    sum.duplicates_dropped += st.duplicates_dropped;
+    sum.stale_rejected += st.stale_rejected;
+    sum.checksum_failures += st.checksum_failures;
+    sum.credit_stall_ns += st.credit_stall_ns;
+    sum.bytes_received += st.bytes_received;
+    sum.bytes_sent += st.bytes_sent;
+    peak_staged = std::max(peak_staged, st.peak_staged_bytes);
+  };
+  for (auto& d : s.decodes)
+    if (auto st = d->eng.stats()) add(rx, *st);
   receiver_aborted = rx.aborted;
-  for (auto& p : s.prefills) {
-    auto st = p->eng.stats();
-    if (!st) continue;
-    tx.committed += st->committed;
-    tx.aborted += st->aborted;
-    tx.retried += st->retried;
-    tx.duplicates_dropped += st->duplicates_dropped;
-    tx.stale_rejected += st->stale_rejected;
-    tx.bytes_sent += st->bytes_sent;
-  }
+  for (auto& p : s.prefills)
+    if (auto st = p->eng.stats()) add(tx, *st);
   if (!opt.trace.empty()) dumpTrace(s, opt.trace);
   const uint64_t leaked = teardown(s);
   watchdog(0, "kv: done");

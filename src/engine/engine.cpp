@@ -208,10 +208,7 @@ int Engine::progressLocked() {
   // The sockets only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
   // (every call while a handshake is under way), not on every spin of a busy progress loop.
   const TimePoint t = now();
-  const bool handshaking = std::any_of(peers_.begin(), peers_.end(), [](const auto& kv) {
-    return kv.second->phase == Peer::Phase::kHandshake;
-  });
-  if (handshaking || t - lastSocketCheck_ >= Params::global()->liveness_interval) {
+  if (handshaking_ > 0 || t - lastSocketCheck_ >= Params::global()->liveness_interval) {
     lastSocketCheck_ = t;
     events += acceptConnections();
     events += pollPeers();

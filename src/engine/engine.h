@@ -249,6 +249,7 @@ class Engine {
   std::list<std::unique_ptr<Registration>> registrations_;
   std::multimap<TimePoint, Timer> timers_;
   TimePoint lastSocketCheck_{};
+  size_t handshaking_ = 0;  // peers in Phase::kHandshake (their sockets are polled every call)
 
   // Receiver.
   uint64_t epoch_ = 0;

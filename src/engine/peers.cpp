@@ -35,6 +35,7 @@ Code Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t*
   addTimer(now() + Params::global()->peer_timeout, p->id, TimerKind::kHandshake);
   *id = p->id;
   peers_.emplace(p->id, std::move(p));
+  ++handshaking_;
   return Code::kOk;
 }
 
@@ -216,6 +217,7 @@ Code Engine::connectEndpoint(Peer& p) {
     return Code::kPeerLost;
   }
   p.ep = std::move(*ep);
+  --handshaking_;
   p.phase = Peer::Phase::kReady;
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
             p.outbound ? "connected" : "accepted");
@@ -227,6 +229,7 @@ Code Engine::connectEndpoint(Peer& p) {
 void Engine::peerLost(Peer& p, const std::string& why) {
   if (p.phase == Peer::Phase::kLost) return;
   PACT_INFO("engine %s: peer %s lost: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
+  if (p.phase == Peer::Phase::kHandshake) --handshaking_;
   p.phase = Peer::Phase::kLost;
   p.lostReason = why;
   ignore(p.socket.flush());  // a refusal on its way goes out; then the peer sees the close

@@ -63,8 +63,7 @@ void receiverBody(Channel& parent, const FaultCase& fc) {
   PACT_OK_OR_FAIL(pact_peer_wait(side.engine, "clean", 20000, &clean));
   side.memory.assign(2 * kTransfers * kSlot, 0);
   PACT_OK_OR_FAIL(pact_mem_register(side.engine, side.memory.data(), side.memory.size(), &side.mr));
-  CheckingHook hook{&side.memory};
-  PACT_OK_OR_FAIL(pact_set_commit_hook(side.engine, &CheckingHook::call, &hook));
+  CheckingHook& hook = side.checkCommits();
   std::vector<pact_xfer_t> xs;
   const auto t0 = steady_clock::now();
   for (int s = 0; s < 2; ++s) {

@@ -61,8 +61,7 @@ TEST(Engine, HappyPathCommitsByteExactOnceWithATrace) {
   runPair(
       {},
       [&](Side& r) {
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         std::vector<pact_xfer_t> xs;
         for (int i = 0; i < kTransfers; ++i)
           xs.push_back(expectInto(r, key(100 + i), recvLayout, static_cast<uint64_t>(i) * (1500000)));
@@ -119,8 +118,7 @@ TEST(Engine, CallerDrivenProgressWorksWithoutAThread) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         pact_xfer_t x = expectInto(r, key(7), {65536, 3 << 20}, 0);
         EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
         EXPECT_EQ(hook.calls, 1);
@@ -281,8 +279,7 @@ TEST(Engine, ChecksumMismatchNeverCommits) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         pact_xfer_t x = expectInto(r, key(9), {100000, 2 << 20}, 0, 0, "KV");
         pact_xfer_info_t info = r.waitFinal(x);
         EXPECT_EQ(info.state, PACT_STATE_ABORTED);
@@ -312,8 +309,7 @@ TEST(Engine, CorruptedAttemptsAreRetriedUntilTheDataIsRight) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         std::vector<pact_xfer_t> xs;
         for (int i = 0; i < kTransfers; ++i)
           xs.push_back(expectInto(r, key(i + 1), {8192, 8192}, static_cast<uint64_t>(i) * 16384, 0, "KV"));
@@ -341,8 +337,7 @@ TEST(Engine, DuplicateDeliveryCommitsOnce) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         for (int i = 0; i < 10; ++i) {
           pact_xfer_t x = expectInto(r, key(50 + i), {4096, 1 << 20}, static_cast<uint64_t>(i) << 21);
           EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
@@ -385,8 +380,7 @@ TEST(Engine, EpochSwitchMidTransferAbortsRevokesAndTellsTheSender) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         pact_xfer_t x = expectInto(r, key(77), layout, 0);
         pact_xfer_info_t info{};
         const auto limit = steady_clock::now() + milliseconds(10000);
@@ -524,8 +518,7 @@ TEST(Engine, AKilledSenderRestartsOnANewEpochAndItsNewTransferCommits) {
         ASSERT_TRUE(cr.sendValue(a));
         r.memory.assign(4 << 20, 0);
         PACT_OK_OR_FAIL(pact_mem_register(r.engine, r.memory.data(), r.memory.size(), &r.mr));
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         pact_xfer_t old = expectInto(r, key(1, 0), {1 << 20}, 0);
         pact_xfer_info_t info{};
         do {
@@ -615,8 +608,7 @@ TEST(Engine, CreditBudgetIsNeverExceededUnderABurst) {
   runPair(
       o,
       [&](Side& r) {
-        CheckingHook hook{&r.memory};
-        PACT_OK_OR_FAIL(pact_set_commit_hook(r.engine, &CheckingHook::call, &hook));
+        CheckingHook& hook = r.checkCommits();
         std::vector<pact_xfer_t> xs;
         for (int i = 0; i < kTransfers; ++i)
           xs.push_back(expectInto(r, key(600 + i), {kSize}, static_cast<uint64_t>(i) * kSize));

@@ -65,6 +65,11 @@ pact_xfer_info_t Side::waitFinal(pact_xfer_t xfer, int timeoutMs) const {
   return info;
 }
 
+CheckingHook& Side::checkCommits() {
+  EXPECT_EQ(pact_set_commit_hook(engine, &CheckingHook::call, &hook), PACT_OK) << pact_last_error();
+  return hook;
+}
+
 void Side::note(uint32_t what) const { EXPECT_TRUE(channel->sendValue(what)); }
 
 bool Side::await(uint32_t what, int timeoutMs) const {

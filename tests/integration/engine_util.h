@@ -89,7 +89,10 @@ struct Side {
   std::vector<uint8_t> memory;
   pact_mr_t mr = nullptr;
   std::vector<pact_xfer_t> xfers;  // released (if not yet) before the registration goes
+  CheckingHook hook{&memory};      // installed by checkCommits()
   ~Side();
+  // Installs `hook` as the engine's commit hook and returns it (calls, miscommits).
+  CheckingHook& checkCommits();
   // Blocks of the registered memory: consecutive, of these lengths, starting at offset.
   std::vector<pact_block_t> blocks(const std::vector<uint64_t>& lengths, uint64_t offset = 0) const;
   pact_stats_t stats() const;
