@@ -65,6 +65,7 @@ std::string defaultPlugin() {
 struct Counters {
   std::atomic<uint64_t> engineOk{0}, engineFailed{0}, miscommits{0}, hookCalls{0};
   std::atomic<uint64_t> pluginMessages{0}, pluginBytes{0}, pluginErrors{0};
+  std::atomic<uint64_t> pluginCommFailures{0}, pluginFaults{0};
   std::atomic<bool> stop{false};
   std::string pluginFailure;  // first failure, set once by the plugin thread
 };
@@ -158,6 +159,22 @@ bool engineTraffic(const Options& o, EngineSide& rx, EngineSide& tx, Counters& c
 
 // ---- plugin traffic -----------------------------------------------------------------------------
 
+// One connected send/receive comm pair with a registered buffer each; closed by the destructor.
+struct PluginSession {
+  loader::NetPlugin& plugin;
+  void *sc = nullptr, *rc = nullptr, *smh = nullptr, *rmh = nullptr;
+  ~PluginSession() {
+    if (smh) plugin.deregMr(sc, smh);
+    if (rmh) plugin.deregMr(rc, rmh);
+    if (sc) plugin.closeSend(sc);
+    if (rc) plugin.closeRecv(rc);
+  }
+};
+
+// Messages of 0..1 MiB over one comm pair until the soak stops. With PACT_FAULT the plugin fails
+// a comm on purpose (a piece lost past the class's retries, a refused message): that is a clean
+// failure when both comms report it; the pair is then closed and a new one connected. A message
+// that completes with the wrong size or bytes is always an error.
 void pluginTraffic(const Options& o, Counters& counters) {
   const auto failed = [&](const std::string& why) {
     if (counters.pluginFailure.empty()) counters.pluginFailure = why;
@@ -168,49 +185,55 @@ void pluginTraffic(const Options& o, Counters& counters) {
   if (!plugin) return failed("open " + o.plugin + ": " + error);
   if (plugin->init() != 0) return failed("plugin init failed");
   char handle[loader::kHandleSize] = {};
-  void *lc = nullptr, *sc = nullptr, *rc = nullptr;
+  void* lc = nullptr;
   if (plugin->listen(0, handle, &lc) != 0) return failed("listen failed");
-  const auto limit = Clock::now() + std::chrono::seconds(10);
-  while ((sc == nullptr || rc == nullptr) && Clock::now() < limit) {
-    if (sc == nullptr && plugin->connect(0, handle, &sc) != 0) return failed("connect failed");
-    if (rc == nullptr && plugin->accept(lc, &rc) != 0) return failed("accept failed");
-  }
-  if (sc == nullptr || rc == nullptr) return failed("connect/accept did not complete in 10 s");
   constexpr size_t kMax = 1u << 20;
   std::vector<uint8_t> src(kMax), dst(kMax);
-  void *smh = nullptr, *rmh = nullptr;
-  if (plugin->regMr(sc, src.data(), kMax, loader::kPtrHost, &smh) != 0 ||
-      plugin->regMr(rc, dst.data(), kMax, loader::kPtrHost, &rmh) != 0)
-    return failed("regMr failed");
   std::mt19937_64 rng(11);
-  for (uint64_t n = 1; !counters.stop; ++n) {
-    const size_t size = static_cast<size_t>(rng() % (kMax + 1)) & ~size_t{3};
-    fillPattern(src.data(), size, n);
-    void *sreq = nullptr, *rreq = nullptr;
-    void* data = dst.data();
-    size_t rsize = kMax;
-    int tag = 1;
-    while (rreq == nullptr && plugin->irecv(rc, 1, &data, &rsize, &tag, &rmh, &rreq) == 0) {}
-    while (sreq == nullptr && plugin->isend(sc, src.data(), size, 1, smh, &sreq) == 0) {}
-    if (rreq == nullptr || sreq == nullptr) return failed("isend/irecv failed");
-    int sdone = 0, rdone = 0, got = 0;
-    const auto deadline = Clock::now() + std::chrono::seconds(30);
-    while ((!sdone || !rdone) && Clock::now() < deadline) {
-      if (!sdone && plugin->test(sreq, &sdone, nullptr) != 0) return failed("test(send) failed");
-      if (!rdone && plugin->test(rreq, &rdone, &got) != 0) return failed("test(recv) failed");
+  uint64_t n = 0;
+  while (!counters.stop) {
+    PluginSession p{*plugin};
+    const auto limit = Clock::now() + std::chrono::seconds(10);
+    while ((p.sc == nullptr || p.rc == nullptr) && Clock::now() < limit) {
+      if (p.sc == nullptr && plugin->connect(0, handle, &p.sc) != 0) return failed("connect failed");
+      if (p.rc == nullptr && plugin->accept(lc, &p.rc) != 0) return failed("accept failed");
     }
-    if (!sdone || !rdone) return failed("a message did not complete within 30 s");
-    if (static_cast<size_t>(got) != size || !checkPattern(dst.data(), size, n)) {
-      failed("message " + std::to_string(n) + ": wrong size or bytes");
-      continue;
+    if (p.sc == nullptr || p.rc == nullptr) return failed("connect/accept did not complete in 10 s");
+    if (plugin->regMr(p.sc, src.data(), kMax, loader::kPtrHost, &p.smh) != 0 ||
+        plugin->regMr(p.rc, dst.data(), kMax, loader::kPtrHost, &p.rmh) != 0)
+      return failed("regMr failed");
+    while (!counters.stop) {
+      const size_t size = static_cast<size_t>(rng() % (kMax + 1)) & ~size_t{3};
+      fillPattern(src.data(), size, ++n);
+      void *sreq = nullptr, *rreq = nullptr;
+      void* data = dst.data();
+      size_t rsize = kMax;
+      int tag = 1, srv = 0, rrv = 0;
+      while (rreq == nullptr && (rrv = plugin->irecv(p.rc, 1, &data, &rsize, &tag, &p.rmh, &rreq)) == 0) {}
+      while (sreq == nullptr && (srv = plugin->isend(p.sc, src.data(), size, 1, p.smh, &sreq)) == 0) {}
+      int sdone = sreq == nullptr, rdone = rreq == nullptr, got = 0;
+      const auto deadline = Clock::now() + std::chrono::seconds(30);
+      // After one side fails, the other must fail too (the abort reaches it) or finish.
+      while ((!sdone || !rdone) && Clock::now() < deadline) {
+        if (!sdone && (srv = plugin->test(sreq, &sdone, nullptr)) != 0) sdone = 1;
+        if (!rdone && (rrv = plugin->test(rreq, &rdone, &got)) != 0) rdone = 1;
+      }
+      if (!sdone || !rdone) return failed("a message did not complete or fail within 30 s");
+      if (srv != 0 || rrv != 0) {
+        if (o.fault.empty()) return failed("a comm failed without injected faults");
+        ++counters.pluginCommFailures;
+        break;  // a new pair
+      }
+      if (static_cast<size_t>(got) != size || !checkPattern(dst.data(), size, n)) {
+        failed("message " + std::to_string(n) + ": wrong size or bytes");
+        continue;
+      }
+      ++counters.pluginMessages;
+      counters.pluginBytes += size;
     }
-    ++counters.pluginMessages;
-    counters.pluginBytes += size;
   }
-  plugin->deregMr(sc, smh);
-  plugin->deregMr(rc, rmh);
-  plugin->closeSend(sc);
-  plugin->closeRecv(rc);
+  auto total = reinterpret_cast<uint64_t (*)()>(plugin->symbol("pact_faults_injected"));
+  if (total != nullptr) counters.pluginFaults = total();
   plugin->closeListen(lc);
   plugin->finalize();
 }
@@ -218,6 +241,7 @@ void pluginTraffic(const Options& o, Counters& counters) {
 int run(const Options& o) {
   if (!o.fault.empty()) setenv("PACT_FAULT", o.fault.c_str(), 1);
   setenv("PACT_TC_KV", "verify=crc32c,retries=3", 0);  // the user's PACT_TC_KV wins
+  setenv("PACT_TC_DEFAULT", "retries=3", 0);            // the plugin's class, likewise
   const double seconds = o.minutes * 60 + o.seconds;
   Counters counters;
   EngineSide rx, tx;
@@ -283,13 +307,15 @@ int run(const Options& o) {
   const bool pass = engineOk && counters.miscommits == 0 && counters.pluginErrors == 0 &&
                     leaked == 0 && openTransfers == 0;
   std::printf("soak: %.0f s, engine %lu committed / %lu failed cleanly, %lu faults injected, "
-              "plugin %lu messages (%.1f GB), RSS %.1f -> %.1f MiB, miscommits %lu, plugin errors %lu, "
+              "plugin %lu messages (%.1f GB, %lu faults, %lu comms failed cleanly), RSS %.1f -> %.1f MiB, miscommits %lu, plugin errors %lu, "
               "leaked registrations %lu, open transfers %lu: %s\n",
               elapsed, static_cast<unsigned long>(counters.engineOk.load()),
               static_cast<unsigned long>(counters.engineFailed.load()),
               static_cast<unsigned long>(rs.faults_injected + ts.faults_injected),
               static_cast<unsigned long>(counters.pluginMessages.load()),
               static_cast<double>(counters.pluginBytes.load()) / 1e9,
+              static_cast<unsigned long>(counters.pluginFaults.load()),
+              static_cast<unsigned long>(counters.pluginCommFailures.load()),
               static_cast<double>(rssFirst) / (1 << 20), static_cast<double>(rssLast) / (1 << 20),
               static_cast<unsigned long>(counters.miscommits.load()),
               static_cast<unsigned long>(counters.pluginErrors.load()),
@@ -306,7 +332,10 @@ int run(const Options& o) {
         {"stale_rejected", rs.stale_rejected}, {"checksum_failures", rs.checksum_failures},
         {"faults_injected", rs.faults_injected + ts.faults_injected},
         {"plugin_messages", counters.pluginMessages.load()},
-        {"plugin_errors", counters.pluginErrors.load()}, {"miscommits", counters.miscommits.load()},
+        {"plugin_errors", counters.pluginErrors.load()},
+        {"plugin_comm_failures", counters.pluginCommFailures.load()},
+        {"plugin_faults_injected", counters.pluginFaults.load()},
+        {"miscommits", counters.miscommits.load()},
         {"leaked_registrations", leaked}, {"open_transfers", openTransfers}, {"pass", pass}};
     std::string err;
     if (!writeJson(o.json, doc, &err)) std::fprintf(stderr, "pact-perf soak: %s\n", err.c_str());

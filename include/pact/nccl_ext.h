@@ -22,12 +22,20 @@ typedef struct {
   uint64_t chunk;                /* piece size of an unordered channel */
   uint64_t lane_pieces[PACT_MAX_LANES]; /* send comm: pieces given to each lane */
   uint64_t lane_bytes[PACT_MAX_LANES];  /* send comm: bytes given to each lane */
+  uint64_t faults_injected;      /* PACT_FAULT decisions applied to this comm */
+  uint64_t retransmits;          /* send comm: lost attempts (injected) sent again */
+  uint64_t duplicates_filtered;  /* send comm: injected duplicates discarded below tag matching */
 } pact_comm_stats_t;
 
 /* Fills *out for a send or receive comm returned by connect/accept. 0 on success, -1 when comm
  * is not a live pact comm or out is NULL. */
 int pact_comm_stats(void* comm, pact_comm_stats_t* out);
 typedef int (*pact_comm_stats_fn)(void* comm, pact_comm_stats_t* out);
+
+/* PACT_FAULT decisions applied by every comm of this process so far, closed comms included
+ * (a goodbye lost to lose_remote_done happens at close). */
+uint64_t pact_faults_injected(void);
+typedef uint64_t (*pact_faults_injected_fn)(void);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,9 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
   out->unordered = c->channel().ordered ? 0 : 1;
   out->lanes = c->channel().ordered ? 1 : c->channel().lanes;
   out->chunk = c->channel().chunk;
+  out->faults_injected = s.faultsInjected;
+  out->retransmits = s.retransmits;
+  out->duplicates_filtered = s.duplicatesFiltered;
   if (c->isSend()) {
     const auto& lanes = static_cast<pact::transport::SendComm*>(c)->lanes();
     for (size_t i = 0; i < lanes.size() && i < PACT_MAX_LANES; ++i) {
@@ -26,4 +29,8 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
     }
   }
   return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) uint64_t pact_faults_injected(void) {
+  return pact::transport::faultsInjectedInProcess();
 }

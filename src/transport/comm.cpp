@@ -1,6 +1,7 @@
 #include "transport/comm.h"
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 
 #include "common/log.h"
@@ -11,6 +12,10 @@ namespace pact::transport {
 namespace {
 
 constexpr auto kDrainLimit = std::chrono::milliseconds(200);
+
+// Salt of each comm's fault dice: comms created in the same order draw the same faults.
+std::atomic<uint64_t> commsCreated{0};
+std::atomic<uint64_t> faultsInjected{0};
 
 void completePart(Part* p, ucs_status_t st, size_t length) {
   p->ucxRequest = nullptr;
@@ -69,12 +74,16 @@ void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
 
 }  // namespace
 
+uint64_t faultsInjectedInProcess() { return faultsInjected.load(std::memory_order_relaxed); }
+void countInjectedFault() { faultsInjected.fetch_add(1, std::memory_order_relaxed); }
+
 Comm::Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, bool isSend,
            std::string peer, const ChannelConfig& cfg)
     : dev_(std::move(dev)), sock_(std::move(sock)), pool_(std::make_unique<RequestPool>(poolSize)),
       isSend_(isSend), peer_(std::move(peer)), cfg_(cfg) {
   dev_->liveComms++;
   enableKeepalive(sock_.fd(), dev_->params().peer_timeout);
+  if (cfg_.faults.any()) dice_.emplace(cfg_.faults.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));
 }
 
 Comm::~Comm() {
@@ -87,6 +96,13 @@ void Comm::fail(Status s, const std::string& why) {
   error_ = s;
   PACT_WARN("%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv", static_cast<void*>(this),
             peer_.c_str(), dev_->info().name.c_str(), why.c_str());
+}
+
+void Comm::abort(Status s, const std::string& why) {
+  if (error_ != Status::kOk) return;
+  fail(s, why);
+  ignore(sock_.send(wire::encode(wire::Abort{why})));
+  ignore(sock_.flush());
 }
 
 void Comm::checkPeer() {
@@ -113,6 +129,10 @@ std::optional<std::string> Comm::readControl() {
     if (f.value()->header.type == wire::FrameType::kBye) {
       byeReceived_ = true;
       byeAt_ = now();
+    } else if (f.value()->header.type == wire::FrameType::kAbort) {
+      auto a = wire::decodeAbort(f.value()->body);
+      fail(Status::kRemoteError, "the peer failed the comm: " +
+                                     (a.ok() ? a->reason : "(unreadable reason: " + a.error().message + ")"));
     }
   }
   return std::nullopt;
@@ -156,11 +176,38 @@ Status Comm::notReady() {
   // Reading the clock on every spin of a test() loop costs latency; checking the peer on every
   // 32nd call is plenty (a spinning loop makes millions of calls per second).
   if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
-  if (error_ != Status::kOk && !aborted_) {
-    aborted_ = true;
-    abortInFlight();
-  }
+  abortIfFailed();
   return isError(error_) ? error_ : Status::kOk;
+}
+
+void Comm::abortIfFailed() {
+  if (error_ == Status::kOk || aborted_) return;
+  aborted_ = true;
+  abortInFlight();
+}
+
+void Comm::drainRange(uintptr_t base, size_t size) {
+  // A failed comm whose error came from isend/irecv still has receives posted: withdraw them
+  // first, or a late message of a dead peer could match one while this drains.
+  abortIfFailed();
+  auto busy = [&] {
+    bool any = false;
+    pool_->forEachInUse([&](Request& r) {
+      for (const Part& p : r.parts) {
+        const auto a = reinterpret_cast<uintptr_t>(p.data);
+        any = any || (p.ucxRequest != nullptr && !p.done && a < base + size && a + p.size > base);
+      }
+    });
+    return any;
+  };
+  // A cancelled receive whose rendezvous was under way keeps landing bytes until the sender
+  // stops (it reads our abort) or its connection fails; bounded like close.
+  const auto deadline = now() + kDrainLimit;
+  while (pool_ && busy() && now() < deadline) dev_->progress();
+  if (pool_ && busy())
+    PACT_WARN("deregMr: UCX still holds an operation on %#zx+%zu after %lld ms (comm to %s, %s)",
+              static_cast<size_t>(base), size, static_cast<long long>(kDrainLimit.count()),
+              peer_.c_str(), error_ == Status::kOk ? "healthy" : "failed");
 }
 
 void Comm::drainParts() {
@@ -180,7 +227,9 @@ void Comm::drainParts() {
 }
 
 void Comm::sayBye() {
-  if (error_ == Status::kOk) ignore(sock_.send(wire::encodeBye()));
+  if (error_ != Status::kOk) return;
+  if (inject(cfg_.faults.loseBye)) return;  // PACT_FAULT lose_remote_done: the goodbye is lost
+  ignore(sock_.send(wire::encodeBye()));
 }
 
 // ---- send -------------------------------------------------------------------------------------
@@ -190,12 +239,13 @@ SendComm::SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t 
     : Comm(std::move(dev), std::move(sock), kSendPoolSize, true, std::move(peer), cfg),
       tagSpace_(tagSpace) {
   lanes_.configure(cfg_);
-  // Pieces waiting for a lane, or held by the lane delay, move on every device progress.
-  if (!cfg_.ordered || cfg_.delayLane >= 0) dev_->addTicker(this);
+  // Pieces waiting for a lane, held by the lane delay or waiting for a retransmission move on
+  // every device progress.
+  if (ticking()) dev_->addTicker(this);
 }
 
 SendComm::~SendComm() {
-  if (!cfg_.ordered || cfg_.delayLane >= 0) dev_->removeTicker(this);
+  if (ticking()) dev_->removeTicker(this);
 }
 
 Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails) {
@@ -217,7 +267,30 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
   return Status::kOk;
 }
 
+bool SendComm::lostAttempt(Part* p) {
+  const auto& f = cfg_.faults;
+  // A duplicate is discarded where a reliable transport discards it (sequence numbers below
+  // tag matching): counted, and the receive sees one copy.
+  if (inject(f.dup)) ++stats_.duplicatesFiltered;
+  const char* how = inject(f.drop)      ? "lost"
+                    : inject(f.corrupt) ? "corrupted (discarded by the link checksum)"
+                                        : nullptr;
+  if (how == nullptr) return false;
+  if (++p->attempts > cfg_.retries) {
+    abort(Status::kRemoteError,
+          "piece " + std::to_string(p->piece) + " of a message was " + how + " on each of " +
+              std::to_string(p->attempts) + " attempts (PACT_FAULT; the class allows retries=" +
+              std::to_string(cfg_.retries) + ")");
+    completePart(p, UCS_ERR_IO_ERROR, 0);
+    return true;
+  }
+  ++stats_.retransmits;
+  retransmit_.emplace_back(now() + kRetransmitBackoff * (1 << (p->attempts - 1)), p);
+  return true;
+}
+
 void SendComm::post(Part* p, ucx::Endpoint& ep) {
+  if (dice_ && lostAttempt(p)) return;
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = onSendDone;
@@ -228,6 +301,9 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
 
 Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out) {
   *out = nullptr;
+  // A sender whose sends complete at once (eager) may never wait in test(): look at the control
+  // socket here too, so a peer's abort or death fails the next send.
+  if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
   if (isError(error_)) return error_;
   // Ordered: the whole message is one piece.
   const size_t chunk = cfg_.ordered ? std::max<size_t>(size, 1) : cfg_.chunk;
@@ -265,6 +341,23 @@ void SendComm::progressComm(Request*) {}
 
 void SendComm::tick() {
   lanes_.pump([this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
+  if (retransmit_.empty()) return;
+  const auto t = now();
+  // post() may queue the piece again: take the due ones out first.
+  std::vector<Part*> due;
+  std::erase_if(retransmit_, [&](const auto& e) {
+    if (e.first > t) return false;
+    due.push_back(e.second);
+    return true;
+  });
+  for (Part* p : due) post(p, lanes_.endpoint(p->lane));
+}
+
+void SendComm::dropHeld() {
+  auto cancelled = [](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); };
+  lanes_.dropDelayed(cancelled);
+  for (auto& e : retransmit_) cancelled(e.second);
+  retransmit_.clear();
 }
 
 Status SendComm::finish(Request* r, int* sizes) {
@@ -279,7 +372,7 @@ Status SendComm::finish(Request* r, int* sizes) {
 }
 
 void SendComm::abortInFlight() {
-  lanes_.dropDelayed([](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); });
+  dropHeld();
   lanes_.closeAll(true);
 }
 
@@ -292,7 +385,7 @@ void SendComm::shutdown() {
   bool inFlight = false;
   pool_->forEachInUse([&](Request& r) { inFlight = inFlight || !r.done(); });
   sayBye();
-  lanes_.dropDelayed([](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); });
+  dropHeld();
   // A flush needs the peer's cooperation: skip it when the peer is gone or has closed.
   lanes_.closeAll(inFlight || peerGone());
   drainParts();
@@ -372,6 +465,10 @@ void RecvComm::partDone(Part* p) {
   ++r->doneCount[p->buffer];
   r->landedBytes[p->buffer] += p->size;
   if (p->last) r->lastPiece[p->buffer] = p->piece;
+  // PACT_FAULT reject: this side refuses the message, as a target refusing an access would.
+  if (dice_ && inject(cfg_.faults.reject))
+    abort(Status::kRemoteError, "the receiver refused piece " + std::to_string(p->piece) +
+                                    " of a message (PACT_FAULT reject)");
 }
 
 void RecvComm::cancel(Part& p) {
@@ -417,7 +514,7 @@ Status RecvComm::finish(Request* r, int* sizes) {
     if (sizes) sizes[b] = static_cast<int>(std::min<uint64_t>(r->landedBytes[b], INT32_MAX));
   }
   if (result == Status::kTruncated)
-    fail(result, "a message is larger than the posted receive buffer");
+    abort(result, "a message is larger than the posted receive buffer");
   return result;
 }
 
@@ -431,6 +528,14 @@ void RecvComm::shutdown() {
   abortInFlight();
   drainParts();
   sayBye();
+  // The last receives may still owe the sender an acknowledgement that leaves only while this
+  // side progresses (seen on UCX 1.13 shared memory with two lanes: the sender's last pieces never
+  // completed after the receiver closed; a worker flush does not cover it). So progress until
+  // the sender says goodbye or hangs up, bounded like the rest of close.
+  if (stats_.messages > 0) {
+    const auto deadline = now() + kDrainLimit;
+    while (!peerGone() && now() < deadline) dev_->progress();
+  }
 }
 
 }  // namespace pact::transport

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/fault.h"
 #include "transport/channel.h"
 #include "transport/control_socket.h"
 #include "transport/device_ctx.h"
@@ -29,6 +30,8 @@ struct MemHandle {
   uint32_t magic = kMagic;
   std::shared_ptr<DeviceCtx> dev;
   std::vector<std::shared_ptr<ucx::Region>> regions;  // one per rail of the device
+  uintptr_t base = 0;  // what the caller registered
+  size_t size = 0;
   ~MemHandle() { magic = 0; }
 };
 
@@ -37,7 +40,15 @@ struct CommStats {
   uint64_t pieces = 0;               // UCX operations completed
   uint64_t piecesOutOfOrder = 0;     // receive: a piece landed before a lower piece of its message
   uint64_t messagesOutOfOrder = 0;   // a message completed while an earlier one was in flight
+  uint64_t faultsInjected = 0;       // PACT_FAULT decisions applied to this comm
+  uint64_t retransmits = 0;          // send: lost attempts sent again
+  uint64_t duplicatesFiltered = 0;   // send: injected duplicates discarded below tag matching
 };
+
+// PACT_FAULT decisions applied by every comm of this process, closed ones included (a lost
+// goodbye happens at close, when the comm's own counters are gone).
+uint64_t faultsInjectedInProcess();
+void countInjectedFault();
 
 class Comm {
  public:
@@ -57,8 +68,14 @@ class Comm {
   const CommStats& stats() const { return stats_; }
   // Records the first failure (sticky) and logs it once, naming the peer. Safe inside UCX callbacks.
   void fail(Status s, const std::string& why);
+  // fail() for a reason the peer cannot see, and tells the peer (an abort frame), so that both
+  // sides fail instead of one waiting for data that will never come.
+  void abort(Status s, const std::string& why);
   // Test one request: progress, liveness, completion. Device mutex must be held.
   Status test(Request* r, bool* done, int* sizes);
+  // Progresses (bounded, like close) while UCX still holds an operation on [base, base + size):
+  // deregMr calls it, so a cancelled receive does not write into a buffer the caller frees.
+  void drainRange(uintptr_t base, size_t size);
   // Cancels what is in flight and says goodbye. Device mutex must be held.
   virtual void shutdown() = 0;
   // A part finished (called from UCX callbacks and immediate completions).
@@ -94,6 +111,8 @@ class Comm {
   void release(Request* r);
   // The test of a request that cannot be reported yet: liveness, failure handling.
   Status notReady();
+  // Once failed: cancel/abort what UCX holds (once).
+  void abortIfFailed();
   void checkPeer();
   // Whether the peer has closed (BYE read now or before), died, or the comm failed.
   bool peerGone();
@@ -103,6 +122,13 @@ class Comm {
   // their pool alive in the device's graveyard, so a late callback never touches freed memory.
   void drainParts();
   void sayBye();
+  // One PACT_FAULT decision: true (and counted) with probability p. No dice: never.
+  bool inject(double p) {
+    if (!dice_ || !dice_->roll(p)) return false;
+    ++stats_.faultsInjected;
+    countInjectedFault();
+    return true;
+  }
 
   std::shared_ptr<DeviceCtx> dev_;
   ControlSocket sock_;
@@ -120,6 +146,7 @@ class Comm {
   std::vector<std::pair<int, uint32_t>> seq_;
   Request* oldestPosted_ = nullptr;  // requests handed out and not yet reported done
   Request* newestPosted_ = nullptr;
+  std::optional<FaultDice> dice_;  // only with PACT_FAULT data-path faults
 };
 
 class SendComm final : public Comm, private Ticker {
@@ -141,9 +168,15 @@ class SendComm final : public Comm, private Ticker {
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void post(Part* p, ucx::Endpoint& ep);
-  void tick() override;  // binds waiting pieces to lanes with room, releases delayed ones
+  void tick() override;  // binds waiting pieces to lanes with room, releases held ones
+  // PACT_FAULT: whether this attempt of p is lost (then it is sent again later, or the comm fails).
+  bool lostAttempt(Part* p);
+  // Completes every piece that is held back (lane queues, retransmissions) as cancelled.
+  void dropHeld();
+  bool ticking() const { return !cfg_.ordered || cfg_.delayLane >= 0 || cfg_.faults.any(); }
 
   Lanes lanes_;
+  std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   uint32_t tagSpace_;
 };
 

@@ -352,7 +352,8 @@ Status Net::finishAuthenticated(ListenComm* lc, ListenPending& p, const Frame& f
 
 RecvComm* Net::newRecvComm(ListenComm* lc, ControlSocket sock, uint32_t space,
                            const wire::Hello& hello, const std::string& peer) {
-  ChannelConfig channel;
+  // The sender's channel, with this process's PACT_FAULT (reject, lose_remote_done).
+  ChannelConfig channel = channelFor(-1);
   channel.ordered = hello.unordered == 0;
   channel.lanes = hello.lanes;
   channel.chunk = hello.chunk;

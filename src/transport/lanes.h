@@ -32,6 +32,7 @@ class Lanes {
     lanes_.back().rail = rail;
   }
   size_t size() const { return lanes_.size(); }
+  ucx::Endpoint& endpoint(size_t i) { return lanes_[i].ep; }
 
   // Queues a piece for the lanes and binds what the lanes can take now. post(part, ep) does the
   // UCX call (not from inside a UCX callback).

@@ -21,8 +21,7 @@ bool valid(const T* p) {
 Result<std::shared_ptr<Net>> Net::create(const Params& params) {
   std::shared_ptr<Net> net(new Net(params));
   // PACT_FAULT for the plugin: a process on a skewed epoch (its peers refuse it) and one that
-  // dies by SIGKILL after kill_after. Piece-level faults (drop, dup, corrupt, reject,
-  // lose_remote_done) are applied by the transfer engine (docs/reliability.md).
+  // dies by SIGKILL after kill_after; the data-path faults go to each comm (channelFor).
   if (params.fault.active()) {
     PACT_WARN("fault injection active: %s", params.fault.describe().c_str());
     net->params_.epoch += params.fault.epochSkew;
@@ -106,6 +105,9 @@ ChannelConfig Net::channelFor(int trafficClass) const {
   c.steering = p.steer == Steer::kAdaptive ? Steering::kAdaptive : Steering::kRoundRobin;
   c.delayLane = params_.fault.delayLane;
   c.laneDelay = params_.fault.delay;
+  c.retries = p.retries;
+  const FaultSpec& f = params_.fault;
+  c.faults = {f.drop, f.dup, f.corrupt, f.reject, f.loseRemoteDone, f.seed};
   return c;
 }
 
@@ -150,15 +152,22 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
     }
     regions.push_back(std::move(region.value()));
   }
-  auto* mh = new MemHandle{MemHandle::kMagic, comm->devPtr(), std::move(regions)};
+  auto* mh = new MemHandle{MemHandle::kMagic, comm->devPtr(), std::move(regions),
+                          reinterpret_cast<uintptr_t>(data), size};
   comm->dev().liveMemHandles++;
   *out = mh;
   return Status::kOk;
 }
 
-Status Net::deregMr(Comm*, MemHandle* mh) {
+Status Net::deregMr(Comm* comm, MemHandle* mh) {
   if (mh == nullptr) return Status::kOk;
   if (!valid(mh)) return Status::kInvalidArgument;
+  // After deregMr NCCL may free the buffer: a receive that UCX still holds (one a failed comm
+  // cancelled while its rendezvous was under way) must not write into it afterwards.
+  if (valid(comm)) {
+    std::lock_guard lock(comm->dev().mutex());
+    comm->drainRange(mh->base, mh->size);
+  }
   mh->dev->liveMemHandles--;
   delete mh;  // the region unmaps when its last handle is gone
   return Status::kOk;

@@ -37,6 +37,7 @@ struct Part {
   uint8_t buffer = 0;          // which buffer of a multi-receive
   uint8_t lane = 0;            // send side: the lane that carries it
   uint8_t rail = 0;            // the rail (worker) its UCX operation runs on
+  uint8_t attempts = 0;        // send side: delivery attempts lost so far (PACT_FAULT)
   uint32_t piece = 0;
 };
 

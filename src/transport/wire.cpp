@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 
 #include <cstring>
+#include <string_view>
 
 namespace pact::wire {
 
@@ -61,7 +62,7 @@ Result<Header> decodeHeader(std::span<const uint8_t> in) {
       !r.u32(&h.length, "length"))
     return r.error();
   if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
-  if (type < 1 || type > static_cast<uint16_t>(FrameType::kProof))
+  if (type < 1 || type > static_cast<uint16_t>(FrameType::kAbort))
     return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
   if (h.length > kMaxBody)
     return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
@@ -124,6 +125,17 @@ std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame) {
   Writer w;
   w.out = engineFrame;
   return frame(FrameType::kEngine, w);
+}
+
+std::vector<uint8_t> encode(const Abort& m) {
+  Writer w;
+  const std::string_view reason = std::string_view(m.reason).substr(0, kMaxAbortReason);
+  std::vector<uint8_t> text(reason.begin(), reason.end());
+  if (text.empty()) text.push_back('?');
+  for (uint8_t& c : text)
+    if (c < 0x20 || c > 0x7e) c = '?';  // decodeAbort accepts printable ASCII only
+  w.bytes(text);
+  return frame(FrameType::kAbort, w);
 }
 
 std::vector<uint8_t> encodeBye() { return frame(FrameType::kBye, Writer{}); }
@@ -189,6 +201,17 @@ Result<Refuse> decodeRefuse(std::span<const uint8_t> body) {
     return Error{Status::kInvalidArgument, "refuse.field: unknown field " + std::to_string(field)};
   m.field = static_cast<Field>(field);
   return m;
+}
+
+Result<Abort> decodeAbort(std::span<const uint8_t> body) {
+  Reader r(body, "abort");
+  std::vector<uint8_t> reason;
+  if (!r.bytes(&reason, kMaxAbortReason, "reason") || !r.done()) return r.error();
+  for (uint8_t c : reason)
+    if (c < 0x20 || c > 0x7e)
+      return Error{Status::kInvalidArgument,
+                   "abort.reason: byte " + std::to_string(c) + " is not printable ASCII"};
+  return Abort{std::string(reason.begin(), reason.end())};
 }
 
 }  // namespace pact::wire

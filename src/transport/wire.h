@@ -17,7 +17,7 @@
 namespace pact::wire {
 
 inline constexpr uint32_t kMagic = 0x54434150;  // "PACT" in memory order
-inline constexpr uint16_t kVersion = 2;  // 2: authentication fields and the proof frame
+inline constexpr uint16_t kVersion = 3;  // 2: authentication and the proof frame; 3: abort
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr size_t kMaxBody = 4096;
 inline constexpr size_t kMaxWorkerAddress = 2048;
@@ -39,8 +39,10 @@ Result<ListenHandle> decodeHandle(std::span<const uint8_t> in);
 // kEngine: the body is a transfer-engine control frame (engine/control.h) sent before the
 // engine's UCX endpoints exist (its Hello).
 // kProof: the connector's proof of the shared key (PACT_AUTH_KEY_FILE), after the accept.
+// kAbort: this side failed the comm for a reason the peer cannot see (a message larger than the
+// receive buffer, a piece lost past the retry budget, a refused message); the peer fails too.
 enum class FrameType : uint16_t {
-  kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kEngine = 5, kProof = 6,
+  kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kEngine = 5, kProof = 6, kAbort = 7,
 };
 
 struct Header {
@@ -75,6 +77,10 @@ struct Accept {         // listener -> connector
   std::array<uint8_t, 32> nonce{};  // the listener's challenge
   std::array<uint8_t, 32> mac{};    // with auth: HMAC(key, accept label || hello nonce || nonce)
 };
+struct Abort {           // either side of a comm -> the other
+  std::string reason;    // printable, 1..kMaxAbortReason bytes
+};
+inline constexpr size_t kMaxAbortReason = 512;
 struct Proof {           // connector -> listener, with auth: HMAC(key, proof label || accept
   std::array<uint8_t, 32> mac{};  // nonce || hello nonce)
 };
@@ -92,6 +98,7 @@ std::vector<uint8_t> encode(const Hello& m);
 std::vector<uint8_t> encode(const Accept& m);
 std::vector<uint8_t> encode(const Refuse& m);
 std::vector<uint8_t> encode(const Proof& m);
+std::vector<uint8_t> encode(const Abort& m);  // a longer reason is cut to kMaxAbortReason
 std::vector<uint8_t> encodeBye();
 // Wraps an engine control frame (at most kMaxBody bytes) as a kEngine frame.
 std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame);
@@ -100,5 +107,6 @@ Result<Hello> decodeHello(std::span<const uint8_t> body);
 Result<Accept> decodeAccept(std::span<const uint8_t> body);
 Result<Refuse> decodeRefuse(std::span<const uint8_t> body);
 Result<Proof> decodeProof(std::span<const uint8_t> body);
+Result<Abort> decodeAbort(std::span<const uint8_t> body);
 
 }  // namespace pact::wire

@@ -43,6 +43,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case FrameType::kRefuse: (void)decodeRefuse(body).ok(); break;
     case FrameType::kBye: break;
     case FrameType::kProof: (void)decodeProof(body).ok(); break;
+    case FrameType::kAbort: {  // a reason that decodes encodes back to the same bytes
+      auto m = decodeAbort(body);
+      if (m.ok() && encode(*m).size() != size) __builtin_trap();
+      break;
+    }
     case FrameType::kEngine: {  // an opaque engine frame: wrapping it again gives the same bytes
       auto again = encodeEngine(std::vector<uint8_t>(body.begin(), body.end()));
       if (again.size() != size || std::memcmp(again.data(), data, 4) != 0 ||  // all but the version

@@ -51,7 +51,7 @@ TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
   d = decodeHandle(buf);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status(), Status::kRefused);
-  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 2");
+  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 3");
 
   h.family = 99;
   encodeHandle(h, buf);
@@ -203,6 +203,27 @@ TEST(Frames, AuthenticationFieldsRoundTrip) {
   auto r = decodeRefuse(bodyOf(encode(Refuse{Field::kAuth, 1, 0})));
   ASSERT_TRUE(r.ok());
   EXPECT_STREQ(fieldName(r->field), "authentication");
+}
+
+TEST(Frames, AbortCarriesAPrintableReasonOfBoundedLength) {
+  auto a = decodeAbort(bodyOf(encode(Abort{"piece 3 lost after 4 attempts"})));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a->reason, "piece 3 lost after 4 attempts");
+  // The encoder cuts and cleans what it is given, so whatever it sends decodes.
+  auto longOne = decodeAbort(bodyOf(encode(Abort{std::string(2000, 'x') + "\n"})));
+  ASSERT_TRUE(longOne.ok()) << longOne.error().message;
+  EXPECT_EQ(longOne->reason.size(), kMaxAbortReason);
+  EXPECT_EQ(decodeAbort(bodyOf(encode(Abort{"a\tb"})))->reason, "a?b");
+  EXPECT_EQ(decodeAbort(bodyOf(encode(Abort{""})))->reason, "?");
+  // A peer's malformed frames are refused naming the field.
+  std::vector<uint8_t> bad = {3, 0, 'a', 0x01, 'c'};
+  EXPECT_EQ(decodeAbort(bad).error().message, "abort.reason: byte 1 is not printable ASCII");
+  std::vector<uint8_t> empty = {0, 0};
+  EXPECT_EQ(decodeAbort(empty).error().message, "abort.reason: length 0 outside 1..512");
+  std::vector<uint8_t> trailing = {1, 0, 'a', 'b'};
+  EXPECT_EQ(decodeAbort(trailing).error().message, "abort.body: 1 trailing bytes");
+  std::vector<uint8_t> huge = {0x01, 0x02};
+  EXPECT_EQ(decodeAbort(huge).error().message, "abort.reason: length 513 outside 1..512");
 }
 
 }  // namespace
