@@ -3,9 +3,12 @@
 // active()). Grammar: comma-separated key=value, each at most once:
 //   drop=P                a data piece is not delivered (probability P in [0, 1])
 //   dup=P                 a data piece is delivered twice
-//   corrupt=P             a bit of a landed data piece is flipped
-//   reject=P              the target refuses a verified transfer at commit
-//   lose_remote_done=P    a completion notice (the sender's Done, the receiver's verdict) is lost
+//   corrupt=P             a bit of a data piece is flipped (engine: after landing; plugin: on
+//                         the link, whose checksum discards the attempt)
+//   reject=P              the target refuses (engine: a verified transfer at commit; plugin: a
+//                         landed piece)
+//   lose_remote_done=P    a completion notice is lost (engine: the sender's Done, the
+//                         receiver's verdict; plugin: the goodbye at close)
 //   delay=laneN:DURATION  pieces sent on lane N wait DURATION before UCX sees them (plugin)
 //   epoch_skew=N          this process's transfers carry a model epoch N above the one asked
 //   kill_after=DURATION   this process dies by SIGKILL DURATION after its first engine or comm
