@@ -285,7 +285,8 @@ bool SendComm::lostAttempt(Part* p) {
     return true;
   }
   ++stats_.retransmits;
-  retransmit_.emplace_back(now() + kRetransmitBackoff * (1 << (p->attempts - 1)), p);
+  // 2, 4, 8 ... ms, at most about 2 s (retries may be up to 100).
+  retransmit_.emplace_back(now() + kRetransmitBackoff * (1 << std::min(p->attempts - 1, 10)), p);
   return true;
 }
 
