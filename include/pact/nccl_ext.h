@@ -37,6 +37,18 @@ typedef int (*pact_comm_stats_fn)(void* comm, pact_comm_stats_t* out);
 uint64_t pact_faults_injected(void);
 typedef uint64_t (*pact_faults_injected_fn)(void);
 
+typedef struct {
+  int64_t comms;              /* send and receive comms not closed */
+  int64_t registrations;      /* regMr handles not deregistered */
+  int64_t orphaned_requests;  /* requests of closed comms that UCX still holds (a peer lost
+                                 mid-transfer: freed when UCX lets go, or kept to the end) */
+} pact_plugin_resources_t;
+
+/* What the plugin holds in this process, for leak checks after close. 0 on success, -1 before
+ * init (or after the last finalize) or with out NULL. */
+int pact_plugin_resources(pact_plugin_resources_t* out);
+typedef int (*pact_plugin_resources_fn)(pact_plugin_resources_t* out);
+
 #ifdef __cplusplus
 }
 #endif

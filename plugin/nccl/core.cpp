@@ -307,4 +307,6 @@ ncclResult_t closeListen(void* listenComm) {
   });
 }
 
+std::shared_ptr<Net> activeNet() { return net(); }
+
 }  // namespace pact::plugin

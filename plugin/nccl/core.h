@@ -36,6 +36,8 @@ ncclResult_t guard(const char* fn, F&& f) noexcept {
 // ctx: non-null for v11+ (a fresh per-communicator context is returned), null for v8..v10
 // (one process-wide initialisation, reference-counted).
 ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger);
+// The process-wide core between the first init and the last finalize, else null.
+std::shared_ptr<transport::Net> activeNet();
 ncclResult_t finalize(void* ctx);
 ncclResult_t devices(int* ndev);
 ncclResult_t properties(int dev, transport::Properties* out);

@@ -3,6 +3,7 @@
 
 #include <mutex>
 
+#include "plugin/nccl/core.h"
 #include "transport/comm.h"
 
 extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm, pact_comm_stats_t* out) {
@@ -33,4 +34,12 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
 
 extern "C" __attribute__((visibility("default"))) uint64_t pact_faults_injected(void) {
   return pact::transport::faultsInjectedInProcess();
+}
+
+extern "C" __attribute__((visibility("default"))) int pact_plugin_resources(pact_plugin_resources_t* out) {
+  auto net = pact::plugin::activeNet();
+  if (net == nullptr || out == nullptr) return -1;
+  const auto r = net->resources();
+  *out = pact_plugin_resources_t{r.comms, r.registrations, r.orphanedRequests};
+  return 0;
 }

@@ -58,6 +58,13 @@ void DeviceCtx::adoptOrphans(std::unique_ptr<RequestPool> pool) {
   if (pool) orphans_.push_back(std::move(pool));
 }
 
+size_t DeviceCtx::orphanedRequests() {
+  adoptOrphans(nullptr);  // frees the pools whose operations all ended
+  size_t n = 0;
+  for (auto& p : orphans_) p->forEachInUse([&](Request& r) { n += r.done() ? 0 : 1; });
+  return n;
+}
+
 Result<uint32_t> DeviceCtx::allocTagSpace() {
   if (nextTagSpace_ >= tag::kSpaces)
     return Error{Status::kNoResource, "device " + info_.name + ": all 65535 receive tag spaces used"};

@@ -71,6 +71,8 @@ class DeviceCtx {
   // Keeps the request slots of a closed comm alive while UCX still holds operations on them;
   // slots whose operations all ended are freed here. Device mutex must be held.
   void adoptOrphans(std::unique_ptr<RequestPool> pool);
+  // Requests of closed comms that UCX still holds. Device mutex must be held.
+  size_t orphanedRequests();
 
   std::atomic<int64_t> liveComms{0};
   std::atomic<int64_t> liveMemHandles{0};

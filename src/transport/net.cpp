@@ -96,6 +96,18 @@ Result<std::shared_ptr<DeviceCtx>> Net::device(int dev, int trafficClass) {
   return slot;
 }
 
+Net::Resources Net::resources() const {
+  std::lock_guard lock(openMu_);
+  Resources r;
+  for (const auto& [key, d] : opened_) {
+    r.comms += d->liveComms;
+    r.registrations += d->liveMemHandles;
+    std::lock_guard devLock(d->mutex());
+    r.orphanedRequests += static_cast<int64_t>(d->orphanedRequests());
+  }
+  return r;
+}
+
 ChannelConfig Net::channelFor(int trafficClass) const {
   const Profile& p = params_.classes.forNccl(trafficClass);
   ChannelConfig c;

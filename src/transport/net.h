@@ -44,6 +44,11 @@ struct ListenPending;
 
 class Net {
  public:
+  // What the plugin holds: open comms, registrations, requests of closed comms UCX still holds.
+  struct Resources {
+    int64_t comms = 0, registrations = 0, orphanedRequests = 0;
+  };
+  Resources resources() const;
   // Parses PACT_* (once), discovers devices. Errors name the variable or device at fault.
   static Result<std::shared_ptr<Net>> create(const Params& params);
   ~Net();
