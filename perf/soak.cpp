@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "net_plugin.h"
+#include "pact/nccl_ext.h"
 #include "pact/pact.h"
 #include "pattern.h"
 #include "report.h"
@@ -65,7 +66,7 @@ std::string defaultPlugin() {
 struct Counters {
   std::atomic<uint64_t> engineOk{0}, engineFailed{0}, miscommits{0}, hookCalls{0};
   std::atomic<uint64_t> pluginMessages{0}, pluginBytes{0}, pluginErrors{0};
-  std::atomic<uint64_t> pluginCommFailures{0}, pluginFaults{0};
+  std::atomic<uint64_t> pluginCommFailures{0}, pluginFaults{0}, pluginLeaked{0};
   std::atomic<bool> stop{false};
   std::string pluginFailure;  // first failure, set once by the plugin thread
 };
@@ -232,8 +233,13 @@ void pluginTraffic(const Options& o, Counters& counters) {
       counters.pluginBytes += size;
     }
   }
-  auto total = reinterpret_cast<uint64_t (*)()>(plugin->symbol("pact_faults_injected"));
+  auto total = reinterpret_cast<pact_faults_injected_fn>(plugin->symbol("pact_faults_injected"));
   if (total != nullptr) counters.pluginFaults = total();
+  // Every pair is closed: the plugin must hold no comm and no registration any more.
+  auto held = reinterpret_cast<pact_plugin_resources_fn>(plugin->symbol("pact_plugin_resources"));
+  pact_plugin_resources_t r{};
+  if (held == nullptr || held(&r) != 0) return failed("pact_plugin_resources unavailable");
+  counters.pluginLeaked = static_cast<uint64_t>(r.comms + r.registrations);
   plugin->closeListen(lc);
   plugin->finalize();
 }
@@ -303,6 +309,7 @@ int run(const Options& o) {
     leaked += st.open_registrations;
     pact_engine_destroy(s->engine);
   }
+  leaked += counters.pluginLeaked;  // plugin comms and registrations still open after close
   const double elapsed = std::chrono::duration<double>(Clock::now() - t0).count();
   const bool pass = engineOk && counters.miscommits == 0 && counters.pluginErrors == 0 &&
                     leaked == 0 && openTransfers == 0;
