@@ -305,7 +305,12 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   // A sender whose sends complete at once (eager) may never wait in test(): look at the control
   // socket here too, so a peer's abort or death fails the next send.
   if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
-  if (isError(error_)) return error_;
+  // The first call that sees the failure withdraws what UCX still holds for this comm: a dead
+  // peer's endpoint must be closed before anything progresses it again.
+  if (isError(error_)) {
+    abortIfFailed();
+    return error_;
+  }
   // Ordered: the whole message is one piece.
   const size_t chunk = cfg_.ordered ? std::max<size_t>(size, 1) : cfg_.chunk;
   const size_t n = cfg_.ordered ? 1 : piecesFor(size, chunk);
@@ -404,7 +409,12 @@ RecvComm::~RecvComm() = default;
 Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int* tags,
                        MemHandle* const* mhs, Request** out) {
   *out = nullptr;
-  if (isError(error_)) return error_;
+  // The first call that sees the failure withdraws what UCX still holds for this comm: a dead
+  // peer's endpoint must be closed before anything progresses it again.
+  if (isError(error_)) {
+    abortIfFailed();
+    return error_;
+  }
   if (n < 1 || n > dev_->params().max_recvs) return Status::kInvalidArgument;
   const size_t rails = static_cast<size_t>(std::max(1, cfg_.rails));
   size_t counts[kMaxBuffers];
