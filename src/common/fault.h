@@ -32,9 +32,12 @@ struct FaultSpec {
   uint64_t epochSkew = 0;
   std::chrono::microseconds killAfter{0};
   uint64_t seed = 1;
+  // Faults decided per data piece or completion notice (drop .. lose_remote_done).
+  bool onPieces() const {
+    return drop > 0 || dup > 0 || corrupt > 0 || reject > 0 || loseRemoteDone > 0;
+  }
   bool active() const {
-    return drop > 0 || dup > 0 || corrupt > 0 || reject > 0 || loseRemoteDone > 0 ||
-           delayLane >= 0 || epochSkew > 0 || killAfter.count() > 0;
+    return onPieces() || delayLane >= 0 || epochSkew > 0 || killAfter.count() > 0;
   }
   // The spec in the grammar above, normalized ("none" when inactive).
   std::string describe() const;

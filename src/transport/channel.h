@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "common/clock.h"
+#include "common/fault.h"
 
 namespace pact::transport {
 
@@ -27,21 +28,14 @@ struct ChannelConfig {
   int rails = 1;
   size_t chunk = size_t{512} << 10;
   Steering steering = Steering::kAdaptive;
-  // Test hook (PACT_FAULT delay=laneN:DUR): pieces sent on this lane wait this long first.
-  int delayLane = -1;
-  std::chrono::microseconds laneDelay{0};
   // The class's `retries`: how often a piece whose delivery attempt was lost is sent again.
   int retries = 0;
-  // PACT_FAULT on the data path (docs/reliability.md), turned into what the reliable transport
-  // under the plugin would show it: a lost or corrupted attempt is sent again after a backoff
-  // (as RC and TCP retransmit) until `retries` is spent, then the comm fails on both sides; a
-  // duplicate is discarded below tag matching (as sequence numbers do); a refused message and a
-  // lost goodbye are seen by both sides.
-  struct Faults {
-    double drop = 0, dup = 0, corrupt = 0, reject = 0, loseBye = 0;
-    uint64_t seed = 1;
-    bool any() const { return drop > 0 || dup > 0 || corrupt > 0 || reject > 0 || loseBye > 0; }
-  } faults;
+  // PACT_FAULT (docs/reliability.md). delay=laneN:DUR holds the pieces of lane N back. The
+  // piece faults become what the reliable transport under the plugin would show: a lost or
+  // corrupted attempt is sent again after a backoff (as RC and TCP retransmit) until `retries`
+  // is spent, then the comm fails on both sides; a duplicate is discarded below tag matching
+  // (as sequence numbers do); a refused piece and a lost goodbye are seen by both sides.
+  FaultSpec fault;
 };
 
 // First wait before an injected lost attempt is sent again; doubled for each further attempt.

@@ -83,7 +83,7 @@ Comm::Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, 
       isSend_(isSend), peer_(std::move(peer)), cfg_(cfg) {
   dev_->liveComms++;
   enableKeepalive(sock_.fd(), dev_->params().peer_timeout);
-  if (cfg_.faults.any()) dice_.emplace(cfg_.faults.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));
+  if (cfg_.fault.onPieces()) dice_.emplace(cfg_.fault.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));
 }
 
 Comm::~Comm() {
@@ -166,30 +166,45 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
   if (!cfg_.ordered && earlierInFlight(r)) ++stats_.messagesOutOfOrder;
   Status result = finish(r, sizes);
   release(r);
-  if (result != Status::kOk) return result == Status::kCanceled ? Status::kRemoteError : result;
+  if (result != Status::kOk) {
+    (void)failure();  // a failed comm found here is withdrawn like anywhere else
+    return result == Status::kCanceled ? Status::kRemoteError : result;
+  }
   ++stats_.messages;
   *done = true;
   return Status::kOk;
 }
 
 Status Comm::notReady() {
+  pollPeer();
+  return failure();
+}
+
+void Comm::pollPeer() {
   // Reading the clock on every spin of a test() loop costs latency; checking the peer on every
   // 32nd call is plenty (a spinning loop makes millions of calls per second).
   if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
-  abortIfFailed();
+}
+
+Status Comm::failure() {
+  if (error_ != Status::kOk && !aborted_) {
+    aborted_ = true;
+    abortInFlight();
+  }
   return isError(error_) ? error_ : Status::kOk;
 }
 
-void Comm::abortIfFailed() {
-  if (error_ == Status::kOk || aborted_) return;
-  aborted_ = true;
-  abortInFlight();
+template <typename More>
+bool Comm::progressWhile(More&& more) {
+  const auto deadline = now() + kDrainLimit;
+  while (more() && now() < deadline) dev_->progress();
+  return more();
 }
 
 void Comm::drainRange(uintptr_t base, size_t size) {
   // A failed comm whose error came from isend/irecv still has receives posted: withdraw them
   // first, or a late message of a dead peer could match one while this drains.
-  abortIfFailed();
+  (void)failure();
   auto busy = [&] {
     bool any = false;
     pool_->forEachInUse([&](Request& r) {
@@ -202,23 +217,19 @@ void Comm::drainRange(uintptr_t base, size_t size) {
   };
   // A cancelled receive whose rendezvous was under way keeps landing bytes until the sender
   // stops (it reads our abort) or its connection fails; bounded like close.
-  const auto deadline = now() + kDrainLimit;
-  while (pool_ && busy() && now() < deadline) dev_->progress();
-  if (pool_ && busy())
+  if (progressWhile(busy))
     PACT_WARN("deregMr: UCX still holds an operation on %#zx+%zu after %lld ms (comm to %s, %s)",
               static_cast<size_t>(base), size, static_cast<long long>(kDrainLimit.count()),
               peer_.c_str(), error_ == Status::kOk ? "healthy" : "failed");
 }
 
 void Comm::drainParts() {
-  const auto deadline = now() + kDrainLimit;
   auto busy = [this] {
     bool any = false;
     pool_->forEachInUse([&](Request& r) { any = any || !r.done(); });
     return any;
   };
-  while (busy() && now() < deadline) dev_->progress();
-  if (busy()) {
+  if (progressWhile(busy)) {
     PACT_INFO("comm %p: UCX still holds operations after close; their slots outlive the comm",
               static_cast<void*>(this));
     pool_->forEachInUse([](Request& r) { r.comm = nullptr; });
@@ -228,7 +239,7 @@ void Comm::drainParts() {
 
 void Comm::sayBye() {
   if (error_ != Status::kOk) return;
-  if (inject(cfg_.faults.loseBye)) return;  // PACT_FAULT lose_remote_done: the goodbye is lost
+  if (inject(cfg_.fault.loseRemoteDone)) return;  // PACT_FAULT lose_remote_done: the goodbye is lost
   ignore(sock_.send(wire::encodeBye()));
 }
 
@@ -268,7 +279,7 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
 }
 
 bool SendComm::lostAttempt(Part* p) {
-  const auto& f = cfg_.faults;
+  const FaultSpec& f = cfg_.fault;
   // A duplicate is discarded where a reliable transport discards it (sequence numbers below
   // tag matching): counted, and the receive sees one copy.
   if (inject(f.dup)) ++stats_.duplicatesFiltered;
@@ -304,13 +315,8 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   *out = nullptr;
   // A sender whose sends complete at once (eager) may never wait in test(): look at the control
   // socket here too, so a peer's abort or death fails the next send.
-  if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
-  // The first call that sees the failure withdraws what UCX still holds for this comm: a dead
-  // peer's endpoint must be closed before anything progresses it again.
-  if (isError(error_)) {
-    abortIfFailed();
-    return error_;
-  }
+  pollPeer();
+  if (Status s = failure(); s != Status::kOk) return s;
   // Ordered: the whole message is one piece.
   const size_t chunk = cfg_.ordered ? std::max<size_t>(size, 1) : cfg_.chunk;
   const size_t n = cfg_.ordered ? 1 : piecesFor(size, chunk);
@@ -409,12 +415,7 @@ RecvComm::~RecvComm() = default;
 Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int* tags,
                        MemHandle* const* mhs, Request** out) {
   *out = nullptr;
-  // The first call that sees the failure withdraws what UCX still holds for this comm: a dead
-  // peer's endpoint must be closed before anything progresses it again.
-  if (isError(error_)) {
-    abortIfFailed();
-    return error_;
-  }
+  if (Status s = failure(); s != Status::kOk) return s;
   if (n < 1 || n > dev_->params().max_recvs) return Status::kInvalidArgument;
   const size_t rails = static_cast<size_t>(std::max(1, cfg_.rails));
   size_t counts[kMaxBuffers];
@@ -477,7 +478,7 @@ void RecvComm::partDone(Part* p) {
   r->landedBytes[p->buffer] += p->size;
   if (p->last) r->lastPiece[p->buffer] = p->piece;
   // PACT_FAULT reject: this side refuses the message, as a target refusing an access would.
-  if (dice_ && inject(cfg_.faults.reject))
+  if (dice_ && inject(cfg_.fault.reject))
     abort(Status::kRemoteError, "the receiver refused piece " + std::to_string(p->piece) +
                                     " of a message (PACT_FAULT reject)");
 }
@@ -543,10 +544,7 @@ void RecvComm::shutdown() {
   // side progresses (seen on UCX 1.13 shared memory with two lanes: the sender's last pieces never
   // completed after the receiver closed; a worker flush does not cover it). So progress until
   // the sender says goodbye or hangs up, bounded like the rest of close.
-  if (stats_.messages > 0) {
-    const auto deadline = now() + kDrainLimit;
-    while (!peerGone() && now() < deadline) dev_->progress();
-  }
+  if (stats_.messages > 0) progressWhile([this] { return !peerGone(); });
 }
 
 }  // namespace pact::transport

@@ -111,8 +111,15 @@ class Comm {
   void release(Request* r);
   // The test of a request that cannot be reported yet: liveness, failure handling.
   Status notReady();
-  // Once failed: cancel/abort what UCX holds (once).
-  void abortIfFailed();
+  // Reads the control socket on every 32nd call (and then at most every liveness interval).
+  void pollPeer();
+  // The comm's error, if any. The first call that sees a failure withdraws what UCX still
+  // holds for the comm (abortInFlight), so a dead peer's endpoints are closed before anything
+  // progresses them again.
+  Status failure();
+  // Progresses the device while more() holds, at most as long as close may take; returns more().
+  template <typename More>
+  bool progressWhile(More&& more);
   void checkPeer();
   // Whether the peer has closed (BYE read now or before), died, or the comm failed.
   bool peerGone();
@@ -173,7 +180,7 @@ class SendComm final : public Comm, private Ticker {
   bool lostAttempt(Part* p);
   // Completes every piece that is held back (lane queues, retransmissions) as cancelled.
   void dropHeld();
-  bool ticking() const { return !cfg_.ordered || cfg_.delayLane >= 0 || cfg_.faults.any(); }
+  bool ticking() const { return !cfg_.ordered || cfg_.fault.delayLane >= 0 || cfg_.fault.onPieces(); }
 
   Lanes lanes_;
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend

@@ -84,7 +84,7 @@ void Lanes::bind(Part* p, size_t i, Post&& post) {
   Lane& l = lanes_[i];
   p->lane = static_cast<uint8_t>(i);
   p->rail = l.rail;
-  const bool delayed = static_cast<int>(i) == cfg_.delayLane && cfg_.laneDelay.count() > 0;
+  const bool delayed = static_cast<int>(i) == cfg_.fault.delayLane && cfg_.fault.delay.count() > 0;
   // Time is only needed to steer among lanes or to hold a delayed piece: keep it off the
   // single-lane fast path.
   if (lanes_.size() > 1 || delayed) p->queuedAt = now();
@@ -120,10 +120,11 @@ void Lanes::pump(Post&& post) {
     waiting_.pop_front();
     bind(p, i, post);
   }
-  if (cfg_.delayLane < 0 || static_cast<size_t>(cfg_.delayLane) >= lanes_.size()) return;
-  Lane& l = lanes_[static_cast<size_t>(cfg_.delayLane)];
+  const int delayLane = cfg_.fault.delayLane;
+  if (delayLane < 0 || static_cast<size_t>(delayLane) >= lanes_.size()) return;
+  Lane& l = lanes_[static_cast<size_t>(delayLane)];
   const auto t = now();
-  while (!l.delayed.empty() && t - l.delayed.front()->queuedAt >= cfg_.laneDelay) {
+  while (!l.delayed.empty() && t - l.delayed.front()->queuedAt >= cfg_.fault.delay) {
     Part* p = l.delayed.front();
     l.delayed.pop_front();
     post(p, l.ep);

@@ -115,11 +115,8 @@ ChannelConfig Net::channelFor(int trafficClass) const {
   c.lanes = p.lanes;
   c.chunk = p.chunk;
   c.steering = p.steer == Steer::kAdaptive ? Steering::kAdaptive : Steering::kRoundRobin;
-  c.delayLane = params_.fault.delayLane;
-  c.laneDelay = params_.fault.delay;
   c.retries = p.retries;
-  const FaultSpec& f = params_.fault;
-  c.faults = {f.drop, f.dup, f.corrupt, f.reject, f.loseRemoteDone, f.seed};
+  c.fault = params_.fault;
   return c;
 }
 
