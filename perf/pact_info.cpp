@@ -13,7 +13,7 @@
 
 #include "common/params.h"
 #include "pact_config.h"
-#include "transport/net.h"
+#include "net/net.h"
 #include "transport/service.h"
 
 namespace {
@@ -74,10 +74,10 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
   return ok;
 }
 
-void printDevices(pact::transport::Net& net) {
+void printDevices(pact::net::Net& net) {
   std::printf("devices: %d\n", net.deviceCount());
   for (int d = 0; d < net.deviceCount(); ++d) {
-    pact::transport::Properties p;
+    pact::net::Properties p;
     if (net.properties(d, &p) != pact::Status::kOk) continue;
     const pact::ucx::DeviceInfo info = net.deviceInfo(d);
     std::string tls;
@@ -126,7 +126,7 @@ int main(int argc, char** argv) {
     std::printf("FAULT INJECTION ACTIVE: %s (PACT_FAULT; a test hook, not for production)\n",
                 params->fault.describe().c_str());
   if (noDevices) return printClasses(params->classes, nullptr, false) ? 0 : 2;
-  auto net = pact::transport::Net::create(*params);
+  auto net = pact::net::Net::create(*params);
   if (!net.ok()) {
     std::fprintf(stderr, "pact-info: %s\n", net.error().message.c_str());
     return 2;

@@ -11,7 +11,7 @@ namespace pact::plugin {
 
 namespace {
 
-using transport::Net;
+using net::Net;
 
 // The process-wide core: created by the first init, released by the last finalize (v11+) or
 // when the library is unloaded (v8..v10 have no finalize).
@@ -142,7 +142,7 @@ ncclResult_t devices(int* ndev) {
   });
 }
 
-ncclResult_t properties(int dev, transport::Properties* out) {
+ncclResult_t properties(int dev, net::Properties* out) {
   auto n = net();
   if (!n) return ncclInvalidUsage;
   return fail("getProperties", n->properties(dev, out));
@@ -166,7 +166,7 @@ ncclResult_t listen(int trafficClass, int dev, void* handle, void** listenComm) 
   return guard("listen", [&] {
     auto n = net();
     if (!n) return ncclInvalidUsage;
-    transport::ListenComm* lc = nullptr;
+    net::ListenComm* lc = nullptr;
     Status s = n->listen(dev, trafficClass, handle, &lc);
     *listenComm = lc;
     return fail("listen", s);
@@ -180,7 +180,7 @@ ncclResult_t connect(int trafficClass, int dev, void* handle, void** sendComm,
     if (devComm) *devComm = nullptr;  // host plugin: no device-side handle
     auto n = net();
     if (!n) return ncclInvalidUsage;
-    transport::SendComm* sc = nullptr;
+    net::SendComm* sc = nullptr;
     Status s = n->connect(dev, trafficClass, handle, &sc);
     *sendComm = sc;
     return fail("connect", s);
@@ -193,8 +193,8 @@ ncclResult_t accept(void* listenComm, void** recvComm, ncclNetDeviceHandle_v7_t*
     if (devComm) *devComm = nullptr;
     auto n = net();
     if (!n) return ncclInvalidUsage;
-    transport::RecvComm* rc = nullptr;
-    Status s = n->accept(as<transport::ListenComm>(listenComm), &rc);
+    net::RecvComm* rc = nullptr;
+    Status s = n->accept(as<net::ListenComm>(listenComm), &rc);
     *recvComm = rc;
     return fail("accept", s);
   });
@@ -213,8 +213,8 @@ ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t
       return ncclInvalidArgument;
     }
     auto mt = type == NCCL_PTR_CUDA ? ucx::MemoryType::kCuda : ucx::MemoryType::kHost;
-    transport::MemHandle* mh = nullptr;
-    Status s = Net::regMr(as<transport::Comm>(comm), data, size, mt, fd, offset, &mh);
+    net::MemHandle* mh = nullptr;
+    Status s = Net::regMr(as<net::Comm>(comm), data, size, mt, fd, offset, &mh);
     *mhandle = mh;
     return fail("regMr", s);
   });
@@ -222,16 +222,16 @@ ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t
 
 ncclResult_t deregMr(void* comm, void* mhandle) {
   return guard("deregMr", [&] {
-    return fail("deregMr", Net::deregMr(as<transport::Comm>(comm), as<transport::MemHandle>(mhandle)));
+    return fail("deregMr", Net::deregMr(as<net::Comm>(comm), as<net::MemHandle>(mhandle)));
   });
 }
 
 ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request) {
   return guard("isend", [&] {
     *request = nullptr;  // never leave NCCL's 0x1 hint behind
-    transport::Request* r = nullptr;
-    Status s = Net::isend(as<transport::SendComm>(sendComm), data, size, tag,
-                        as<transport::MemHandle>(mhandle), &r);
+    net::Request* r = nullptr;
+    Status s = Net::isend(as<net::SendComm>(sendComm), data, size, tag,
+                        as<net::MemHandle>(mhandle), &r);
     *request = r;
     return fail("isend", s);
   });
@@ -241,9 +241,9 @@ ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
                    void** request) {
   return guard("irecv", [&] {
     *request = nullptr;  // the 0x1 hint is never handed back
-    transport::Request* r = nullptr;
-    Status s = Net::irecv(as<transport::RecvComm>(recvComm), n, data, sizes, tags,
-                           reinterpret_cast<transport::MemHandle**>(mhandles), &r);
+    net::Request* r = nullptr;
+    Status s = Net::irecv(as<net::RecvComm>(recvComm), n, data, sizes, tags,
+                           reinterpret_cast<net::MemHandle**>(mhandles), &r);
     *request = r;
     return fail("irecv", s);
   });
@@ -259,11 +259,11 @@ ncclResult_t isendInt(void* sendComm, void* data, int size, int tag, void* mhand
 
 ncclResult_t irecvInt(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
                       void** request) {
-  if (n < 1 || n > transport::kMaxBuffers) {
+  if (n < 1 || n > net::kMaxBuffers) {
     *request = nullptr;
     return ncclInvalidArgument;
   }
-  size_t wide[transport::kMaxBuffers];
+  size_t wide[net::kMaxBuffers];
   for (int i = 0; i < n; ++i) wide[i] = static_cast<size_t>(std::max(sizes[i], 0));
   return irecv(recvComm, n, data, wide, tags, mhandles, request);
 }
@@ -271,9 +271,9 @@ ncclResult_t irecvInt(void* recvComm, int n, void** data, int* sizes, int* tags,
 ncclResult_t iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request) {
   return guard("iflush", [&] {
     *request = nullptr;
-    transport::Request* r = nullptr;
-    Status s = Net::iflush(as<transport::RecvComm>(recvComm), n, data, sizes,
-                            reinterpret_cast<transport::MemHandle**>(mhandles), &r);
+    net::Request* r = nullptr;
+    Status s = Net::iflush(as<net::RecvComm>(recvComm), n, data, sizes,
+                            reinterpret_cast<net::MemHandle**>(mhandles), &r);
     *request = r;
     return fail("iflush", s);
   });
@@ -283,7 +283,7 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   return guard("test", [&] {
     *done = 0;
     bool d = false;
-    Status s = Net::test(as<transport::Request>(request), &d, sizes);
+    Status s = Net::test(as<net::Request>(request), &d, sizes);
     *done = d ? 1 : 0;
     return fail("test", s);
   });
@@ -291,19 +291,19 @@ ncclResult_t test(void* request, int* done, int* sizes) {
 
 ncclResult_t closeSend(void* sendComm) {
   return guard("closeSend", [&] {
-    return fail("closeSend", Net::closeSend(as<transport::SendComm>(sendComm)));
+    return fail("closeSend", Net::closeSend(as<net::SendComm>(sendComm)));
   });
 }
 
 ncclResult_t closeRecv(void* recvComm) {
   return guard("closeRecv", [&] {
-    return fail("closeRecv", Net::closeRecv(as<transport::RecvComm>(recvComm)));
+    return fail("closeRecv", Net::closeRecv(as<net::RecvComm>(recvComm)));
   });
 }
 
 ncclResult_t closeListen(void* listenComm) {
   return guard("closeListen", [&] {
-    return fail("closeListen", Net::closeListen(as<transport::ListenComm>(listenComm)));
+    return fail("closeListen", Net::closeListen(as<net::ListenComm>(listenComm)));
   });
 }
 

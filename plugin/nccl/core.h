@@ -11,7 +11,7 @@
 #include "abi/net_common.h"
 #include "common/log.h"
 #include "common/status.h"
-#include "transport/net.h"
+#include "net/net.h"
 
 namespace pact::plugin {
 
@@ -37,10 +37,10 @@ ncclResult_t guard(const char* fn, F&& f) noexcept {
 // (one process-wide initialisation, reference-counted).
 ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger);
 // The process-wide core between the first init and the last finalize, else null.
-std::shared_ptr<transport::Net> activeNet();
+std::shared_ptr<net::Net> activeNet();
 ncclResult_t finalize(void* ctx);
 ncclResult_t devices(int* ndev);
-ncclResult_t properties(int dev, transport::Properties* out);
+ncclResult_t properties(int dev, net::Properties* out);
 ncclResult_t makeVDevice(int* d, int ndevs, const int* devs);
 // Interned copy of a string that stays valid for the life of the loaded library.
 char* intern(const std::string& s);
@@ -72,7 +72,7 @@ ncclResult_t irecvInt(void* recvComm, int n, void** data, int* sizes, int* tags,
 
 // Fills the fields common to every properties version; the shims add what their version has.
 template <typename P>
-ncclResult_t fillCommon(int dev, P* out, transport::Properties* core) {
+ncclResult_t fillCommon(int dev, P* out, net::Properties* core) {
   ncclResult_t r = properties(dev, core);
   if (r != ncclSuccess) return r;
   out->name = intern(core->name);
@@ -90,7 +90,7 @@ ncclResult_t fillCommon(int dev, P* out, transport::Properties* core) {
 }
 
 template <typename V>
-void fillVProps(V* v, const transport::Properties& core) {
+void fillVProps(V* v, const net::Properties& core) {
   v->ndevs = static_cast<int>(core.vDevs.size());
   for (size_t i = 0; i < core.vDevs.size() && i < sizeof(v->devs) / sizeof(v->devs[0]); ++i)
     v->devs[i] = core.vDevs[i];

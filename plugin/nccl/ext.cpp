@@ -4,11 +4,11 @@
 #include <mutex>
 
 #include "plugin/nccl/core.h"
-#include "transport/comm.h"
+#include "net/comm.h"
 
 extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm, pact_comm_stats_t* out) {
-  auto* c = static_cast<pact::transport::Comm*>(comm);
-  if (c == nullptr || out == nullptr || c->magic != pact::transport::Comm::kMagic) return -1;
+  auto* c = static_cast<pact::net::Comm*>(comm);
+  if (c == nullptr || out == nullptr || c->magic != pact::net::Comm::kMagic) return -1;
   std::lock_guard lock(c->dev().mutex());
   *out = pact_comm_stats_t{};
   const auto& s = c->stats();
@@ -23,7 +23,7 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
   out->retransmits = s.retransmits;
   out->duplicates_filtered = s.duplicatesFiltered;
   if (c->isSend()) {
-    const auto& lanes = static_cast<pact::transport::SendComm*>(c)->lanes();
+    const auto& lanes = static_cast<pact::net::SendComm*>(c)->lanes();
     for (size_t i = 0; i < lanes.size() && i < PACT_MAX_LANES; ++i) {
       out->lane_pieces[i] = lanes.stats(i).pieces;
       out->lane_bytes[i] = lanes.stats(i).bytes;
@@ -33,7 +33,7 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
 }
 
 extern "C" __attribute__((visibility("default"))) uint64_t pact_faults_injected(void) {
-  return pact::transport::faultsInjectedInProcess();
+  return pact::net::faultsInjectedInProcess();
 }
 
 extern "C" __attribute__((visibility("default"))) int pact_plugin_resources(pact_plugin_resources_t* out) {

@@ -12,7 +12,7 @@ ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
 
 ncclResult_t getProperties(int dev, ncclNetProperties_v10_t* props) {
   return guard("getProperties", [&] {
-    transport::Properties core;
+    net::Properties core;
     ncclResult_t r = fillCommon(dev, props, &core);
     if (r != ncclSuccess) return r;
     props->regIsGlobal = core.regIsGlobal;

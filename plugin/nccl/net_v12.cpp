@@ -8,7 +8,7 @@ namespace {
 
 ncclResult_t getProperties(int dev, ncclNetProperties_v12_t* props) {
   return guard("getProperties", [&] {
-    transport::Properties core;
+    net::Properties core;
     ncclResult_t r = fillCommon(dev, props, &core);
     if (r != ncclSuccess) return r;
     props->regIsGlobal = core.regIsGlobal;

@@ -9,7 +9,7 @@ ncclResult_t initV8(ncclDebugLogger_t logger) { return plugin::init(nullptr, -1,
 
 ncclResult_t getProperties(int dev, ncclNetProperties_v8_t* props) {
   return guard("getProperties", [&] {
-    transport::Properties core;
+    net::Properties core;
     ncclResult_t r = fillCommon(dev, props, &core);
     if (r == ncclSuccess) props->regIsGlobal = core.regIsGlobal;
     return r;

@@ -9,7 +9,7 @@ ncclResult_t initV9(ncclDebugLogger_t logger) { return plugin::init(nullptr, -1,
 
 ncclResult_t getProperties(int dev, ncclNetProperties_v9_t* props) {
   return guard("getProperties", [&] {
-    transport::Properties core;
+    net::Properties core;
     ncclResult_t r = fillCommon(dev, props, &core);
     if (r != ncclSuccess) return r;
     props->regIsGlobal = core.regIsGlobal;

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <memory>
 
-#include "common/profile.h"
+#include "transport/profile.h"
 
 struct XXH3_state_s;  // xxHash's streaming state, kept opaque here
 

@@ -13,7 +13,7 @@
 #include "common/auth.h"
 #include "common/fault.h"
 #include "common/log.h"
-#include "common/profile.h"
+#include "transport/profile.h"
 #include "common/status.h"
 
 namespace pact {

@@ -2,18 +2,20 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "transport/channel.h"
 
 namespace pact::transport {
 
 Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, const Params& params,
-                                                   const ucx::Context::Settings& settings) {
+                                                   const ucx::Context::Settings& settings,
+                                                   uint64_t features, std::string serviceKey) {
   std::shared_ptr<DeviceCtx> d(new DeviceCtx(info, params));
+  d->serviceKey_ = std::move(serviceKey);
   const std::vector<std::string> ports = info.members.empty() ? std::vector<std::string>{info.name}
                                                               : info.members;
   for (const auto& port : ports) {
     auto rail = std::make_unique<Rail>();
-    auto ctx = ucx::Context::create(port, "pact-" + port, settings);
+    auto ctx = ucx::Context::create(port, "pact-" + (port.empty() ? std::string("any") : port),
+                                    settings, features);
     if (!ctx.ok()) return ctx.error();
     rail->context = std::move(ctx.value());
     auto worker = ucx::Worker::create(rail->context);
@@ -49,26 +51,17 @@ std::vector<std::vector<uint8_t>> DeviceCtx::addresses() const {
   return out;
 }
 
-void DeviceCtx::adoptOrphans(std::unique_ptr<RequestPool> pool) {
-  std::erase_if(orphans_, [](const std::unique_ptr<RequestPool>& p) {
-    bool busy = false;
-    p->forEachInUse([&](Request& r) { busy = busy || !r.done(); });
-    return !busy;
-  });
-  if (pool) orphans_.push_back(std::move(pool));
+void DeviceCtx::adoptOrphans(std::unique_ptr<Orphan> orphan) {
+  std::erase_if(orphans_, [](const std::unique_ptr<Orphan>& o) { return o->stillHeld() == 0; });
+  if (orphan) orphans_.push_back(std::move(orphan));
 }
 
 size_t DeviceCtx::orphanedRequests() {
-  adoptOrphans(nullptr);  // frees the pools whose operations all ended
+  adoptOrphans(nullptr);  // frees the orphans whose operations all ended
   size_t n = 0;
-  for (auto& p : orphans_) p->forEachInUse([&](Request& r) { n += r.done() ? 0 : 1; });
+  for (auto& o : orphans_) n += o->stillHeld();
   return n;
 }
 
-Result<uint32_t> DeviceCtx::allocTagSpace() {
-  if (nextTagSpace_ >= tag::kSpaces)
-    return Error{Status::kNoResource, "device " + info_.name + ": all 65535 receive tag spaces used"};
-  return nextTagSpace_++;
-}
 
 }  // namespace pact::transport

@@ -14,7 +14,6 @@
 #include "common/params.h"
 #include "ucx/devices.h"
 #include "ucx/reg_cache.h"
-#include "transport/request.h"
 #include "ucx/worker.h"
 
 namespace pact::transport {
@@ -29,16 +28,28 @@ class Ticker {
   ~Ticker() = default;
 };
 
+// What UCX may still call back into after its owner closed (a closed comm's request slots): kept
+// alive by the device until nothing is held, so a late callback never touches freed memory.
+class Orphan {
+ public:
+  virtual ~Orphan() = default;
+  virtual size_t stillHeld() = 0;  // operations UCX still holds
+};
+
 class DeviceCtx {
  public:
-  // settings: the UCX settings of the traffic-class service this context serves (service.h).
+  // settings: the UCX settings of the traffic-class service this context serves (service.h);
+  // features: UCP_FEATURE_* of its contexts; serviceKey: what tells it apart (ServiceConfig::key).
   static Result<std::shared_ptr<DeviceCtx>> open(const ucx::DeviceInfo& info, const Params& params,
-                                                 const ucx::Context::Settings& settings = {});
+                                                 const ucx::Context::Settings& settings = {},
+                                                 uint64_t features = UCP_FEATURE_TAG,
+                                                 std::string serviceKey = "ucx-default");
   ~DeviceCtx();
   DeviceCtx(const DeviceCtx&) = delete;
   DeviceCtx& operator=(const DeviceCtx&) = delete;
 
   const ucx::DeviceInfo& info() const { return info_; }
+  const std::string& serviceKey() const { return serviceKey_; }
   const Params& params() const { return params_; }
   std::mutex& mutex() { return mu_; }
 
@@ -64,14 +75,11 @@ class DeviceCtx {
   void removeTicker(Ticker* t) { std::erase(tickers_, t); }
   // Every rail's worker address, in rail order (what the peer needs to reach each rail).
   std::vector<std::vector<uint8_t>> addresses() const;
-  // A tag space (16 bits) for a new receive comm. Never reused within this worker's life, so a
-  // late message of a closed comm can never match a new one.
-  Result<uint32_t> allocTagSpace();
 
-  // Keeps the request slots of a closed comm alive while UCX still holds operations on them;
-  // slots whose operations all ended are freed here. Device mutex must be held.
-  void adoptOrphans(std::unique_ptr<RequestPool> pool);
-  // Requests of closed comms that UCX still holds. Device mutex must be held.
+  // Keeps what a closed owner left with UCX alive while UCX still holds operations on it; orphans
+  // with nothing held are freed here. Device mutex must be held.
+  void adoptOrphans(std::unique_ptr<Orphan> orphan);
+  // Operations of closed owners that UCX still holds. Device mutex must be held.
   size_t orphanedRequests();
 
   std::atomic<int64_t> liveComms{0};
@@ -82,11 +90,11 @@ class DeviceCtx {
 
   ucx::DeviceInfo info_;
   Params params_;
+  std::string serviceKey_;
   std::mutex mu_;
-  std::vector<std::unique_ptr<RequestPool>> orphans_;  // outlives the workers (declared first)
+  std::vector<std::unique_ptr<Orphan>> orphans_;  // outlives the workers (declared first)
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<Ticker*> tickers_;
-  uint32_t nextTagSpace_ = 1;
 };
 
 }  // namespace pact::transport

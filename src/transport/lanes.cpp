@@ -37,7 +37,7 @@ size_t Lanes::choose(size_t bytes) {
   return pick;
 }
 
-void Lanes::measure(Lane& l, const Part& p) {
+void Lanes::measure(Lane& l, const LanePiece& p) {
   // Throughput = bytes completed over a window in which the lane was busy the whole time.
   // Windows of at least kWindow smooth out completions that arrive in bursts (one progress call
   // often completes many pieces), which a per-piece estimate would read as infinite speed.

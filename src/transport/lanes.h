@@ -12,10 +12,18 @@
 #include <vector>
 
 #include "transport/channel.h"
-#include "transport/request.h"
 #include "ucx/worker.h"
 
 namespace pact::transport {
+
+// What the lanes need of a piece of either face (a plugin Part, an engine piece operation).
+struct LanePiece {
+  size_t size = 0;             // bytes the piece carries
+  TimePoint queuedAt{};        // when the piece was given to its lane
+  Status status = Status::kOk; // its completion status
+  uint8_t lane = 0;            // the lane that carries it
+  uint8_t rail = 0;            // the rail (worker) its UCX operation runs on
+};
 
 struct LaneStats {
   uint64_t pieces = 0;
@@ -37,13 +45,13 @@ class Lanes {
   // Queues a piece for the lanes and binds what the lanes can take now. post(part, ep) does the
   // UCX call (not from inside a UCX callback).
   template <typename Post>
-  void dispatch(Part* p, Post&& post);
+  void dispatch(LanePiece* p, Post&& post);
   // Binds waiting pieces to lanes with room and posts delayed pieces whose time has come.
   template <typename Post>
   void pump(Post&& post);
   bool idle() const { return waiting_.empty(); }
   // A piece finished (any status): uncharge its lane and update the throughput estimate.
-  void completed(const Part& p) {
+  void completed(const LanePiece& p) {
     Lane& l = lanes_[p.lane];
     l.inflight -= std::min(l.inflight, p.size);
     if (p.status == Status::kOk && lanes_.size() > 1) measure(l, p);  // one lane: nothing to steer
@@ -62,25 +70,25 @@ class Lanes {
     double bytesPerUs = 0;    // EWMA over busy windows
     TimePoint windowStart{};  // start of the current busy window
     size_t windowBytes = 0;   // completed in the current window
-    std::deque<Part*> delayed;
+    std::deque<LanePiece*> delayed;
     uint64_t pieces = 0;
     uint64_t bytes = 0;
   };
   // The lane for a piece of `bytes` among lanes with room, or lanes_.size() when all are full.
   size_t choose(size_t bytes);
-  void measure(Lane& l, const Part& p);
+  void measure(Lane& l, const LanePiece& p);
   size_t laneCap() const { return std::max<size_t>(8 * cfg_.chunk, size_t{2} << 20); }
   template <typename Post>
-  void bind(Part* p, size_t lane, Post&& post);
+  void bind(LanePiece* p, size_t lane, Post&& post);
 
   ChannelConfig cfg_;
   std::vector<Lane> lanes_;
-  std::deque<Part*> waiting_;  // pieces not bound to a lane yet
+  std::deque<LanePiece*> waiting_;  // pieces not bound to a lane yet
   size_t next_ = 0;
 };
 
 template <typename Post>
-void Lanes::bind(Part* p, size_t i, Post&& post) {
+void Lanes::bind(LanePiece* p, size_t i, Post&& post) {
   Lane& l = lanes_[i];
   p->lane = static_cast<uint8_t>(i);
   p->rail = l.rail;
@@ -102,7 +110,7 @@ void Lanes::bind(Part* p, size_t i, Post&& post) {
 }
 
 template <typename Post>
-void Lanes::dispatch(Part* p, Post&& post) {
+void Lanes::dispatch(LanePiece* p, Post&& post) {
   if (lanes_.size() == 1) {
     bind(p, 0, post);
     return;
@@ -116,7 +124,7 @@ void Lanes::pump(Post&& post) {
   while (!waiting_.empty()) {
     const size_t i = choose(waiting_.front()->size);
     if (i == lanes_.size()) break;  // every lane is full: wait for completions
-    Part* p = waiting_.front();
+    LanePiece* p = waiting_.front();
     waiting_.pop_front();
     bind(p, i, post);
   }
@@ -125,7 +133,7 @@ void Lanes::pump(Post&& post) {
   Lane& l = lanes_[static_cast<size_t>(delayLane)];
   const auto t = now();
   while (!l.delayed.empty() && t - l.delayed.front()->queuedAt >= cfg_.fault.delay) {
-    Part* p = l.delayed.front();
+    LanePiece* p = l.delayed.front();
     l.delayed.pop_front();
     post(p, l.ep);
   }
@@ -133,10 +141,10 @@ void Lanes::pump(Post&& post) {
 
 template <typename F>
 void Lanes::dropDelayed(F&& f) {
-  for (Part* p : waiting_) f(p);
+  for (LanePiece* p : waiting_) f(p);
   waiting_.clear();
   for (auto& l : lanes_) {
-    for (Part* p : l.delayed) f(p);
+    for (LanePiece* p : l.delayed) f(p);
     l.delayed.clear();
   }
 }

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/profile.h"
+#include "transport/profile.h"
 #include "common/status.h"
 #include "ucx/devices.h"
 

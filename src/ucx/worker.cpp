@@ -89,6 +89,75 @@ Result<Worker> Worker::create(const Context& ctx) {
   return worker;
 }
 
+namespace {
+void onOpSend(void* request, ucs_status_t st, void* user) {
+  ucp_request_free(request);
+  auto* op = static_cast<Op*>(user);
+  op->done(op, st);
+}
+void onOpRecv(void* request, ucs_status_t st, size_t, void* user) { onOpSend(request, st, user); }
+
+ucs_status_t started(void* ret) {
+  if (ret == nullptr) return UCS_OK;
+  if (UCS_PTR_IS_ERR(ret)) return UCS_PTR_STATUS(ret);
+  return UCS_INPROGRESS;
+}
+}  // namespace
+
+Status Worker::setAmHandler(unsigned id, AmHandler handler, void* arg) {
+  amRoutes_.push_back(std::make_unique<AmRoute>(AmRoute{handler, arg}));
+  ucp_am_handler_param_t hp{};
+  hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                  UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+  hp.id = id;
+  hp.cb = [](void* a, const void* header, size_t headerLength, void* data, size_t length,
+             const ucp_am_recv_param_t* param) -> ucs_status_t {
+    auto* route = static_cast<AmRoute*>(a);
+    const AmMessage m{header, headerLength, data, length,
+                      (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0};
+    return route->handler(route->arg, m) == AmVerdict::kRefuse && m.rendezvous
+               ? UCS_ERR_INVALID_PARAM
+               : UCS_OK;
+  };
+  hp.arg = amRoutes_.back().get();
+  hp.flags = UCP_AM_FLAG_WHOLE_MSG;
+  if (ucs_status_t st = ucp_worker_set_am_recv_handler(h_.get(), &hp); st != UCS_OK) {
+    PACT_WARN("%s", error("worker_set_am_recv_handler", st).message.c_str());
+    return ucx::toStatus(st);
+  }
+  return Status::kOk;
+}
+
+Result<int> Worker::eventFd() {
+  int fd = -1;
+  if (ucs_status_t st = ucp_worker_get_efd(h_.get(), &fd); st != UCS_OK)
+    return error("worker_get_efd", st);
+  return fd;
+}
+
+bool Worker::arm() { return ucp_worker_arm(h_.get()) == UCS_OK; }
+
+ucs_status_t Worker::amRecvData(void* descriptor, void* dst, size_t length, Op* op) {
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.recv_am = onOpRecv;
+  rp.user_data = op;
+  return started(ucp_am_recv_data_nbx(h_.get(), descriptor, dst, length, &rp));
+}
+
+ucs_status_t Endpoint::amSend(unsigned id, const void* header, size_t headerLength,
+                              const void* data, size_t length, bool eager, Op* op) {
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  if (eager) {
+    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    rp.flags = UCP_AM_SEND_FLAG_EAGER;
+  }
+  rp.cb.send = onOpSend;
+  rp.user_data = op;
+  return started(ucp_am_send_nbx(ep_, id, header, headerLength, data, length, &rp));
+}
+
 ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::milliseconds limit) {
   if (request == nullptr) return UCS_OK;
   if (UCS_PTR_IS_ERR(request)) return UCS_PTR_STATUS(request);

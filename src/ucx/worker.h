@@ -15,6 +15,26 @@
 
 namespace pact::ucx {
 
+// A UCX operation that completes later: done(op, status) is called once, from inside progress
+// (never from inside the call that started it). The owner keeps op alive until then.
+struct Op {
+  void (*done)(Op* self, ucs_status_t status) = nullptr;
+};
+
+// An active message as a handler sees it. data is the payload for an eager message, or UCX's
+// descriptor of a rendezvous one (then Worker::amRecvData fetches the bytes).
+struct AmMessage {
+  const void* header = nullptr;
+  size_t headerLength = 0;
+  void* data = nullptr;
+  size_t length = 0;
+  bool rendezvous = false;
+};
+// What a handler decided: kDone (taken, copied, or dropped), kRefuse (a rendezvous refused:
+// UCX fails the sender's operation).
+enum class AmVerdict : uint8_t { kDone, kRefuse };
+using AmHandler = AmVerdict (*)(void* arg, const AmMessage& m);
+
 struct ContextDeleter { void operator()(ucp_context_h c) const { ucp_cleanup(c); } };
 struct WorkerDeleter { void operator()(ucp_worker_h w) const { ucp_worker_destroy(w); } };
 
@@ -44,13 +64,28 @@ class Worker {
   ucp_worker_h get() const { return h_.get(); }
   const std::vector<uint8_t>& address() const { return address_; }
   unsigned progress() { return ucp_worker_progress(h_.get()); }
+  // Active messages with this id run handler(arg, message) inside progress(). The route lives
+  // as long as the worker.
+  Status setAmHandler(unsigned id, AmHandler handler, void* arg);
+  // The fd that turns readable when the worker has events (contexts with UCP_FEATURE_WAKEUP).
+  Result<int> eventFd();
+  // Arms the event fd before a sleep; false when events are pending (progress instead).
+  bool arm();
+  // Fetches a rendezvous active message's bytes into dst: UCS_OK done now, UCS_INPROGRESS
+  // op->done later, or the error.
+  ucs_status_t amRecvData(void* descriptor, void* dst, size_t length, Op* op);
   // Gives up ownership without ucp_worker_destroy (UCX 1.13 asserts when a worker is destroyed
   // with a rendezvous still stuck on a dead link; leaking it is the lesser harm).
   void abandon() { (void)h_.release(); }
 
  private:
+  struct AmRoute {
+    AmHandler handler;
+    void* arg;
+  };
   std::unique_ptr<ucp_worker, WorkerDeleter> h_;
   std::vector<uint8_t> address_;
+  std::vector<std::unique_ptr<AmRoute>> amRoutes_;  // stable addresses: UCX holds them
 };
 
 // Progresses worker until request completes or the deadline passes; frees the request.
@@ -72,6 +107,10 @@ class Endpoint {
   Endpoint& operator=(const Endpoint&) = delete;
 
   ucp_ep_h get() const { return ep_; }
+  // Sends an active message (header and data are read until completion): UCS_OK done now (op
+  // not called), UCS_INPROGRESS op->done later, or the error. eager: never rendezvous.
+  ucs_status_t amSend(unsigned id, const void* header, size_t headerLength, const void* data,
+                      size_t length, bool eager, Op* op);
   // Flushes (force=false: outstanding sends complete first) or aborts (force=true) the endpoint;
   // progresses the worker for a bounded time. Outstanding requests complete (with an error
   // when forced) before this returns.

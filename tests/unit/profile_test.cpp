@@ -5,7 +5,7 @@
 #include <ostream>
 
 #include "common/params.h"
-#include "common/profile.h"
+#include "transport/profile.h"
 
 namespace pact {
 

@@ -3,9 +3,9 @@
 
 #include <set>
 
-#include "transport/request.h"
+#include "net/request.h"
 
-namespace pact::transport {
+namespace pact::net {
 namespace {
 
 TEST(RequestPool, HandsOutCapacityThenNull) {
@@ -77,4 +77,4 @@ TEST(RequestPool, SizesFollowNcclLimits) {
 }
 
 }  // namespace
-}  // namespace pact::transport
+}  // namespace pact::net

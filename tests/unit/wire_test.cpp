@@ -5,6 +5,7 @@
 
 #include <cstring>
 
+#include "net/tags.h"
 #include "transport/channel.h"
 #include "transport/wire.h"
 
@@ -134,18 +135,18 @@ TEST(Frames, OversizedAndTrailingAndUnknownAreRefused) {
 }
 
 TEST(TagLayout, SpaceTagSequenceAndPieceNeverCollide) {
-  using transport::tag::make;
+  using net::tag::make;
   EXPECT_NE(make(1, 0, 0, 0, false), make(2, 0, 0, 0, false));
   EXPECT_NE(make(1, 0, 0, 0, false), make(1, 1, 0, 0, false));
   EXPECT_NE(make(1, 0, 0, 0, false), make(1, 0, 1, 0, false));
   EXPECT_NE(make(1, 0, 0, 0, false), make(1, 0, 0, 1, false));
   EXPECT_EQ(make(1, 5, 1024, 0, false), make(1, 5, 0, 0, false));  // sequence wraps after 1024
-  EXPECT_EQ(make(0xFFFF, -1, 0x3FF, transport::tag::kMaxPieces - 1, true), ~0ull);
+  EXPECT_EQ(make(0xFFFF, -1, 0x3FF, net::tag::kMaxPieces - 1, true), ~0ull);
   // A receive (mask ignores `last`) matches the sender's last piece and learns it was the last.
   const uint64_t sent = make(7, 3, 9, 4, true);
-  EXPECT_EQ(sent & transport::tag::kRecvMask, make(7, 3, 9, 4, false));
-  EXPECT_TRUE(transport::tag::isLast(sent));
-  EXPECT_FALSE(transport::tag::isLast(make(7, 3, 9, 4, false)));
+  EXPECT_EQ(sent & net::tag::kRecvMask, make(7, 3, 9, 4, false));
+  EXPECT_TRUE(net::tag::isLast(sent));
+  EXPECT_FALSE(net::tag::isLast(make(7, 3, 9, 4, false)));
 }
 
 TEST(TagLayout, PiecesPerMessage) {

@@ -20,9 +20,26 @@
 #include "transport/control_socket.h"
 #include "transport/device_ctx.h"
 #include "transport/lanes.h"
-#include "transport/request.h"
+#include "net/tags.h"
+#include "net/request.h"
 
-namespace pact::transport {
+namespace pact::net {
+
+// The transport core's names the net core uses.
+using transport::ChannelConfig;
+using transport::ControlSocket;
+using transport::DeviceCtx;
+using transport::Frame;
+using transport::Lanes;
+using transport::LaneStats;
+using transport::Listener;
+using transport::Steering;
+using transport::Ticker;
+using transport::kRetransmitBackoff;
+using transport::acceptOne;
+using transport::enableKeepalive;
+using transport::listenOn;
+using transport::piecesFor;
 
 // What regMr hands out: a cache region pinned by this handle, tied to one comm's device.
 struct MemHandle {
@@ -206,4 +223,4 @@ class RecvComm final : public Comm {
   uint32_t tagSpace_;
 };
 
-}  // namespace pact::transport
+}  // namespace pact::net

@@ -12,9 +12,9 @@
 #include <random>
 
 #include "common/log.h"
-#include "transport/net.h"
+#include "net/net.h"
 
-namespace pact::transport {
+namespace pact::net {
 
 namespace {
 
@@ -303,7 +303,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
       return refused;
     }
     std::lock_guard lock(lc->dev->mutex());
-    auto space = lc->dev->allocTagSpace();
+    auto space = allocTagSpace(*lc->dev);
     if (!space.ok()) {
       PACT_WARN("accept: %s", space.error().message.c_str());
       return space.status();
@@ -371,4 +371,4 @@ Status Net::closeListen(ListenComm* lc) {
   return Status::kOk;
 }
 
-}  // namespace pact::transport
+}  // namespace pact::net

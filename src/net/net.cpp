@@ -1,13 +1,12 @@
-#include "transport/net.h"
+#include "net/net.h"
 
 #include <sys/resource.h>
 
 #include <algorithm>
 
 #include "common/log.h"
-#include "transport/service.h"
 
-namespace pact::transport {
+namespace pact::net {
 
 namespace {
 
@@ -27,15 +26,10 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
     net->params_.epoch += params.fault.epochSkew;
     armKillAfter(params.fault);
   }
-  auto devs = ucx::discoverDevices(params.net_devices);
-  if (!devs.ok()) return devs.error();
-  net->devices_ = std::move(devs.value());
-  // A class that must not fall back fails init here, naming the class and the device.
-  for (const auto& d : net->devices_) {
-    auto services = servicesFor(params.classes, d);
-    if (!services.ok()) return services.error();
-  }
-  if (net->devices_.empty())
+  auto fabric = transport::Fabric::create(net->params_, UCP_FEATURE_TAG, "plugin");
+  if (!fabric.ok()) return fabric.error();
+  net->fabric_ = std::move(fabric.value());
+  if (net->fabric_->deviceCount() == 0)
     PACT_WARN("no usable network device (PACT_NET_DEVICES=%s); name lo to use loopback",
               params.net_devices.empty() ? "" : params.net_devices.front().c_str());
   return net;
@@ -43,63 +37,28 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
 
 Net::~Net() = default;
 
-ucx::DeviceInfo Net::deviceInfo(int dev) const {
-  std::lock_guard lock(openMu_);
-  return devices_.at(static_cast<size_t>(dev));
-}
-
-int Net::deviceCount() const {
-  std::lock_guard lock(openMu_);
-  return static_cast<int>(devices_.size());
-}
+int Net::deviceCount() const { return fabric_->deviceCount(); }
 
 Status Net::makeVDevice(const std::vector<int>& members, int* dev) {
-  std::lock_guard lock(openMu_);
-  std::vector<const ucx::DeviceInfo*> ports;
-  for (int m : members) {
-    const bool physical = m >= 0 && static_cast<size_t>(m) < devices_.size() &&
-                          devices_[static_cast<size_t>(m)].members.empty();
-    if (!physical || std::count(members.begin(), members.end(), m) > 1) {
-      PACT_WARN("makeVDevice: member %d is not a distinct physical device", m);
-      return Status::kInvalidArgument;
-    }
-    ports.push_back(&devices_[static_cast<size_t>(m)]);
-  }
-  if (ports.empty() || ports.size() > 8) {
-    PACT_WARN("makeVDevice: %zu members; 1 to 8 are allowed", ports.size());
-    return Status::kInvalidArgument;
-  }
-  devices_.push_back(ucx::fuseDevices(ports, members));
-  *dev = static_cast<int>(devices_.size() - 1);
-  PACT_INFO("virtual device %d = %s (%d Mbps)", *dev, devices_.back().name.c_str(),
-            devices_.back().speedMbps);
-  return Status::kOk;
+  return fabric_->makeVDevice(members, dev);
 }
 
 Result<std::shared_ptr<DeviceCtx>> Net::device(int dev, int trafficClass) {
-  std::lock_guard lock(openMu_);
-  if (dev < 0 || static_cast<size_t>(dev) >= devices_.size())
-    return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
-  const ucx::DeviceInfo& info = devices_[static_cast<size_t>(dev)];
   const std::string cls = trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass);
-  auto svc = serviceFor(params_.classes.forNccl(trafficClass), info, cls);
-  if (!svc.ok()) return svc.error();
-  if (!svc->fallbackWarning.empty() && warned_.insert(cls + "/" + info.name).second)
-    PACT_WARN("%s", svc->fallbackWarning.c_str());
-  auto& slot = opened_[{dev, svc->key}];
-  if (!slot) {
-    auto d = DeviceCtx::open(info, params_, svc->ucxSettings);
-    if (!d.ok()) return d.error();
-    slot = std::move(d.value());
-    PACT_INFO("device %s: UCX context for service %s", info.name.c_str(), svc->summary.c_str());
-  }
-  return slot;
+  return fabric_->open(dev, params_.classes.forNccl(trafficClass), cls);
+}
+
+Result<uint32_t> Net::allocTagSpace(const DeviceCtx& d) {
+  std::lock_guard lock(tagMu_);
+  uint32_t& next = nextTagSpace_.try_emplace(&d, 1).first->second;
+  if (next >= tag::kSpaces)
+    return Error{Status::kNoResource, "device " + d.info().name + ": all 65535 receive tag spaces used"};
+  return next++;
 }
 
 Net::Resources Net::resources() const {
-  std::lock_guard lock(openMu_);
   Resources r;
-  for (const auto& [key, d] : opened_) {
+  for (const auto& d : fabric_->opened()) {
     r.comms += d->liveComms;
     r.registrations += d->liveMemHandles;
     std::lock_guard devLock(d->mutex());
@@ -121,10 +80,8 @@ ChannelConfig Net::channelFor(int trafficClass) const {
 }
 
 Status Net::properties(int dev, Properties* out) const {
-  std::unique_lock lock(openMu_);
-  if (dev < 0 || static_cast<size_t>(dev) >= devices_.size()) return Status::kInvalidArgument;
-  const ucx::DeviceInfo d = devices_[static_cast<size_t>(dev)];
-  lock.unlock();
+  if (dev < 0 || dev >= fabric_->deviceCount()) return Status::kInvalidArgument;
+  const ucx::DeviceInfo d = fabric_->deviceInfo(dev);
   rlimit nofile{};
   getrlimit(RLIMIT_NOFILE, &nofile);
   Properties p;
@@ -228,4 +185,4 @@ Status Net::closeRecv(RecvComm* comm) {
   return Status::kOk;
 }
 
-}  // namespace pact::transport
+}  // namespace pact::net

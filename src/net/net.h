@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "common/params.h"
-#include "transport/comm.h"
+#include "net/comm.h"
+#include "transport/fabric.h"
 
-namespace pact::transport {
+namespace pact::net {
 
 struct Properties {
   std::string name;
@@ -87,12 +88,15 @@ class Net {
 
   const Params& params() const { return params_; }
   // A copy: makeVDevice may grow the device list from another thread.
-  ucx::DeviceInfo deviceInfo(int dev) const;
+  ucx::DeviceInfo deviceInfo(int dev) const { return fabric_->deviceInfo(dev); }
 
  private:
   explicit Net(const Params& p) : params_(p) {}
-  // The device context serving this class on dev (opened on first use; one per distinct service).
+  // The device context serving this class on dev (the fabric's; one per distinct service).
   Result<std::shared_ptr<DeviceCtx>> device(int dev, int trafficClass);
+  // A tag space (16 bits) for a new receive comm on d. Never reused within the worker's life,
+  // so a late message of a closed comm can never match a new one.
+  Result<uint32_t> allocTagSpace(const DeviceCtx& d);
   // The channel a class's send comms use (profile + the PACT_FAULT lane delay).
   ChannelConfig channelFor(int trafficClass) const;
   // accept(): the connector's proof after an authenticated accept, and the comm it then gets.
@@ -102,10 +106,9 @@ class Net {
                         const wire::Hello& hello, const std::string& peer);
 
   Params params_;
-  std::vector<ucx::DeviceInfo> devices_;
-  mutable std::mutex openMu_;  // guards devices_ growth (makeVDevice), opened_ and warned_
-  std::map<std::pair<int, std::string>, std::shared_ptr<DeviceCtx>> opened_;  // (dev, service key)
-  std::set<std::string> warned_;  // classes whose fallback was already reported
+  std::unique_ptr<transport::Fabric> fabric_;
+  std::mutex tagMu_;
+  std::map<const DeviceCtx*, uint32_t> nextTagSpace_;
 };
 
-}  // namespace pact::transport
+}  // namespace pact::net

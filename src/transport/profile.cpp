@@ -1,4 +1,4 @@
-#include "common/profile.h"
+#include "transport/profile.h"
 
 #include <algorithm>
 #include <bit>

@@ -11,8 +11,10 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "transport/device_ctx.h"
+#include "transport/lanes.h"
 
-namespace pact::transport {
+namespace pact::net {
 
 inline constexpr int kMaxBuffers = 8;
 // NCCL keeps at most 32 requests in flight per comm; a shared send comm may carry 32 per
@@ -23,20 +25,17 @@ inline constexpr size_t kSendPoolSize = kRecvPoolSize * kMaxBuffers;
 class Comm;
 struct Request;
 
-struct Part {
+// size: posted size, then the size actually transferred; lane (send side) and rail as the lanes
+// bound it.
+struct Part : transport::LanePiece {
   Request* owner = nullptr;
   void* ucxRequest = nullptr;  // non-null while UCX owns an operation for this part
   void* data = nullptr;        // where this piece lives
-  size_t size = 0;             // posted size, then the size actually transferred
   uint64_t ucxTag = 0;
-  TimePoint queuedAt{};        // when the piece was given to its lane
-  Status status = Status::kOk;
   bool done = true;
   bool last = false;           // receive side: the sender marked this piece as the message's last
   bool canceled = false;       // receive side: cancelled because the message ended before it
   uint8_t buffer = 0;          // which buffer of a multi-receive
-  uint8_t lane = 0;            // send side: the lane that carries it
-  uint8_t rail = 0;            // the rail (worker) its UCX operation runs on
   uint8_t attempts = 0;        // send side: delivery attempts lost so far (PACT_FAULT)
   uint32_t piece = 0;
 };
@@ -69,9 +68,15 @@ struct Request {
   bool multiPart() const { return parts.size() > static_cast<size_t>(nbuffers); }
 };
 
-class RequestPool {
+class RequestPool final : public transport::Orphan {
  public:
   explicit RequestPool(size_t capacity) : slots_(capacity) {}
+  // Requests UCX still holds an operation of (a closed comm's pool lives on until this is 0).
+  size_t stillHeld() override {
+    size_t n = 0;
+    forEachInUse([&](Request& r) { n += r.done() ? 0 : 1; });
+    return n;
+  }
   // A free request with nparts parts, or nullptr when every slot is taken (back-pressure).
   Request* acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts);
   void release(Request* r) {
@@ -130,4 +135,4 @@ inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size
   return &r;
 }
 
-}  // namespace pact::transport
+}  // namespace pact::net

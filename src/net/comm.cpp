@@ -1,4 +1,4 @@
-#include "transport/comm.h"
+#include "net/comm.h"
 
 #include <algorithm>
 #include <atomic>
@@ -7,7 +7,7 @@
 #include "common/log.h"
 #include "ucx/ucx_status.h"
 
-namespace pact::transport {
+namespace pact::net {
 
 namespace {
 
@@ -338,7 +338,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
     p->size = std::min(chunk, size - std::min(size, k * chunk));
     p->ucxTag = tag::make(tagSpace_, tag, seq, p->piece, k + 1 == n);
     p->done = false;
-    lanes_.dispatch(p, [this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
+    lanes_.dispatch(p, [this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
   }
   *out = r;
   return Status::kOk;
@@ -352,7 +352,7 @@ void SendComm::partDone(Part* p) {
 void SendComm::progressComm(Request*) {}
 
 void SendComm::tick() {
-  lanes_.pump([this](Part* q, ucx::Endpoint& ep) { post(q, ep); });
+  lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
   if (retransmit_.empty()) return;
   const auto t = now();
   // post() may queue the piece again: take the due ones out first.
@@ -367,7 +367,7 @@ void SendComm::tick() {
 
 void SendComm::dropHeld() {
   auto cancelled = [](Part* p) { completePart(p, UCS_ERR_CANCELED, 0); };
-  lanes_.dropDelayed(cancelled);
+  lanes_.dropDelayed([&](transport::LanePiece* p) { cancelled(static_cast<Part*>(p)); });
   for (auto& e : retransmit_) cancelled(e.second);
   retransmit_.clear();
 }
@@ -547,4 +547,4 @@ void RecvComm::shutdown() {
   if (stats_.messages > 0) progressWhile([this] { return !peerGone(); });
 }
 
-}  // namespace pact::transport
+}  // namespace pact::net
