@@ -104,8 +104,11 @@ pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine
     c.modelEpoch = config->model_epoch;
     c.creditBudget = config->credit_budget;
     c.progressThread = config->progress_thread != 0;
+    // The PACT_* configuration is read once per process, here at the C API's edge.
+    const auto& params = pact::Params::global();
+    if (!params.ok()) return st(pact::engine::fail(Code::kInvalidArg, params.error().message));
     auto handle = std::make_unique<pact_engine>();
-    if (Code code = Engine::create(c, &handle->engine); code != Code::kOk) return st(code);
+    if (Code code = Engine::create(c, *params, &handle->engine); code != Code::kOk) return st(code);
     *engine = handle.release();
     return PACT_OK;
   });

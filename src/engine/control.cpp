@@ -71,6 +71,12 @@ struct Encoder {
     w.bytes(m.workerAddress);
     w.u8(m.auth);
     for (uint8_t b : m.nonce) w.u8(b);
+    w.u8(static_cast<uint8_t>(m.contexts.size()));
+    for (const ContextAddress& c : m.contexts) {
+      w.bytes(std::vector<uint8_t>(c.service.begin(), c.service.end()));
+      w.u8(static_cast<uint8_t>(c.rails.size()));
+      for (const auto& a : c.rails) w.bytes(a);
+    }
     return Type::kHello;
   }
   Type operator()(const Proof& m) {
@@ -175,6 +181,30 @@ Result<Control> decodeHello(ByteReader& r) {
     r.fail("auth", "expected 0 or 1, got " + std::to_string(m.auth));
     return r.error();
   }
+  uint8_t contexts = 0;
+  if (!r.u8(&contexts, "contexts")) return r.error();
+  if (contexts > kMaxContexts) {
+    r.fail("contexts", "expected at most " + std::to_string(kMaxContexts) + ", got " +
+                           std::to_string(contexts));
+    return r.error();
+  }
+  for (uint8_t i = 0; i < contexts; ++i) {
+    ContextAddress c;
+    std::vector<uint8_t> service;
+    uint8_t rails = 0;
+    if (!r.bytes(&service, kMaxName, "contexts.service") || !r.u8(&rails, "contexts.rails"))
+      return r.error();
+    if (rails == 0 || rails > kMaxRails) {
+      r.fail("contexts.rails", "expected 1 to " + std::to_string(kMaxRails) + ", got " +
+                                   std::to_string(rails));
+      return r.error();
+    }
+    c.service.assign(service.begin(), service.end());
+    c.rails.resize(rails);
+    for (auto& a : c.rails)
+      if (!r.bytes(&a, kMaxWorkerAddress, "contexts.address")) return r.error();
+    m.contexts.push_back(std::move(c));
+  }
   if (!r.done()) return r.error();
   m.name.assign(name.begin(), name.end());
   return Control(std::move(m));
@@ -183,9 +213,25 @@ Result<Control> decodeHello(ByteReader& r) {
 }  // namespace
 
 std::vector<uint8_t> encode(const Control& m) {
-  ByteWriter body;
-  Type t = std::visit(Encoder{body}, m);
-  return frame(kControlMagic, kControlVersion, static_cast<uint16_t>(t), body);
+  std::vector<uint8_t> out;
+  encodeInto(m, &out);
+  return out;
+}
+
+void encodeInto(const Control& m, std::vector<uint8_t>* out) {
+  // The header is written in place once the body's length is known; out keeps its capacity.
+  ByteWriter w;
+  w.out.swap(*out);
+  w.out.assign(kControlHeader, 0);
+  Type t = std::visit(Encoder{w}, m);
+  auto put = [&](size_t at, uint64_t v, int n) {
+    for (int i = 0; i < n; ++i) w.out[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  put(0, kControlMagic, 4);
+  put(4, kControlVersion, 2);
+  put(6, static_cast<uint16_t>(t), 2);
+  put(8, w.out.size() - kControlHeader, 4);
+  w.out.swap(*out);
 }
 
 Result<size_t> frameLength(std::span<const uint8_t> header) {

@@ -19,12 +19,14 @@
 namespace pact::engine {
 
 inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
-inline constexpr uint16_t kControlVersion = 1;
+inline constexpr uint16_t kControlVersion = 2;  // 2: Hello lists the engine's contexts
 inline constexpr size_t kControlHeader = 12;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
 inline constexpr size_t kMaxName = 256;
 inline constexpr size_t kMaxWorkerAddress = 4096;
+inline constexpr size_t kMaxContexts = 16;  // per engine: one per distinct class service
+inline constexpr size_t kMaxRails = 8;
 inline constexpr size_t kMaxControlBody = 16 + 64 + kMaxRkey + kMaxBlocks * 16;
 
 // Identity of one transfer; duplicates of (request, transfer, generation) are the same transfer.
@@ -99,15 +101,25 @@ struct CreditUpdate {
   uint64_t budgetBytes = 0;
 };
 
-// Either side, first on the connection's control socket: who this is and where its UCX worker is.
+// One UCX context of an engine: the service it serves (transport::DeviceCtx::serviceKey) and its
+// workers' addresses, one per rail. A sender's class reaches the receiver's context of the same
+// service.
+struct ContextAddress {
+  std::string service;                        // 1..kMaxName bytes
+  std::vector<std::vector<uint8_t>> rails;    // 1..kMaxRails, each 1..kMaxWorkerAddress bytes
+  bool operator==(const ContextAddress&) const = default;
+};
+
+// Either side, first on the connection's control socket: who this is and where its UCX workers are.
 struct Hello {
   std::string name;                    // 1..kMaxName bytes
   uint64_t token = 0;                  // the sender's id of this connection; the peer puts it in
                                        // every message so the sender knows where it came from
   uint64_t epoch = 0;                  // the sender's current model epoch
-  std::vector<uint8_t> workerAddress;  // 1..kMaxWorkerAddress bytes
+  std::vector<uint8_t> workerAddress;  // 1..kMaxWorkerAddress bytes: where control messages go
   uint8_t auth = 0;                    // 1: the sender has PACT_AUTH_KEY_FILE set
   std::array<uint8_t, 32> nonce{};     // the sender's fresh challenge
+  std::vector<ContextAddress> contexts{};  // 0..kMaxContexts: where each class's pieces go
 };
 
 // Either side, after the peer's Hello when both authenticate: HMAC-SHA256(key, label || the
@@ -120,6 +132,8 @@ using Control =
     std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Proof>;
 
 std::vector<uint8_t> encode(const Control& m);
+// The same frame written into *out (replacing its contents, keeping its capacity).
+void encodeInto(const Control& m, std::vector<uint8_t>* out);
 // Decodes one whole frame (header + body). Errors name the field: "advertise.blocks[3]: offset
 // 4096 + length 8192 exceeds the region (8192 bytes)".
 Result<Control> decode(std::span<const uint8_t> frame);

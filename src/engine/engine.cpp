@@ -70,16 +70,15 @@ const char* codeName(Code c) {
   return "PACT_ERR_UNKNOWN";
 }
 
-Engine::Engine(const EngineConfig& config)
-    : config_(config), epoch_(config.modelEpoch),
+Engine::Engine(const EngineConfig& config, const Params& params)
+    : config_(config), params_(params), epoch_(config.modelEpoch),
       credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
       trace_(kTraceDefault) {
+  creditSet_ = config.creditBudget != 0;
 }
 
-Code Engine::create(const EngineConfig& config, std::unique_ptr<Engine>* out) {
-  const auto& params = Params::global();
-  if (!params.ok()) return fail(Code::kInvalidArg, params.error().message);
-  std::unique_ptr<Engine> e(new Engine(config));
+Code Engine::create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out) {
+  std::unique_ptr<Engine> e(new Engine(config, params));
   if (e->config_.name.empty()) e->config_.name = "pact-" + std::to_string(::getpid());
   if (e->config_.name.size() > kMaxName)
     return fail(Code::kInvalidArg, "name: longer than " + std::to_string(kMaxName) + " bytes");
@@ -89,48 +88,15 @@ Code Engine::create(const EngineConfig& config, std::unique_ptr<Engine>* out) {
 }
 
 Code Engine::init() {
-  const Params& params = Params::global().value();
-  trace_ = telemetry::TraceRing(params.trace_events);
-  fault_ = params.fault;
+  trace_ = telemetry::TraceRing(params_.trace_events);
+  fault_ = params_.fault;
   if (fault_.active()) {
     static uint64_t engines = 0;  // each engine of a process draws its own sequence
     dice_ = FaultDice(fault_.seed, ++engines);
     PACT_WARN("engine %s: injecting faults: %s", config_.name.c_str(), fault_.describe().c_str());
     armKillAfter(fault_);
   }
-  // UCX sees the devices of PACT_NET_DEVICES (plus shared memory), with the DEFAULT class's
-  // service settings.
-  auto devices = ucx::discoverDevices(params.net_devices);
-  if (!devices.ok()) return fail(fromStatus(devices.status()), devices.error().message);
-  std::string netDevices;
-  ucx::Context::Settings settings;
-  for (const auto& d : *devices) netDevices += (netDevices.empty() ? "" : ",") + d.ucxDevices();
-  if (!devices->empty()) {
-    auto service = transport::serviceFor(params.classes.defaultProfile(), devices->front(), "DEFAULT");
-    if (!service.ok()) return fail(fromStatus(service.status()), service.error().message);
-    if (!service->fallbackWarning.empty()) PACT_WARN("%s", service->fallbackWarning.c_str());
-    settings = service->ucxSettings;
-  }
-  auto ctx = ucx::Context::create(netDevices, "pact-engine", settings,
-                                  UCP_FEATURE_AM | UCP_FEATURE_WAKEUP);
-  if (!ctx.ok()) return fail(fromStatus(ctx.status()), ctx.error().message);
-  context_ = std::move(*ctx);
-  auto worker = ucx::Worker::create(context_);
-  if (!worker.ok()) return fail(fromStatus(worker.status()), worker.error().message);
-  worker_ = std::move(*worker);
-  if (ucs_status_t st = ucp_worker_get_efd(worker_.get(), &workerFd_); st != UCS_OK)
-    return fail(Code::kInternal, ucx::error("worker_get_efd", st).message);
-  for (auto [id, cb] : {std::pair{kAmControl, &Engine::onControlAm}, {kAmPiece, &Engine::onPieceAm}}) {
-    ucp_am_handler_param_t hp{};
-    hp.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
-                    UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
-    hp.id = id;
-    hp.cb = cb;
-    hp.arg = this;
-    hp.flags = UCP_AM_FLAG_WHOLE_MSG;
-    if (ucs_status_t st = ucp_worker_set_am_recv_handler(worker_.get(), &hp); st != UCS_OK)
-      return fail(Code::kInternal, ucx::error("worker_set_am_recv_handler", st).message);
-  }
+  if (Code c = openContexts(); c != Code::kOk) return c;
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wakeFd_.valid()) return fail(Code::kSystem, std::string("eventfd: ") + std::strerror(errno));
   if (!config_.listenIp.empty()) {
@@ -171,9 +137,9 @@ void Engine::shutdown() {
   auto busy = [&] {
     return std::any_of(xfers_.begin(), xfers_.end(), [](auto& kv) { return kv.second->pendingOps > 0; });
   };
-  while (busy() && now() < limit) worker_.progress();
+  while (busy() && now() < limit) progressWorkers();
   // Forced: a peer that no longer progresses would hold a flushing close for its timeout.
-  for (auto& [id, p] : peers_) p->ep.close(true);
+  for (auto& [id, p] : peers_) closePeerEndpoints(*p);
   if (!registrations_.empty())
     PACT_WARN("engine %s destroyed with %zu registrations still open (released now)",
               config_.name.c_str(), registrations_.size());
@@ -181,10 +147,13 @@ void Engine::shutdown() {
   if (busy()) {
     // A receive still writes into (or a send reads from) application memory: UCX would assert
     // on destroying the worker; leaking it is the lesser harm (see ucx/worker.h).
-    PACT_WARN("engine %s: UCX operations still pending at shutdown; leaking the worker",
+    PACT_WARN("engine %s: UCX operations still pending at shutdown; leaking the workers",
               config_.name.c_str());
-    worker_.abandon();
-    context_.abandon();
+    for (Context& c : contexts_)
+      for (size_t i = 0; i < c.dev->rails(); ++i) {
+        c.dev->rail(i).worker.abandon();
+        c.dev->rail(i).context.abandon();
+      }
   }
   peers_.clear();
 }
@@ -201,14 +170,15 @@ Code Engine::progress(int timeoutMs) {
 int Engine::progressLocked() {
   int events = 0;
   for (int i = 0; i < 64; ++i) {
-    const unsigned n = worker_.progress();
+    const unsigned n = progressWorkers();
     if (n == 0) break;
     events += static_cast<int>(n);
   }
+  pumpLanes();
   // The sockets only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
   // (every call while a handshake is under way), not on every spin of a busy progress loop.
   const TimePoint t = now();
-  if (handshaking_ > 0 || t - lastSocketCheck_ >= Params::global()->liveness_interval) {
+  if (handshaking_ > 0 || t - lastSocketCheck_ >= params_.liveness_interval) {
     lastSocketCheck_ = t;
     events += acceptConnections();
     events += pollPeers();
@@ -226,8 +196,10 @@ void Engine::wake() {
 
 // Sleeps until the worker, a socket or wake() has something, or the next timer, at most timeoutMs.
 void Engine::sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs) {
-  if (ucp_worker_arm(worker_.get()) != UCS_OK) return;  // busy: events are pending already
-  std::vector<pollfd> fds{{workerFd_, POLLIN, 0}, {wakeFd_.get(), POLLIN, 0}};
+  if (!armWorkers()) return;  // busy: events are pending already
+  std::vector<pollfd> fds{{wakeFd_.get(), POLLIN, 0}};
+  for (const Context& c : contexts_)
+    for (int fd : c.eventFds) fds.push_back({fd, POLLIN, 0});
   if (listening_) fds.push_back({listener_.fd.get(), POLLIN, 0});
   for (auto& [id, p] : peers_) {
     if (p->phase == Peer::Phase::kLost) continue;
@@ -343,14 +315,17 @@ Code Engine::checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes) {
 }
 
 Transfer& Engine::newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
-                              const Profile& profile, uint64_t deadlineUs) {
+                              size_t route, uint64_t peer, uint64_t deadlineUs) {
+  const Profile& profile = routes_[route].profile;
   auto x = std::make_unique<Transfer>();
   x->id = nextId_++;
   x->role = role;
   x->key = key;
   x->created = now();
+  x->peer = peer;
   x->verify = profile.verify;
   x->retriesLeft = profile.retries;
+  x->route = route;
   for (const BlockRef& b : blocks) {
     x->blocks.push_back({b.mr, b.mr->addr + b.offset, b.offset, b.length});
     x->bytes += b.length;
@@ -363,7 +338,7 @@ Transfer& Engine::newTransfer(Role role, const TransferKey& key, std::span<const
   ++stats_.openTransfers;
   addTimer(ref.deadline, ref.id, TimerKind::kDeadline);
   trace_.record({telemetry::monotonicNs(), key.requestId, key.transferId, key.modelEpoch,
-                 key.generation, 0, static_cast<uint8_t>(role), static_cast<uint8_t>(State::kAllocated),
+                 key.generation, peer, static_cast<uint8_t>(role), static_cast<uint8_t>(State::kAllocated),
                  0xff});
   return ref;
 }
@@ -510,12 +485,16 @@ Code Engine::registerMemory(void* addr, size_t length, Registration** out) {
   if (addr == nullptr || length == 0)
     return fail(Code::kInvalidArg, "mem_register: NULL address or length 0");
   std::lock_guard lock(mu_);
-  auto map = ucx::MemMap::map(context_.get(), addr, length, UCS_MEMORY_TYPE_HOST);
-  if (!map.ok()) return fail(fromStatus(map.status()), map.error().message);
   auto r = std::make_unique<Registration>();
   r->addr = static_cast<uint8_t*>(addr);
   r->length = length;
-  r->map = std::move(*map);
+  for (Context& c : contexts_) {
+    for (size_t i = 0; i < c.dev->rails(); ++i) {
+      auto region = c.dev->rail(i).cache->acquire({addr, length, ucx::MemoryType::kHost, -1, 0});
+      if (!region.ok()) return fail(fromStatus(region.status()), "mem_register: " + region.error().message);
+      r->regions.push_back(std::move(region.value()));
+    }
+  }
   *out = r.get();
   registrations_.push_back(std::move(r));
   return Code::kOk;

@@ -1,19 +1,27 @@
 // The transfer engine (ARCHITECTURE.md section 5; docs/engine.md): epoch-aware commit of block
 // transfers between engines, with receiver credits, deadlines, retries and exactly-once commit.
 //
-// One Engine = one UCP context and worker (active messages + wakeup) on the devices of
-// PACT_NET_DEVICES, a listening control socket, and its peers. Every public method takes the
-// engine's one lock; UCX callbacks run inside progress() with the lock held, so the engine's
-// state has exactly one writer at a time. Failures return a Code and leave a message for
-// lastError() (thread-local), which the C API hands out as pact_last_error().
+// One Engine = a transport::Fabric (the transport core under both faces) with one context per
+// distinct service of the engine classes (DEFAULT, KV, A2A, CTRL, CKPT: classes whose services
+// are equal share one), each with a worker per rail of the engine's device (several devices of
+// PACT_NET_DEVICES are fused into one virtual device, a rail each); a listening control socket;
+// and its peers. Every public method takes the engine's one lock; UCX callbacks run inside
+// progress() with the lock held, so the engine's state has exactly one writer at a time.
+// Failures return a Code and leave a message for lastError() (thread-local), which the C API
+// hands out as pact_last_error().
 //
-// The data path: the sender's pieces are UCP active messages whose header names the transfer,
-// attempt, block and offset; the receiver range-checks each one against what it advertised
-// before any byte moves, and lands it itself (memcpy for eager, a rendezvous receive straight
-// into the block otherwise). No remote key is ever handed out, so revoking access is removing
-// the transfer from the receiver's table; a transfer is final only when no receive still
-// writes into its blocks. Files: engine.cpp (lifecycle, progress, bookkeeping), peers.cpp
-// (connections, handshake, control messages), receiver.cpp, sender.cpp, group.cpp.
+// The data path: a transfer's class picks its context, its piece size (`chunk`) and its lanes:
+// an ordered class sends its pieces in order over one endpoint, an unordered class spreads them
+// over `lanes` endpoints (one per rail, round the rails) with the core's adaptive steering. A
+// piece is a UCP active message whose header names the transfer, attempt, block and offset; the
+// receiver range-checks each one against what it advertised before any byte moves, and lands it
+// itself (memcpy for eager, a rendezvous receive straight into the block otherwise). No remote
+// key is ever handed out, so revoking access is removing the transfer from the receiver's
+// table; a transfer is final only when no receive still writes into its blocks. Control
+// messages travel on the CTRL class's context; a transfer's Done on its class's first lane
+// (behind its pieces). Files: engine.cpp (lifecycle, progress, bookkeeping), routes.cpp
+// (contexts, lanes, the UCX data path), peers.cpp (connections, handshake, control messages),
+// receiver.cpp, sender.cpp, group.cpp.
 #pragma once
 
 #include <condition_variable>
@@ -38,7 +46,11 @@
 #include "engine/transfer.h"
 #include "telemetry/trace.h"
 #include "transport/control_socket.h"
+#include "transport/fabric.h"
+#include "transport/lanes.h"
+#include "transport/slab.h"
 #include "transport/wire.h"
+#include "ucx/reg_cache.h"
 #include "ucx/worker.h"
 
 namespace pact::engine {
@@ -55,7 +67,8 @@ const char* codeName(Code c);
 struct Registration {
   uint8_t* addr = nullptr;
   uint64_t length = 0;
-  ucx::MemMap map;
+  // From the core's registration caches: one region per rail of each of the engine's contexts.
+  std::vector<std::shared_ptr<ucx::Region>> regions;
   int users = 0;  // unreleased transfers with a block in it
 };
 
@@ -98,9 +111,20 @@ using CommitHook = std::function<bool(uint64_t xfer, const TransferKey& key, uin
 
 class Group;
 
+// What an engine class resolved to (pact-info prints it; tests assert it).
+struct ClassRouteInfo {
+  std::string name;       // "DEFAULT", "KV", ...
+  std::string profile;    // Profile::describe()
+  size_t context = 0;     // index among the engine's contexts (equal = shared)
+  std::string service;    // the context's service key
+  int lanes = 1;          // endpoints per peer (1 for an ordered class)
+  uint64_t chunk = 0;     // piece size
+};
+
 class Engine {
  public:
-  static Code create(const EngineConfig& config, std::unique_ptr<Engine>* out);
+  // params: the effective PACT_* configuration (the C API passes Params::global()).
+  static Code create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -128,6 +152,10 @@ class Engine {
   Code release(uint64_t xfer);
 
   Stats stats();
+  // Every engine class and the context it runs on, DEFAULT first.
+  std::vector<ClassRouteInfo> routes() const;
+  // Pieces sent so far on each lane of a class to a peer (empty before its first send).
+  std::vector<transport::LaneStats> laneStats(uint64_t peer, const std::string& cls);
   size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max);
 
   // For Group (group.cpp): the lock and the blocking wait.
@@ -145,7 +173,21 @@ class Engine {
 
  private:
   struct Peer;
-  struct OpContext;
+  struct PieceOp;
+  struct ControlOp;
+  struct AmSource;
+  // One UCX context of the engine and the event fds of its rails' workers.
+  struct Context {
+    std::shared_ptr<transport::DeviceCtx> dev;
+    std::vector<int> eventFds;
+  };
+  // An engine class: its profile, its context, the channel its lanes follow.
+  struct Route {
+    std::string name;
+    Profile profile;
+    size_t context = 0;
+    transport::ChannelConfig channel;
+  };
   // kMissing: Done came but pieces of the attempt did not (dropped); a grace period, then retry.
   // kOffer: an offer waiting for its expect reached the sender's deadline.
   enum class TimerKind : uint8_t { kDeadline, kResendDone, kHandshake, kMissing, kOffer };
@@ -154,8 +196,26 @@ class Engine {
     TimerKind kind;
   };
 
-  explicit Engine(const EngineConfig& config);
+  Engine(const EngineConfig& config, const Params& params);
   Code init();
+
+  // ---- routes (routes.cpp): contexts, lanes, the UCX data path ----
+  Code openContexts();
+  // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
+  size_t routeFor(const char* trafficClass) const;
+  unsigned progressWorkers();
+  bool armWorkers();
+  void pumpLanes();
+  // The lanes of route r to p, created on first use; nullptr (and lastError) when the peer has
+  // no context of the route's service.
+  transport::Lanes* lanesTo(Peer& p, size_t r);
+  void closePeerEndpoints(Peer& p);
+  void postPiece(PieceOp* op, ucx::Endpoint& ep);
+  static void onPieceSent(ucx::Op* op, ucs_status_t st);
+  static void onPieceReceived(ucx::Op* op, ucs_status_t st);
+  static void onControlSent(ucx::Op* op, ucs_status_t st);
+  // Sends a control message on ep (default: the peer's control endpoint).
+  void sendControl(Peer& p, const Control& m, ucx::Endpoint* via = nullptr);
   void shutdown();
 
   // ---- progress (engine.cpp) ----
@@ -184,15 +244,14 @@ class Engine {
   void peerLost(Peer& p, const std::string& why);
   // The ready peer with this id (our token for it), or nullptr.
   Peer* peerByToken(uint64_t token);
-  void sendControl(Peer& p, const Control& m);
-  static ucs_status_t onControlAm(void* arg, const void* header, size_t headerLength, void* data,
-                                  size_t length, const ucp_am_recv_param_t* param);
+  static ucx::AmVerdict onControlAm(void* arg, const ucx::AmMessage& m);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   void dispatch(Peer& p, const Control& m);
 
   // ---- transfers (engine.cpp) ----
+  // peer: the receiver (sender side), 0 until an offer matches (receiver side).
   Transfer& newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
-                        const Profile& profile, uint64_t deadlineUs);
+                        size_t route, uint64_t peer, uint64_t deadlineUs);
   Code checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
   bool step(Transfer& x, Event e);
   void settle(Transfer& x, Event e, Code result);
@@ -206,15 +265,15 @@ class Engine {
   void advertiseWaiting();
   void advertise(Transfer& x);
   void sendVerdict(uint64_t peer, const TransferKey& key, Outcome o, Reason r, uint32_t attempt = 0);
-  static ucs_status_t onPieceAm(void* arg, const void* header, size_t headerLength, void* data,
-                                size_t length, const ucp_am_recv_param_t* param);
-  ucs_status_t onPiece(const PieceHeader& h, void* data, size_t length, bool rendezvous);
+  static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
+  ucx::AmVerdict onPiece(const PieceHeader& h, const ucx::AmMessage& m, ucx::Worker& worker);
   void pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length, bool ok);
   void checkMissing(Transfer& x);
   void tryComplete(Transfer& x);
   bool retryAttempt(Transfer& x, Event why, Reason reason);
   void receiverAbort(Transfer& x, Event e, Code result, Reason r);
   void releaseCredit(Transfer& x);
+  bool classCreditFits(const Transfer& x) const;
 
   // ---- sender (sender.cpp) ----
   void onAdvertise(Peer& p, const Advertise& m);
@@ -231,15 +290,20 @@ class Engine {
   static std::string keyText(const TransferKey& k);
 
   EngineConfig config_;
+  Params params_;
   std::mutex mu_;
   std::condition_variable cv_;
-  ucx::Context context_;
-  ucx::Worker worker_;
-  int workerFd_ = -1;
+  // Operation slabs outlive the fabric's workers (declared first): UCX completes into them.
+  transport::Slab<PieceOp> pieceOps_;
+  transport::Slab<ControlOp> controlOps_;
+  std::vector<std::unique_ptr<AmSource>> amSources_;
+  std::unique_ptr<transport::Fabric> fabric_;
+  std::vector<Context> contexts_;
+  std::vector<Route> routes_;  // DEFAULT, then ClassTable::engineClassNames()
+  size_t ctrlRoute_ = 0;
   ScopedFd wakeFd_;
   transport::Listener listener_;
   bool listening_ = false;
-  bool peerFailure_ = true;
   std::thread thread_;
   bool stop_ = false;
 
@@ -263,6 +327,9 @@ class Engine {
   std::map<std::tuple<uint64_t, uint64_t, uint32_t>, PendingOffer> offers_;
   std::map<std::tuple<uint64_t, uint64_t, uint32_t>, uint64_t> receiving_;  // open receivers
   std::list<uint64_t> waitingCredit_;
+  bool creditSet_ = false;  // the application set a budget (config or set_credit)
+  // Staged bytes per (sender, route), against the class's `credits` when the application set none.
+  std::map<std::pair<uint64_t, size_t>, uint64_t> classStaged_;
   // Sender: open transfers by (peer, request, transfer, generation).
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t>, uint64_t> sending_;
   DedupSet committed_{1 << 16};

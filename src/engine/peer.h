@@ -15,7 +15,8 @@ namespace pact::engine {
 Code fromStatus(Status s);
 
 // One connection to another engine (or to this one): the control socket (handshake, then
-// liveness) and the UCX endpoint everything else travels on.
+// liveness), the control endpoint (to the peer's CTRL context) and, per engine class used to
+// send to it, that class's lanes (endpoints to the peer's context of the same service).
 struct Engine::Peer {
   enum class Phase : uint8_t { kHandshake, kReady, kLost };
   uint64_t id = 0;           // our token: the peer puts it in every message to us
@@ -24,7 +25,11 @@ struct Engine::Peer {
   bool outbound = false;
   Phase phase = Phase::kHandshake;
   transport::ControlSocket socket;
-  ucx::Endpoint ep;
+  // The control lane: one endpoint from the CTRL class's context to the peer's control worker.
+  // Classes of one lane on the same context share it (one connection, pieces and Done in order).
+  std::shared_ptr<transport::Lanes> ctrl;
+  std::vector<ContextAddress> contexts;                  // the peer's (from its Hello)
+  std::vector<std::shared_ptr<transport::Lanes>> lanes;  // per route; null until first used
   std::string lostReason;
   bool refused = false;      // the handshake was refused (by either side): connect says REFUSED
   // PACT_AUTH_KEY_FILE: our challenge, the peer's, and the peer's Hello until its proof arrives.
@@ -36,14 +41,29 @@ struct Engine::Peer {
   uint64_t creditInUse = 0;
 };
 
-// A UCX operation on a transfer's blocks: its completion finds the transfer by id (which may be
-// gone by then: ids are never reused).
-struct Engine::OpContext {
+// A UCX operation on a transfer's blocks (a piece sent or received), from the engine's slab: its
+// completion finds the transfer by id (which may be gone by then: ids are never reused). size is
+// the piece's length; lane and rail as the sender's lanes bound it.
+struct Engine::PieceOp : ucx::Op, transport::LanePiece {
+  Engine* engine = nullptr;
+  uint64_t xfer = 0;
+  uint32_t attempt = 0;
+  uint64_t peer = 0;     // send: whose lanes carry it
+  size_t route = 0;      // send: which class's lanes
+  uint8_t* addr = nullptr;  // send: the source; receive: the destination
+  uint8_t header[kPieceHeaderSize] = {};
+};
+
+// A control message on its way (the slab keeps the buffer's capacity for the next one).
+struct Engine::ControlOp : ucx::Op {
+  Engine* engine = nullptr;
+  std::vector<uint8_t> bytes;
+};
+
+// What an active message handler knows of where the message arrived.
+struct Engine::AmSource {
   Engine* engine;
-  uint64_t xfer;
-  uint32_t attempt;
-  uint8_t* dst;
-  uint64_t length;
+  ucx::Worker* worker;
 };
 
 }  // namespace pact::engine

@@ -25,14 +25,16 @@ Code Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t*
   p->id = nextId_++;
   p->outbound = outbound;
   p->socket = std::move(socket);
-  transport::enableKeepalive(p->socket.fd(), Params::global()->peer_timeout);
-  const auth::Key& key = Params::global()->auth_key;
+  transport::enableKeepalive(p->socket.fd(), params_.peer_timeout);
+  const auth::Key& key = params_.auth_key;
   p->nonce = auth::freshNonce();
-  Hello hello{config_.name, p->id, epoch_, worker_.address(), key.enabled() ? uint8_t{1} : uint8_t{0},
-              p->nonce};
+  transport::DeviceCtx& ctrl = *contexts_[routes_[ctrlRoute_].context].dev;
+  Hello hello{config_.name, p->id, epoch_, ctrl.worker(0).address(),
+              key.enabled() ? uint8_t{1} : uint8_t{0}, p->nonce, {}};
+  for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
   if (p->socket.send(wire::encodeEngine(encode(Control(hello)))) == Status::kRemoteError)
     return fail(Code::kPeerLost, "connection refused or reset before the handshake");
-  addTimer(now() + Params::global()->peer_timeout, p->id, TimerKind::kHandshake);
+  addTimer(now() + params_.peer_timeout, p->id, TimerKind::kHandshake);
   *id = p->id;
   peers_.emplace(p->id, std::move(p));
   ++handshaking_;
@@ -177,8 +179,9 @@ Code Engine::onHello(Peer& p, const Hello& hello) {
   p.name = hello.name;
   p.remoteToken = hello.token;
   p.peerWorker = hello.workerAddress;
+  p.contexts = hello.contexts;
   p.peerNonce = hello.nonce;
-  const auth::Key& key = Params::global()->auth_key;
+  const auth::Key& key = params_.auth_key;
   const uint8_t ours = key.enabled() ? 1 : 0;
   if (hello.auth != ours) {
     refuse(p, wire::Field::kAuth, ours, hello.auth,
@@ -193,7 +196,7 @@ Code Engine::onHello(Peer& p, const Hello& hello) {
 }
 
 Code Engine::onProof(Peer& p, const Proof& proof) {
-  const auth::Key& key = Params::global()->auth_key;
+  const auth::Key& key = params_.auth_key;
   if (!key.enabled() || p.peerWorker.empty()) {
     peerLost(p, "handshake: unexpected proof");
     return Code::kRefused;
@@ -210,13 +213,16 @@ void Engine::sendHandshake(Peer& p, const Control& m) {
 }
 
 Code Engine::connectEndpoint(Peer& p) {
-  auto ep = ucx::Endpoint::create(worker_.get(), p.peerWorker, &Engine::onEndpointError,
-                                  &p, &peerFailure_);
+  auto& rail = contexts_[routes_[ctrlRoute_].context].dev->rail(0);
+  auto ep = ucx::Endpoint::create(rail.worker.get(), p.peerWorker, &Engine::onEndpointError,
+                                  &p, &rail.peerFailureSupported);
   if (!ep.ok()) {
     peerLost(p, ep.error().message);
     return Code::kPeerLost;
   }
-  p.ep = std::move(*ep);
+  p.ctrl = std::make_shared<transport::Lanes>();
+  p.ctrl->configure(routes_[ctrlRoute_].channel);
+  p.ctrl->add(std::move(*ep), 0);
   --handshaking_;
   p.phase = Peer::Phase::kReady;
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
@@ -242,9 +248,7 @@ void Engine::peerLost(Peer& p, const std::string& why) {
     }
   });
   std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == p.id; });
-  // Forced close fails whatever UCX still has in flight with the peer, so no receive keeps
-  // writing into application memory.
-  p.ep.close(true);
+  closePeerEndpoints(p);
   cv_.notify_all();
 }
 
@@ -261,46 +265,24 @@ Engine::Peer* Engine::peerByToken(uint64_t token) {
 }
 
 
-void Engine::sendControl(Peer& p, const Control& m) {
-  if (p.phase != Peer::Phase::kReady) return;
-  auto* buf = new std::vector<uint8_t>(encode(m));
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  rp.flags = UCP_AM_SEND_FLAG_EAGER;
-  rp.cb.send = [](void* req, ucs_status_t, void* user) {
-    delete static_cast<std::vector<uint8_t>*>(user);
-    ucp_request_free(req);
-  };
-  rp.user_data = buf;
-  void* req = ucp_am_send_nbx(p.ep.get(), kAmControl, &p.remoteToken, sizeof p.remoteToken,
-                              buf->data(), buf->size(), &rp);
-  if (req == nullptr || UCS_PTR_IS_ERR(req)) {
-    if (UCS_PTR_IS_ERR(req))
-      PACT_WARN("engine %s: control message to %s failed: %s", config_.name.c_str(),
-                p.name.c_str(), ucs_status_string(UCS_PTR_STATUS(req)));
-    delete buf;
-  }
-}
-
-ucs_status_t Engine::onControlAm(void* arg, const void* header, size_t headerLength, void* data,
-                                 size_t length, const ucp_am_recv_param_t* param) {
-  auto* e = static_cast<Engine*>(arg);
+ucx::AmVerdict Engine::onControlAm(void* arg, const ucx::AmMessage& msg) {
+  Engine* e = static_cast<AmSource*>(arg)->engine;
   uint64_t token = 0;
-  if (headerLength != sizeof token || (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV)) {
+  if (msg.headerLength != sizeof token || msg.rendezvous) {
     PACT_WARN("engine %s: malformed control message dropped", e->config_.name.c_str());
-    return UCS_OK;
+    return ucx::AmVerdict::kRefuse;
   }
-  std::memcpy(&token, header, sizeof token);
+  std::memcpy(&token, msg.header, sizeof token);
   Peer* p = e->peerByToken(token);
-  if (p == nullptr) return UCS_OK;  // from a connection already closed
-  auto m = decode(std::span(static_cast<const uint8_t*>(data), length));
+  if (p == nullptr) return ucx::AmVerdict::kDone;  // from a connection already closed
+  auto m = decode(std::span(static_cast<const uint8_t*>(msg.data), msg.length));
   if (!m.ok()) {
     PACT_WARN("engine %s: control message from %s refused: %s", e->config_.name.c_str(),
               p->name.c_str(), m.error().message.c_str());
-    return UCS_OK;
+    return ucx::AmVerdict::kDone;
   }
   e->dispatch(*p, *m);
-  return UCS_OK;
+  return ucx::AmVerdict::kDone;
 }
 
 void Engine::dispatch(Peer& p, const Control& m) {

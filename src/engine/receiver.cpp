@@ -74,6 +74,7 @@ void Engine::setCommitHook(CommitHook hook) {
 
 Code Engine::setCredit(uint64_t peer, uint64_t budget) {
   std::lock_guard lock(mu_);
+  creditSet_ = true;
   if (peer == 0) {
     credits_.setTotal(budget);
     for (auto& [id, p] : peers_) sendControl(*p, CreditUpdate{credits_.grantFor(id)});
@@ -107,8 +108,7 @@ Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> bloc
     return fail(Code::kStale, "expect " + keyText(key) + ": a newer generation was expected already");
   uint64_t bytes = 0;
   if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "expect: " + lastError());
-  const Profile& profile = Params::global()->classes.forName(trafficClass ? trafficClass : "DEFAULT");
-  Transfer& x = newTransfer(Role::kReceiver, key, blocks, profile, deadlineUs);
+  Transfer& x = newTransfer(Role::kReceiver, key, blocks, routeFor(trafficClass), 0, deadlineUs);
   generations_.note(key.requestId, key.transferId, key.generation);
   receiving_[ident(key)] = x.id;
   *xfer = x.id;
@@ -206,7 +206,7 @@ void Engine::advertiseWaiting() {
       ++it;
       continue;
     }
-    if (!credits_.fits(p->id, x.bytes)) {
+    if (!credits_.fits(p->id, x.bytes) || !classCreditFits(x)) {
       ++it;
       continue;
     }
@@ -215,10 +215,22 @@ void Engine::advertiseWaiting() {
   }
 }
 
+// The class's `credits` bound what one sender has staged in that class, when the application
+// set no budget of its own. A transfer larger than the whole budget goes alone (it could never
+// fit otherwise).
+bool Engine::classCreditFits(const Transfer& x) const {
+  const uint64_t budget = routes_[x.route].profile.credits;
+  if (creditSet_ || budget == 0) return true;
+  auto staged = classStaged_.find({x.peer, x.route});
+  const uint64_t in = staged == classStaged_.end() ? 0 : staged->second;
+  return in == 0 || in + x.bytes <= budget;
+}
+
 void Engine::advertise(Transfer& x) {
   Peer& p = *peers_.at(x.peer);
   x.advertised = true;
   credits_.take(p.id, x.bytes);
+  classStaged_[{p.id, x.route}] += x.bytes;
   stats_.creditStallNs += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count());
   step(x, Event::kAdvertise);
@@ -240,6 +252,9 @@ void Engine::releaseCredit(Transfer& x) {
   if (!x.advertised) return;
   x.advertised = false;
   credits_.give(x.peer, x.bytes);
+  auto staged = classStaged_.find({x.peer, x.route});
+  if (staged != classStaged_.end() && (staged->second -= std::min(staged->second, x.bytes)) == 0)
+    classStaged_.erase(staged);
   advertiseWaiting();
 }
 
@@ -257,23 +272,25 @@ void Engine::receiverAbort(Transfer& x, Event e, Code result, Reason r) {
 
 // ---- pieces ------------------------------------------------------------------------------------
 
-ucs_status_t Engine::onPieceAm(void* arg, const void* header, size_t headerLength, void* data,
-                               size_t length, const ucp_am_recv_param_t* param) {
-  auto* e = static_cast<Engine*>(arg);
-  auto h = decodePiece(std::span(static_cast<const uint8_t*>(header), headerLength));
+ucx::AmVerdict Engine::onPieceAm(void* arg, const ucx::AmMessage& m) {
+  auto* src = static_cast<AmSource*>(arg);
+  Engine* e = src->engine;
+  auto h = decodePiece(std::span(static_cast<const uint8_t*>(m.header), m.headerLength));
   if (!h.ok()) {
     ++e->stats_.outOfRange;
     PACT_WARN("engine %s: data piece refused: %s", e->config_.name.c_str(), h.error().message.c_str());
-    return (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) ? UCS_ERR_INVALID_PARAM : UCS_OK;
+    return ucx::AmVerdict::kRefuse;
   }
-  return e->onPiece(*h, data, length, (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0);
+  return e->onPiece(*h, m, *src->worker);
 }
 
 // Checks the piece against what was advertised before a byte moves, then lands it.
-ucs_status_t Engine::onPiece(const PieceHeader& h, void* data, size_t length, bool rendezvous) {
-  // Dropping a piece: UCS_OK also for a rendezvous (UCX then discards it and the sender's send
+ucx::AmVerdict Engine::onPiece(const PieceHeader& h, const ucx::AmMessage& m, ucx::Worker& worker) {
+  // Dropping a piece: kDone also for a rendezvous (UCX then discards it and the sender's send
   // completes normally: duplicates and late pieces are not the sender's failure).
-  const ucs_status_t drop = UCS_OK;
+  const ucx::AmVerdict drop = ucx::AmVerdict::kDone;
+  const size_t length = m.length;
+  const bool rendezvous = m.rendezvous;
   Peer* p = peerByToken(h.token);
   Transfer* x = openReceiver(h.key);
   if (p == nullptr || x == nullptr || !x->advertised || x->peer != p->id ||
@@ -297,7 +314,7 @@ ucs_status_t Engine::onPiece(const PieceHeader& h, void* data, size_t length, bo
               config_.name.c_str(), keyText(x->key).c_str(), h.block,
               static_cast<unsigned long>(h.offset), length);
     receiverAbort(*x, Event::kFatalError, Code::kOutOfRange, Reason::kOutOfRange);
-    return rendezvous ? UCS_ERR_INVALID_PARAM : UCS_OK;
+    return ucx::AmVerdict::kRefuse;
   }
   if (!x->landed.insert({h.block, h.offset}).second) {
     ++stats_.duplicatesDropped;  // the same piece twice
@@ -306,33 +323,22 @@ ucs_status_t Engine::onPiece(const PieceHeader& h, void* data, size_t length, bo
   if (x->state == State::kPosted) step(*x, Event::kSend);
   uint8_t* dst = x->blocks[h.block].addr + h.offset;
   if (!rendezvous) {
-    std::memcpy(dst, data, length);
+    std::memcpy(dst, m.data, length);
     pieceLanded(x->id, x->attempt, dst, length, true);
-    return UCS_OK;
+    return ucx::AmVerdict::kDone;
   }
-  auto* op = new OpContext{this, x->id, x->attempt, dst, length};
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  rp.cb.recv_am = [](void* req, ucs_status_t st, size_t, void* user) {
-    auto* o = static_cast<OpContext*>(user);
-    // The operation is over first, so completing the transfer sees no receive pending.
-    o->engine->opDone(o->xfer);
-    o->engine->pieceLanded(o->xfer, o->attempt, o->dst, o->length, st == UCS_OK);
-    delete o;
-    ucp_request_free(req);
-  };
-  rp.user_data = op;
+  PieceOp* op = pieceOps_.take();
+  *op = PieceOp{};
+  op->done = &Engine::onPieceReceived;
+  op->engine = this;
+  op->xfer = x->id;
+  op->attempt = x->attempt;
+  op->addr = dst;
+  op->size = length;
   ++x->pendingOps;
-  void* req = ucp_am_recv_data_nbx(worker_.get(), data, dst, length, &rp);
-  if (req == nullptr || UCS_PTR_IS_ERR(req)) {
-    const bool ok = req == nullptr;
-    const uint64_t id = x->id;
-    const uint32_t attempt = x->attempt;
-    delete op;
-    opDone(id);
-    pieceLanded(id, attempt, dst, length, ok);
-  }
-  return UCS_OK;
+  const ucs_status_t st = worker.amRecvData(m.data, dst, length, op);
+  if (st != UCS_INPROGRESS) onPieceReceived(op, st);
+  return ucx::AmVerdict::kDone;
 }
 
 void Engine::pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length,

@@ -12,8 +12,6 @@ namespace pact::engine {
 
 namespace {
 
-constexpr uint64_t kMaxPiece = 4ull << 20;  // one active message
-
 Checksum wireKind(Verify v) {
   return v == Verify::kCrc32c ? Checksum::kCrc32c : v == Verify::kXxh3 ? Checksum::kXxh3 : Checksum::kNone;
 }
@@ -37,12 +35,6 @@ Code codeFor(Reason r) {
 
 }  // namespace
 
-struct SendOp {
-  Engine* engine;
-  uint64_t xfer;
-  uint8_t header[kPieceHeaderSize];
-};
-
 Code Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
                   uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
   std::lock_guard lock(mu_);
@@ -63,14 +55,14 @@ Code Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const B
     return fail(Code::kDuplicate, "send " + keyText(key) + ": already open to this peer");
   uint64_t bytes = 0;
   if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "send: " + lastError());
-  const Profile& profile = Params::global()->classes.forName(trafficClass ? trafficClass : "DEFAULT");
+  const size_t route = routeFor(trafficClass);
+  if (lanesTo(*p, route) == nullptr) return fail(Code::kRefused, "send " + keyText(key) + ": " + lastError());
   TransferKey k = key;
   if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
     k.modelEpoch += fault_.epochSkew;
     ++stats_.faultsInjected;
   }
-  Transfer& x = newTransfer(Role::kSender, k, blocks, profile, deadlineUs);
-  x.peer = peer;
+  Transfer& x = newTransfer(Role::kSender, k, blocks, route, peer, deadlineUs);
   sending_[{peer, k.requestId, k.transferId, k.generation}] = x.id;
   uint64_t left = 0;
   if (x.deadline != TimePoint::max())
@@ -109,45 +101,45 @@ void Engine::onAdvertise(Peer& p, const Advertise& m) {
   postPieces(x);
 }
 
-// Cuts the source into pieces at both sides' block boundaries (and kMaxPiece) and sends each as
-// one active message; UCX picks eager or rendezvous (zero-copy) by size.
+// Cuts the source into pieces at both sides' block boundaries and the class's chunk, and gives
+// them to the class's lanes (one lane: in order; several: steered); UCX picks eager or
+// rendezvous (zero-copy) by size.
 void Engine::postPieces(Transfer& x) {
   Peer* p = peerByToken(x.peer);
-  if (p == nullptr) {
+  transport::Lanes* lanes = p == nullptr ? nullptr : lanesTo(*p, x.route);
+  if (lanes == nullptr) {
     settle(x, Event::kFatalError, Code::kPeerLost);
     return;
   }
   step(x, Event::kSend);
   x.piecesPosted = true;
+  const uint64_t chunk = routes_[x.route].profile.chunk;
   size_t src = 0, dst = 0;
   uint64_t srcOff = 0, dstOff = 0;
   const uint64_t id = x.id;
   ++x.pendingOps;  // held while posting, so a completion inside the loop cannot finish the attempt
   while (src < x.blocks.size() && dst < x.remoteBlocks.size()) {
-    const uint64_t n = std::min({x.blocks[src].length - srcOff, x.remoteBlocks[dst] - dstOff, kMaxPiece});
+    const uint64_t n = std::min({x.blocks[src].length - srcOff, x.remoteBlocks[dst] - dstOff, chunk});
     // Faults: a piece not delivered, or delivered twice.
     const int copies = inject(fault_.drop) ? 0 : inject(fault_.dup) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
-      auto* op = new SendOp{this, id, {}};
+      PieceOp* op = pieceOps_.take();
+      *op = PieceOp{};
+      op->done = &Engine::onPieceSent;
+      op->engine = this;
+      op->xfer = id;
+      op->attempt = x.attempt;
+      op->peer = p->id;
+      op->route = x.route;
+      op->addr = x.blocks[src].addr + srcOff;
+      op->size = n;
       encodePiece(PieceHeader{p->remoteToken, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
                   op->header);
-      ucp_request_param_t rp{};
-      rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-      rp.cb.send = [](void* req, ucs_status_t st, void* user) {
-        auto* o = static_cast<SendOp*>(user);
-        o->engine->pieceSent(o->xfer, st == UCS_OK);
-        delete o;
-        ucp_request_free(req);
-      };
-      rp.user_data = op;
       ++x.pendingOps;
       stats_.bytesSent += n;
-      void* req = ucp_am_send_nbx(p->ep.get(), kAmPiece, op->header, kPieceHeaderSize,
-                                  x.blocks[src].addr + srcOff, n, &rp);
-      if (req == nullptr || UCS_PTR_IS_ERR(req)) {
-        delete op;
-        pieceSent(id, req == nullptr);
-      }
+      lanes->dispatch(op, [this](transport::LanePiece* q, ucx::Endpoint& ep) {
+        postPiece(static_cast<PieceOp*>(q), ep);
+      });
     }
     srcOff += n;
     dstOff += n;
@@ -182,7 +174,10 @@ void Engine::sendDone(Transfer& x) {
     for (const Extent& b : x.blocks) digest.update(b.addr, b.length);
     d.checksum = digest.value();
   }
-  if (!lost) sendControl(*p, d);
+  // On the class's first lane, behind the pieces it carried (the others may still be landing:
+  // the receiver waits for them).
+  transport::Lanes* lanes = lanesTo(*p, x.route);
+  if (!lost) sendControl(*p, d, lanes != nullptr ? &lanes->endpoint(0) : nullptr);
   x.doneSentAt = now();
   // The verdict may be lost: say Done again after a while (the receiver answers a Done of a
   // committed transfer with its verdict again).

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "common/profile.h"
+#include "transport/profile.h"
 #include "engine/control.h"
 #include "engine/state.h"
 
@@ -46,6 +46,7 @@ struct Transfer {
   std::vector<Extent> blocks;     // local memory, in order
   uint64_t bytes = 0;             // sum of blocks' lengths
   Verify verify = Verify::kNone;
+  size_t route = 0;               // the engine class (Engine::routes_) it runs on
   int retriesLeft = 0;
   uint32_t retries = 0;
   uint32_t attempt = 0;           // pieces and Done of another attempt are ignored

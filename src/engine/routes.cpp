@@ -1,0 +1,247 @@
+// The engine on the transport core: a context per distinct service of the engine classes (from
+// the engine's Fabric), the lanes of each class to each peer, and the UCX calls of the data path
+// (pieces and control messages as active messages, from the operation slabs).
+#include <algorithm>
+#include <cstring>
+
+#include "common/log.h"
+#include "engine/engine.h"
+#include "engine/peer.h"
+#include "ucx/ucx_status.h"
+
+namespace pact::engine {
+
+namespace {
+
+transport::ChannelConfig channelOf(const Profile& p) {
+  transport::ChannelConfig c;
+  c.ordered = p.order == Order::kOrdered;
+  c.lanes = c.ordered ? 1 : p.lanes;
+  c.chunk = p.chunk;
+  c.steering = p.steer == Steer::kAdaptive ? transport::Steering::kAdaptive
+                                           : transport::Steering::kRoundRobin;
+  c.retries = p.retries;
+  return c;  // the engine applies its own faults (PACT_FAULT) per piece, not the lanes' delay
+}
+
+}  // namespace
+
+Code Engine::openContexts() {
+  auto fabric = transport::Fabric::create(params_, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
+                                          "engine " + config_.name);
+  if (!fabric.ok()) return fail(fromStatus(fabric.status()), fabric.error().message);
+  fabric_ = std::move(fabric.value());
+  // One device: several are fused into a virtual one, a rail each (an unordered class spreads
+  // its lanes over them); none matched: UCX's own choice.
+  int dev = fabric_->deviceCount() == 0 ? transport::Fabric::kAnyDevice : 0;
+  if (fabric_->deviceCount() > 1) {
+    std::vector<int> all;
+    for (int i = 0; i < fabric_->deviceCount(); ++i) all.push_back(i);
+    if (fabric_->makeVDevice(all, &dev) != Status::kOk)
+      return fail(Code::kInvalidArg, "PACT_NET_DEVICES: cannot fuse the devices into rails");
+  }
+  std::vector<std::string> names{"DEFAULT"};
+  for (const auto& n : ClassTable::engineClassNames()) names.push_back(n);
+  for (const std::string& name : names) {
+    Route r{name, params_.classes.forName(name), 0, {}};
+    r.channel = channelOf(r.profile);
+    auto d = fabric_->open(dev, r.profile, name);
+    if (!d.ok())
+      return fail(fromStatus(d.status()), "engine " + config_.name + ": " + d.error().message);
+    auto it = std::find_if(contexts_.begin(), contexts_.end(),
+                           [&](const Context& c) { return c.dev == *d; });
+    if (it == contexts_.end()) {
+      if (contexts_.size() == kMaxContexts)
+        return fail(Code::kInternal, "more than " + std::to_string(kMaxContexts) + " contexts");
+      Context c{*d, {}};
+      for (size_t i = 0; i < c.dev->rails(); ++i) {
+        ucx::Worker& w = c.dev->worker(i);
+        auto fd = w.eventFd();
+        if (!fd.ok()) return fail(fromStatus(fd.status()), fd.error().message);
+        c.eventFds.push_back(*fd);
+        amSources_.push_back(std::make_unique<AmSource>(AmSource{this, &w}));
+        if (w.setAmHandler(kAmControl, &Engine::onControlAm, amSources_.back().get()) != Status::kOk ||
+            w.setAmHandler(kAmPiece, &Engine::onPieceAm, amSources_.back().get()) != Status::kOk)
+          return fail(Code::kInternal, "engine " + config_.name + ": cannot route active messages");
+      }
+      contexts_.push_back(std::move(c));
+      it = contexts_.end() - 1;
+    }
+    r.context = static_cast<size_t>(it - contexts_.begin());
+    PACT_INFO("engine %s: class %s on context %zu (%s), %d lane(s), %s pieces",
+              config_.name.c_str(), name.c_str(), r.context, it->dev->serviceKey().c_str(),
+              r.channel.lanes, formatSize(r.profile.chunk).c_str());
+    if (name == "CTRL") ctrlRoute_ = routes_.size();
+    routes_.push_back(std::move(r));
+  }
+  return Code::kOk;
+}
+
+size_t Engine::routeFor(const char* trafficClass) const {
+  if (trafficClass == nullptr || !ClassTable::isEngineClass(trafficClass)) return 0;
+  for (size_t i = 1; i < routes_.size(); ++i) {
+    const std::string& n = routes_[i].name;
+    if (n.size() == std::strlen(trafficClass) &&
+        std::equal(n.begin(), n.end(), trafficClass,
+                   [](char a, char b) { return a == std::toupper(static_cast<unsigned char>(b)); }))
+      return i;
+  }
+  return 0;
+}
+
+std::vector<ClassRouteInfo> Engine::routes() const {
+  std::vector<ClassRouteInfo> out;
+  for (const Route& r : routes_)
+    out.push_back({r.name, r.profile.describe(), r.context,
+                   contexts_[r.context].dev->serviceKey(), r.channel.lanes, r.profile.chunk});
+  return out;
+}
+
+std::vector<transport::LaneStats> Engine::laneStats(uint64_t peer, const std::string& cls) {
+  std::lock_guard lock(mu_);
+  std::vector<transport::LaneStats> out;
+  auto it = peers_.find(peer);
+  const size_t r = routeFor(cls.c_str());
+  if (it == peers_.end() || r >= it->second->lanes.size() || !it->second->lanes[r]) return out;
+  const transport::Lanes& l = *it->second->lanes[r];
+  for (size_t i = 0; i < l.size(); ++i) out.push_back(l.stats(i));
+  return out;
+}
+
+unsigned Engine::progressWorkers() {
+  unsigned n = 0;
+  for (Context& c : contexts_) n += c.dev->progress();
+  return n;
+}
+
+bool Engine::armWorkers() {
+  for (Context& c : contexts_)
+    for (size_t i = 0; i < c.dev->rails(); ++i)
+      if (!c.dev->worker(i).arm()) return false;
+  return true;
+}
+
+// Pieces that waited for room on a lane go out now (outside UCX callbacks).
+void Engine::pumpLanes() {
+  for (auto& [id, p] : peers_) {
+    if (p->phase != Peer::Phase::kReady) continue;
+    for (auto& l : p->lanes) {
+      if (l && !l->idle())
+        l->pump([this](transport::LanePiece* q, ucx::Endpoint& ep) {
+          postPiece(static_cast<PieceOp*>(q), ep);
+        });
+    }
+  }
+}
+
+transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
+  if (p.lanes.size() < routes_.size()) p.lanes.resize(routes_.size());
+  if (p.lanes[r]) return p.lanes[r].get();
+  const Route& route = routes_[r];
+  if (route.context == routes_[ctrlRoute_].context && route.channel.lanes == 1 && p.ctrl) {
+    p.lanes[r] = p.ctrl;
+    return p.ctrl.get();
+  }
+  transport::DeviceCtx& dev = *contexts_[route.context].dev;
+  auto remote = std::find_if(p.contexts.begin(), p.contexts.end(), [&](const ContextAddress& c) {
+    return c.service == dev.serviceKey();
+  });
+  if (remote == p.contexts.end()) {
+    fail(Code::kRefused, "peer " + p.name + " has no context for service " + dev.serviceKey() +
+                             " of class " + route.name + " (set PACT_TC_" + route.name +
+                             " alike on both sides)");
+    return nullptr;
+  }
+  auto lanes = std::make_shared<transport::Lanes>();
+  lanes->configure(route.channel);
+  // Lane i runs on rail i mod (rails both sides have): rail k of this side talks to rail k there.
+  const size_t rails = std::min(dev.rails(), remote->rails.size());
+  for (int i = 0; i < route.channel.lanes; ++i) {
+    const size_t k = static_cast<size_t>(i) % rails;
+    auto& rail = dev.rail(k);
+    auto ep = ucx::Endpoint::create(rail.worker.get(), remote->rails[k], &Engine::onEndpointError,
+                                    &p, &rail.peerFailureSupported);
+    if (!ep.ok()) {
+      fail(fromStatus(ep.status()), "class " + route.name + " lane " + std::to_string(i) +
+                                        " to " + p.name + ": " + ep.error().message);
+      return nullptr;
+    }
+    lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));
+  }
+  p.lanes[r] = std::move(lanes);
+  return p.lanes[r].get();
+}
+
+void Engine::closePeerEndpoints(Peer& p) {
+  // Pieces still waiting for a lane never leave: they end as failed sends.
+  std::vector<PieceOp*> waiting;
+  for (auto& l : p.lanes)
+    if (l) l->dropDelayed([&](transport::LanePiece* q) { waiting.push_back(static_cast<PieceOp*>(q)); });
+  for (PieceOp* op : waiting) onPieceSent(op, UCS_ERR_CANCELED);
+  // Forced close fails whatever UCX still has in flight with the peer, so no receive keeps
+  // writing into application memory.
+  for (auto& l : p.lanes)
+    if (l) l->closeAll(true);
+  if (p.ctrl) p.ctrl->closeAll(true);
+}
+
+void Engine::postPiece(PieceOp* op, ucx::Endpoint& ep) {
+  auto it = xfers_.find(op->xfer);
+  if (it == xfers_.end() || !it->second->live() || it->second->attempt != op->attempt) {
+    onPieceSent(op, UCS_ERR_CANCELED);  // settled while the piece waited for its lane
+    return;
+  }
+  const ucs_status_t st =
+      ep.amSend(kAmPiece, op->header, kPieceHeaderSize, op->addr, op->size, false, op);
+  if (st != UCS_INPROGRESS) onPieceSent(op, st);
+}
+
+void Engine::onPieceSent(ucx::Op* o, ucs_status_t st) {
+  auto* op = static_cast<PieceOp*>(o);
+  Engine* e = op->engine;
+  op->status = st == UCS_OK ? Status::kOk : ucx::toStatus(st);
+  auto p = e->peers_.find(op->peer);
+  if (p != e->peers_.end() && op->route < p->second->lanes.size() && p->second->lanes[op->route])
+    p->second->lanes[op->route]->completed(*op);
+  const uint64_t xfer = op->xfer;
+  e->pieceOps_.give(op);
+  // A piece withdrawn before it left (cancelled) is no delivery failure.
+  e->pieceSent(xfer, st == UCS_OK || st == UCS_ERR_CANCELED);
+}
+
+void Engine::onPieceReceived(ucx::Op* o, ucs_status_t st) {
+  auto* op = static_cast<PieceOp*>(o);
+  Engine* e = op->engine;
+  const uint64_t xfer = op->xfer;
+  const uint32_t attempt = op->attempt;
+  uint8_t* dst = op->addr;
+  const uint64_t length = op->size;
+  e->pieceOps_.give(op);
+  // The operation is over first, so completing the transfer sees no receive pending.
+  e->opDone(xfer);
+  e->pieceLanded(xfer, attempt, dst, length, st == UCS_OK);
+}
+
+void Engine::onControlSent(ucx::Op* o, ucs_status_t) {
+  auto* op = static_cast<ControlOp*>(o);
+  op->engine->controlOps_.give(op);
+}
+
+void Engine::sendControl(Peer& p, const Control& m, ucx::Endpoint* via) {
+  if (p.phase != Peer::Phase::kReady) return;
+  if (!p.ctrl) return;
+  ucx::Endpoint& ep = via != nullptr ? *via : p.ctrl->endpoint(0);
+  ControlOp* op = controlOps_.take();
+  op->engine = this;
+  op->done = &Engine::onControlSent;
+  encodeInto(m, &op->bytes);
+  const ucs_status_t st = ep.amSend(kAmControl, &p.remoteToken, sizeof p.remoteToken,
+                                    op->bytes.data(), op->bytes.size(), true, op);
+  if (st == UCS_INPROGRESS) return;
+  if (st != UCS_OK)
+    PACT_WARN("engine %s: control message to %s failed: %s", config_.name.c_str(), p.name.c_str(),
+              ucs_status_string(st));
+  controlOps_.give(op);
+}
+
+}  // namespace pact::engine
