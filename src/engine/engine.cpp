@@ -34,6 +34,7 @@ Code fromStatus(Status s) {
     case Status::kSystemError: return Code::kSystem;
     case Status::kTimeout: return Code::kTimedOut;
     case Status::kRefused: return Code::kRefused;
+    case Status::kUnsupported: return Code::kInvalidArg;  // the configuration asks what the host lacks
     default: return Code::kInternal;
   }
 }

@@ -1,0 +1,204 @@
+// Engine classes on the transport core: each class's service picks a context (shared when equal),
+// its chunk the piece size, its lanes the endpoints pieces are spread over, its credits what one
+// sender may have staged. Two engines in one process over UCX loopback, each built from its own
+// configuration (Params passed down, no global registry), driven through the internal API.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <memory>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "tests/integration/engine_util.h"
+
+namespace pact::engine {
+namespace {
+
+using test::fillPattern;
+using test::firstMismatch;
+
+Params paramsOf(const EnvMap& env) {
+  EnvMap e = env;
+  e.emplace("PACT_NET_DEVICES", "lo");
+  auto p = Params::load(e);
+  EXPECT_TRUE(p.ok()) << p.error().message;
+  return p.ok() ? *p : Params{};
+}
+
+std::unique_ptr<Engine> makeEngine(const std::string& name, const EnvMap& env, bool listen) {
+  EngineConfig c;
+  c.name = name;
+  if (listen) c.listenIp = "127.0.0.1";
+  c.progressThread = true;
+  std::unique_ptr<Engine> e;
+  const Code code = Engine::create(c, paramsOf(env), &e);
+  EXPECT_EQ(code, Code::kOk) << lastError();
+  return e;
+}
+
+// A receiver and a sender connected to it, each with its own configuration.
+struct Pair {
+  std::unique_ptr<Engine> rx, tx;
+  uint64_t peer = 0;  // the receiver, as the sender knows it
+  std::vector<uint8_t> src, dst;
+  Registration* srcMr = nullptr;
+  Registration* dstMr = nullptr;
+  std::string sendError;  // lastError() of a send that failed
+
+  Pair(const EnvMap& rxEnv, const EnvMap& txEnv, size_t bytes) : src(bytes), dst(bytes) {
+    rx = makeEngine("rx", rxEnv, true);
+    tx = makeEngine("tx", txEnv, false);
+    if (!rx || !tx) return;
+    std::string address;
+    EXPECT_EQ(rx->address(&address), Code::kOk);
+    EXPECT_EQ(tx->connect(address, 10000, &peer), Code::kOk) << lastError();
+    EXPECT_EQ(tx->registerMemory(src.data(), src.size(), &srcMr), Code::kOk);
+    EXPECT_EQ(rx->registerMemory(dst.data(), dst.size(), &dstMr), Code::kOk);
+  }
+  ~Pair() {
+    if (rx) ignore(rx->deregister(dstMr));
+    if (tx) ignore(tx->deregister(srcMr));
+  }
+  static void ignore(Code) {}
+
+  // Moves [offset, offset + length) of the buffers as one transfer of class cls; both results.
+  std::pair<Code, Code> move(const char* cls, uint64_t request, uint64_t offset, uint64_t length) {
+    fillPattern(src.data() + offset, length, request);
+    std::memset(dst.data() + offset, 0, length);
+    const TransferKey key{request, 1, 0, 0};
+    const BlockRef to{dstMr, offset, length};
+    const BlockRef from{srcMr, offset, length};
+    uint64_t rxId = 0, txId = 0;
+    EXPECT_EQ(rx->expect(key, std::span(&to, 1), 0, cls, &rxId), Code::kOk) << lastError();
+    const Code sent = tx->send(peer, key, std::span(&from, 1), 0, cls, &txId);
+    if (sent != Code::kOk) {
+      sendError = lastError();
+      ignore(rx->release(rxId));
+      return {sent, sent};
+    }
+    XferInfo a, b;
+    EXPECT_EQ(rx->wait(rxId, 20000, &a), Code::kOk);
+    EXPECT_EQ(tx->wait(txId, 20000, &b), Code::kOk);
+    ignore(rx->release(rxId));
+    ignore(tx->release(txId));
+    if (a.result == Code::kOk) {
+      EXPECT_EQ(firstMismatch(dst.data() + offset, length, request), -1);
+    }
+    return {a.result, b.result};
+  }
+};
+
+const ClassRouteInfo& routeOf(const std::vector<ClassRouteInfo>& routes, const std::string& name) {
+  for (const auto& r : routes)
+    if (r.name == name) return r;
+  ADD_FAILURE() << "no route " << name;
+  return routes.front();
+}
+
+TEST(EngineClasses, EqualServicesShareOneContext) {
+  auto e = makeEngine("e", {}, false);
+  ASSERT_NE(e, nullptr);
+  const auto routes = e->routes();
+  ASSERT_EQ(routes.size(), 5u);
+  for (const auto& r : routes) EXPECT_EQ(r.context, 0u) << r.name;
+}
+
+TEST(EngineClasses, DifferentServicesGetTheirOwnContextsAndPiecesLandThere) {
+  const EnvMap env{{"PACT_TC_KV", "service=rc"}, {"PACT_TC_A2A", "service=ud"}};
+  Pair p(env, env, 4 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  const auto routes = p.tx->routes();
+  const auto& kv = routeOf(routes, "KV");
+  const auto& a2a = routeOf(routes, "A2A");
+  const auto& def = routeOf(routes, "DEFAULT");
+  EXPECT_NE(kv.context, a2a.context);
+  EXPECT_NE(kv.context, def.context);
+  EXPECT_NE(a2a.context, def.context);
+  EXPECT_EQ(routeOf(routes, "CTRL").context, def.context);
+  EXPECT_NE(kv.service.find("rc|"), std::string::npos) << kv.service;
+  EXPECT_EQ(p.move("KV", 1, 0, 2 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.move("A2A", 2, 2 << 20, 2 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.tx->laneStats(p.peer, "KV").size(), 1u);
+  EXPECT_EQ(p.tx->laneStats(p.peer, "A2A").size(), 1u);
+}
+
+TEST(EngineClasses, FallbackFailWithoutRdmaRefusesTheEngineNamingTheClass) {
+  EngineConfig c;
+  c.name = "strict";
+  std::unique_ptr<Engine> e;
+  EXPECT_EQ(Engine::create(c, paramsOf({{"PACT_TC_KV", "rc,fallback=fail"}}), &e), Code::kInvalidArg);
+  EXPECT_EQ(e, nullptr);
+  EXPECT_NE(lastError().find("traffic class KV asked for service=rc"), std::string::npos) << lastError();
+  EXPECT_NE(lastError().find("fallback=fail"), std::string::npos) << lastError();
+}
+
+TEST(EngineClasses, UnorderedClassSpreadsItsPiecesOverItsLanes) {
+  const EnvMap env{{"PACT_TC_KV", "unordered,lanes=2,chunk=64K"}};
+  Pair p(env, env, 8 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  EXPECT_EQ(routeOf(p.tx->routes(), "KV").lanes, 2);
+  EXPECT_EQ(p.move("KV", 1, 0, 8 << 20), std::make_pair(Code::kOk, Code::kOk));
+  const auto lanes = p.tx->laneStats(p.peer, "KV");
+  ASSERT_EQ(lanes.size(), 2u);
+  EXPECT_EQ(lanes[0].pieces + lanes[1].pieces, (8u << 20) / (64u << 10));
+  EXPECT_GT(lanes[0].pieces, 0u);
+  EXPECT_GT(lanes[1].pieces, 0u);
+  EXPECT_EQ(lanes[0].bytes + lanes[1].bytes, 8u << 20);
+  // DEFAULT stays ordered on the control endpoint: one lane.
+  EXPECT_EQ(p.move("DEFAULT", 2, 0, 1 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.tx->laneStats(p.peer, "DEFAULT").size(), 1u);
+}
+
+TEST(EngineClasses, ChunkIsThePieceSize) {
+  const EnvMap env{{"PACT_TC_KV", "chunk=128K"}};
+  Pair p(env, env, 1 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  EXPECT_EQ(p.move("KV", 1, 0, 1 << 20), std::make_pair(Code::kOk, Code::kOk));
+  const auto lanes = p.tx->laneStats(p.peer, "KV");
+  ASSERT_EQ(lanes.size(), 1u);
+  EXPECT_EQ(lanes[0].pieces, 8u);
+}
+
+TEST(EngineClasses, ClassCreditsBoundWhatOneSenderStages) {
+  const EnvMap env{{"PACT_TC_KV", "credits=1M"}};
+  Pair p(env, env, 4 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  // Four 1 MiB transfers at once: the receiver advertises one at a time.
+  std::vector<uint64_t> rxIds(4), txIds(4);
+  for (uint64_t i = 0; i < 4; ++i) {
+    fillPattern(p.src.data() + (i << 20), 1 << 20, 10 + i);
+    const TransferKey key{10 + i, 1, 0, 0};
+    const BlockRef to{p.dstMr, i << 20, 1 << 20}, from{p.srcMr, i << 20, 1 << 20};
+    ASSERT_EQ(p.rx->expect(key, std::span(&to, 1), 0, "KV", &rxIds[i]), Code::kOk);
+    ASSERT_EQ(p.tx->send(p.peer, key, std::span(&from, 1), 0, "KV", &txIds[i]), Code::kOk);
+  }
+  for (uint64_t i = 0; i < 4; ++i) {
+    XferInfo info;
+    ASSERT_EQ(p.rx->wait(rxIds[i], 20000, &info), Code::kOk);
+    EXPECT_EQ(info.result, Code::kOk);
+    EXPECT_EQ(firstMismatch(p.dst.data() + (i << 20), 1 << 20, 10 + i), -1);
+    ASSERT_EQ(p.tx->wait(txIds[i], 20000, &info), Code::kOk);
+    EXPECT_EQ(info.result, Code::kOk);
+  }
+  EXPECT_EQ(p.rx->stats().peakStagedBytes, 1u << 20);
+  for (uint64_t i = 0; i < 4; ++i) {
+    Pair::ignore(p.rx->release(rxIds[i]));
+    Pair::ignore(p.tx->release(txIds[i]));
+  }
+}
+
+TEST(EngineClasses, ASendToAPeerWithoutTheClassContextIsRefusedNamingTheService) {
+  Pair p({}, {{"PACT_TC_KV", "service=rc"}}, 1 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  EXPECT_EQ(p.move("KV", 1, 0, 1 << 20).second, Code::kRefused);
+  EXPECT_NE(p.sendError.find("has no context for service rc|"), std::string::npos) << p.sendError;
+  EXPECT_NE(p.sendError.find("PACT_TC_KV"), std::string::npos) << p.sendError;
+  // Other classes to the same peer still work.
+  EXPECT_EQ(p.move("A2A", 2, 0, 1 << 20), std::make_pair(Code::kOk, Code::kOk));
+}
+
+}  // namespace
+}  // namespace pact::engine
