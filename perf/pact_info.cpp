@@ -33,8 +33,10 @@ void printClass(const pact::ClassTable::Entry& e) {
               e.profile.describe().c_str());
 }
 
-// Every class with its service on device; probes each distinct context once. Returns false when
-// a class cannot be served (fallback=fail): plugin init would fail the same way.
+// Every class with its service on device and the context it runs on (an NCCL class in the
+// plugin, an engine class in each engine: both faces key contexts alike); probes each distinct
+// context once. Returns false when a class cannot be served (fallback=fail): plugin init and
+// engine creation would fail the same way.
 bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* device, bool probe) {
   if (device == nullptr) {
     std::printf("traffic classes:\n");
@@ -52,15 +54,15 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
       ok = false;
       continue;
     }
-    std::printf("      service     %s\n      context     %s\n", svc->summary.c_str(),
-                svc->key.c_str());
+    const std::string key = pact::transport::contextKey(e.profile, *svc);
+    std::printf("      service     %s\n      context     %s\n", svc->summary.c_str(), key.c_str());
     if (!svc->fallbackWarning.empty()) std::printf("      warning     %s\n", svc->fallbackWarning.c_str());
     if (!probe) continue;
-    if (auto it = probed.find(svc->key); it != probed.end()) {
+    if (auto it = probed.find(key); it != probed.end()) {
       std::printf("      transports  same context as %s\n", it->second.c_str());
       continue;
     }
-    probed.emplace(svc->key, e.name);
+    probed.emplace(key, e.name);
     auto lanes = pact::transport::probeTransports(*device, *svc);
     if (!lanes.ok()) {
       std::printf("      transports  probe failed: %s\n", lanes.error().message.c_str());

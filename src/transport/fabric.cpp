@@ -77,10 +77,9 @@ Result<std::shared_ptr<DeviceCtx>> Fabric::open(int dev, const Profile& profile,
   if (!svc->fallbackWarning.empty() &&
       warned_.insert(std::string(className) + "/" + info.name).second)
     PACT_WARN("%s", svc->fallbackWarning.c_str());
-  // Keyed by the asked service too: on a host without RDMA, classes that asked different
-  // services fall back to the same transports but keep their own context (their own workers
-  // and connections, so a bulk class never queues another class's messages behind its own).
-  const std::string key = std::string(serviceName(profile.service)) + "|" + svc->key;
+  // Keyed by the asked service too (contextKey): a bulk class never queues another class's
+  // messages behind its own on a host where both fall back to TCP.
+  const std::string key = contextKey(profile, *svc);
   auto& slot = opened_[{dev, key}];
   if (!slot) {
     auto d = DeviceCtx::open(info, params_, svc->ucxSettings, features_, key);

@@ -65,7 +65,7 @@ class Fabric {
   ucx::DeviceInfo any_;  // kAnyDevice
   mutable std::mutex mu_;  // guards devices_ growth, opened_ and warned_
   std::vector<ucx::DeviceInfo> devices_;
-  // (dev, "<asked service>|<ServiceConfig::key>")
+  // (dev, contextKey)
   std::map<std::pair<int, std::string>, std::shared_ptr<DeviceCtx>> opened_;
   std::set<std::string> warned_;  // class/device pairs whose fallback was already reported
 };

@@ -70,6 +70,10 @@ void addSetting(ServiceConfig& c, std::vector<std::string>& notes, const std::st
 
 }  // namespace
 
+std::string contextKey(const Profile& profile, const ServiceConfig& config) {
+  return std::string(serviceName(profile.service)) + "|" + config.key;
+}
+
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
                                  std::string_view className) {
   ServiceConfig c;

@@ -34,6 +34,12 @@ struct ServiceConfig {
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
                                  std::string_view className);
 
+// What tells a class's UCP context apart on a device (transport::Fabric keys on it; pact-info
+// prints it): the asked service and the UCX settings, "<service>|<ServiceConfig::key>". On a host
+// without RDMA, classes that asked different services fall back to the same transports but keep
+// their own context (their own workers and connections).
+std::string contextKey(const Profile& profile, const ServiceConfig& config);
+
 struct ClassService {
   ClassTable::Entry entry;
   ServiceConfig config;

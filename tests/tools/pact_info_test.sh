@@ -26,6 +26,16 @@ for want in "PACT_TC_7 " "order=unordered,lanes=4" "PACT_FAULT               del
 done
 [ $rc -eq 0 ] || { echo "FAIL: good configuration exited $rc"; fail=1; }
 
+# Engine classes on different services resolve to different contexts (as the engine opens them).
+out=$(PACT_TC_KV="service=rc" PACT_TC_A2A="service=ud" "$info" --no-probe 2>&1); rc=$?
+ctx() { printf '%s\n' "$out" | awk -v c="  $1 (" 'index($0, c) == 1 {f=1} f && /context/ {print $2; exit}'; }
+kv=$(ctx KV); a2a=$(ctx A2A); def=$(ctx DEFAULT); ctrl=$(ctx CTRL)
+if [ $rc -ne 0 ] || [ -z "$kv" ] || [ "$kv" = "$a2a" ] || [ "$kv" = "$def" ] || [ "$ctrl" != "$def" ]; then
+  echo "FAIL: engine class contexts: KV '$kv' A2A '$a2a' DEFAULT '$def' CTRL '$ctrl' (rc=$rc)"; fail=1
+else
+  echo "ok: engine class contexts: KV $kv, A2A $a2a, DEFAULT and CTRL $def"
+fi
+
 help=$("$info" --help 2>&1)
 for want in PACT_NET_DEVICES PACT_EPOCH PACT_TC_DEFAULT PACT_FAULT PACT_AUTH_KEY_FILE PACT_TRACE_EVENTS "steer"; do
   case "$help" in *"$want"*) ;; *) echo "FAIL: --help does not document $want"; fail=1 ;; esac
