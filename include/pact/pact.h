@@ -56,7 +56,8 @@ typedef enum pact_status {
   PACT_ERR_BUSY = -14,            /**< the resource is in use (a registration with live transfers) */
   PACT_ERR_SYSTEM = -15,          /**< a system call failed */
   PACT_ERR_INTERNAL = -16,        /**< a bug or an unexpected UCX failure */
-  PACT_ERR_INCOMPLETE = -17       /**< data pieces missing after the sender finished, no retry left */
+  PACT_ERR_INCOMPLETE = -17,      /**< data pieces missing after the sender finished, no retry left */
+  PACT_ERR_CANCELED = -18         /**< the other side's application released the transfer */
 } pact_status_t;
 
 /** Constant name of a status ("PACT_ERR_DEADLINE"). */

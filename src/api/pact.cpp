@@ -27,6 +27,7 @@ static_assert(sizeof(pact_block_t) == sizeof(BlockRef));
 static_assert(offsetof(pact_block_t, offset) == offsetof(BlockRef, offset));
 static_assert(offsetof(pact_block_t, length) == offsetof(BlockRef, length));
 static_assert(PACT_ERR_INCOMPLETE == static_cast<int>(Code::kIncomplete));
+static_assert(PACT_ERR_CANCELED == static_cast<int>(Code::kCanceled));
 static_assert(PACT_STATE_ABORTED == static_cast<int>(pact::engine::State::kAborted));
 
 namespace {
@@ -269,6 +270,11 @@ pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const p
     if (engine == nullptr || peers == nullptr || group == nullptr) return bad("group_create: NULL argument");
     if (ranks == 0 || my_rank >= ranks) return bad("group_create: my_rank outside 0..ranks-1");
     if (ranks > (1ull << 31)) return bad("group_create: too many ranks");
+    for (size_t r = 0; r < ranks; ++r) {
+      if (Code c = engine->engine->checkPeer(peers[r]); c != Code::kOk)
+        return st(pact::engine::fail(c, "group_create: peers[" + std::to_string(r) + "]: " +
+                                            pact::engine::lastError()));
+    }
     auto g = std::make_unique<pact_group>();
     g->engine = engine->engine.get();
     g->group = std::make_unique<pact::engine::Group>(

@@ -10,9 +10,9 @@ namespace {
 
 enum class Type : uint16_t {
   kAdvertise = 1, kDone = 2, kVerdict = 3, kEpochChange = 4, kCredit = 5, kOffer = 6, kHello = 7,
-  kProof = 8,
+  kProof = 8, kCancel = 9,
 };
-constexpr uint16_t kLastType = 8;
+constexpr uint16_t kLastType = 9;
 constexpr uint32_t kPieceMagic = 0x50564b50;  // "PKVP" in memory order
 
 void putKey(ByteWriter& w, const TransferKey& k) {
@@ -78,6 +78,10 @@ struct Encoder {
       for (const auto& a : c.rails) w.bytes(a);
     }
     return Type::kHello;
+  }
+  Type operator()(const Cancel& m) {
+    putKey(w, m.key);
+    return Type::kCancel;
   }
   Type operator()(const Proof& m) {
     for (uint8_t b : m.mac) w.u8(b);
@@ -295,6 +299,12 @@ Result<Control> decode(std::span<const uint8_t> frame) {
       ByteReader r(body, "hello");
       return decodeHello(r);
     }
+    case Type::kCancel: {
+      ByteReader r(body, "cancel");
+      Cancel m;
+      if (!getKey(r, &m.key) || !r.done()) return r.error();
+      return Control(m);
+    }
     case Type::kProof: {
       ByteReader r(body, "proof");
       Proof m;
@@ -319,6 +329,7 @@ const char* reasonName(Reason r) {
     case Reason::kSizeMismatch: return "size mismatch";
     case Reason::kShutdown: return "engine shut down";
     case Reason::kIncomplete: return "pieces missing";
+    case Reason::kCanceled: return "canceled by the application";
   }
   return "?";
 }

@@ -80,8 +80,9 @@ enum class Outcome : uint8_t { kCommitted = 1, kAborted = 2, kRetry = 3 };
 enum class Reason : uint16_t {
   kNone = 0, kEpochMismatch = 1, kChecksum = 2, kDeadline = 3, kRejected = 4, kDuplicate = 5,
   kOutOfRange = 6, kPeerLost = 7, kStale = 8, kSizeMismatch = 9, kShutdown = 10, kIncomplete = 11,
+  kCanceled = 12,  // the receiver's application released the transfer
 };
-inline constexpr uint16_t kMaxReason = 11;
+inline constexpr uint16_t kMaxReason = 12;
 
 // Receiver -> sender: what became of the transfer.
 struct Verdict {
@@ -122,6 +123,12 @@ struct Hello {
   std::vector<ContextAddress> contexts{};  // 0..kMaxContexts: where each class's pieces go
 };
 
+// Sender -> receiver: the sender's application released (or destroyed) the transfer before its
+// Done left; the receiver aborts it (PACT_ERR_CANCELED) and never commits it.
+struct Cancel {
+  TransferKey key;
+};
+
 // Either side, after the peer's Hello when both authenticate: HMAC-SHA256(key, label || the
 // peer's nonce || own nonce) (common/auth.h).
 struct Proof {
@@ -129,7 +136,7 @@ struct Proof {
 };
 
 using Control =
-    std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Proof>;
+    std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Proof, Cancel>;
 
 std::vector<uint8_t> encode(const Control& m);
 // The same frame written into *out (replacing its contents, keeping its capacity).

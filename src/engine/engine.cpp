@@ -67,6 +67,7 @@ const char* codeName(Code c) {
     case Code::kSystem: return "PACT_ERR_SYSTEM";
     case Code::kInternal: return "PACT_ERR_INTERNAL";
     case Code::kIncomplete: return "PACT_ERR_INCOMPLETE";
+    case Code::kCanceled: return "PACT_ERR_CANCELED";
   }
   return "PACT_ERR_UNKNOWN";
 }
@@ -128,17 +129,20 @@ void Engine::shutdown() {
     if (x.role == Role::kReceiver) {
       receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kShutdown);
     } else {
-      settle(x, Event::kFatalError, Code::kPeerLost);
+      senderWithdraw(x, Code::kPeerLost, false);
     }
   });
-  for (auto& [id, p] : peers_) {
-    if (p->phase == Peer::Phase::kReady) ignore(p->socket.send(wire::encodeBye()));
-  }
+  // Drain while the peers are still connected: a sender told of the abort stops, and UCX still
+  // completes the rendezvous it had under way (a Bye first would make the peer force-close its
+  // endpoints, and those receives would never end: a 2 s stall, then a leaked worker).
   const auto limit = now() + std::chrono::seconds(2);
   auto busy = [&] {
     return std::any_of(xfers_.begin(), xfers_.end(), [](auto& kv) { return kv.second->pendingOps > 0; });
   };
   while (busy() && now() < limit) progressWorkers();
+  for (auto& [id, p] : peers_) {
+    if (p->phase == Peer::Phase::kReady) ignore(p->socket.send(wire::encodeBye()));
+  }
   // Forced: a peer that no longer progresses would hold a flushing close for its timeout.
   for (auto& [id, p] : peers_) closePeerEndpoints(*p);
   if (!registrations_.empty())
@@ -243,9 +247,9 @@ bool Engine::waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs,
   return true;
 }
 
-void Engine::addTimer(TimePoint at, uint64_t id, TimerKind kind) {
+void Engine::addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt) {
   if (at == TimePoint::max()) return;
-  timers_.emplace(at, Timer{id, kind});
+  timers_.emplace(at, Timer{id, kind, attempt});
   if (config_.progressThread) wake();
 }
 
@@ -270,6 +274,8 @@ int Engine::fireTimers() {
     auto it = xfers_.find(timer.id);
     if (it == xfers_.end() || !it->second->live()) continue;
     Transfer& x = *it->second;
+    // A grace or resend timer of an earlier attempt: that attempt is over.
+    if (timer.kind != TimerKind::kDeadline && timer.attempt != x.attempt) continue;
     ++fired;
     if (timer.kind == TimerKind::kDeadline) {
       if (x.role == Role::kReceiver) {
@@ -459,6 +465,16 @@ Code Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
   return Code::kOk;
 }
 
+void Engine::rememberCanceled(const TransferKey& k) {
+  const auto key = std::make_tuple(k.requestId, k.transferId, k.generation);
+  if (!canceled_.insert(key).second) return;
+  canceledOrder_.push_back(key);
+  if (canceledOrder_.size() > (1u << 12)) {
+    canceled_.erase(canceledOrder_.front());
+    canceledOrder_.pop_front();
+  }
+}
+
 Code Engine::release(uint64_t xfer) {
   std::lock_guard lock(mu_);
   return releaseLocked(xfer);
@@ -473,9 +489,10 @@ Code Engine::releaseLocked(uint64_t xfer) {
   if (!x.live()) {
     maybeFinish(x);
   } else if (x.role == Role::kReceiver) {  // settling frees it once nothing touches its blocks
-    receiverAbort(x, Event::kFatalError, Code::kInternal, Reason::kShutdown);
+    if (!x.matched) rememberCanceled(x.key);
+    receiverAbort(x, Event::kFatalError, Code::kCanceled, Reason::kCanceled);
   } else {
-    settle(x, Event::kFatalError, Code::kInternal);
+    senderWithdraw(x, Code::kCanceled, true);
   }
   return find(xfer) == nullptr ? Code::kOk : Code::kInProgress;
 }

@@ -29,6 +29,7 @@
 #include <functional>
 #include <list>
 #include <map>
+#include <set>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -135,6 +136,8 @@ class Engine {
   Code connect(const std::string& address, int timeoutMs, uint64_t* peer);
   Code waitPeer(const std::string& name, int timeoutMs, uint64_t* peer);
   Code peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse);
+  // kOk for a ready peer; kNotFound (unknown) or kPeerLost, with the message.
+  Code checkPeer(uint64_t peer);
 
   Code registerMemory(void* addr, size_t length, Registration** out);
   Code deregister(Registration* mr);
@@ -194,6 +197,7 @@ class Engine {
   struct Timer {
     uint64_t id;  // transfer id, or peer id for kHandshake
     TimerKind kind;
+    uint32_t attempt = 0;  // kMissing, kResendDone: the attempt it was armed for (others: stale)
   };
 
   Engine(const EngineConfig& config, const Params& params);
@@ -224,7 +228,7 @@ class Engine {
   void wake();
   void runProgressThread();
   int fireTimers();
-  void addTimer(TimePoint at, uint64_t id, TimerKind kind);
+  void addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt = 0);
 
   // ---- peers (engine.cpp) ----
   int acceptConnections();
@@ -273,12 +277,18 @@ class Engine {
   bool retryAttempt(Transfer& x, Event why, Reason reason);
   void receiverAbort(Transfer& x, Event e, Code result, Reason r);
   void releaseCredit(Transfer& x);
+  void rememberCanceled(const TransferKey& k);
   bool classCreditFits(const Transfer& x) const;
 
   // ---- sender (sender.cpp) ----
   void onAdvertise(Peer& p, const Advertise& m);
   void onVerdict(Peer& p, const Verdict& m);
   void onEpochChange(Peer& p, const EpochChange& m);
+  void onCancel(Peer& p, const Cancel& m);
+  // The sender's application gave the transfer up: before its Done left the receiver is told
+  // (Cancel) and never commits; after, the verdict still settles it (a release cannot un-commit).
+  // waitVerdict: a release (the transfer stays open until its verdict); a destroy settles now.
+  void senderWithdraw(Transfer& x, Code result, bool waitVerdict);
   void postPieces(Transfer& x);
   void sendDone(Transfer& x);
   void pieceSent(uint64_t xferId, bool ok);
@@ -333,6 +343,9 @@ class Engine {
   // Sender: open transfers by (peer, request, transfer, generation).
   std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t>, uint64_t> sending_;
   DedupSet committed_{1 << 16};
+  // Expects the application released before an offer came: a later offer is told kCanceled.
+  std::set<std::tuple<uint64_t, uint64_t, uint32_t>> canceled_;
+  std::list<std::tuple<uint64_t, uint64_t, uint32_t>> canceledOrder_;  // oldest first (bounded)
   GenerationTracker generations_{1 << 16};
 
   Stats stats_;

@@ -79,6 +79,16 @@ Code Engine::waitPeer(const std::string& name, int timeoutMs, uint64_t* peer) {
   return Code::kOk;
 }
 
+Code Engine::checkPeer(uint64_t peer) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return fail(Code::kNotFound, "peer " + std::to_string(peer) + ": unknown");
+  if (it->second->phase != Peer::Phase::kReady)
+    return fail(Code::kPeerLost, "peer " + it->second->name + ": " +
+                                     (it->second->lostReason.empty() ? "not connected" : it->second->lostReason));
+  return Code::kOk;
+}
+
 Code Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
   std::lock_guard lock(mu_);
   auto it = peers_.find(peer);
@@ -294,6 +304,7 @@ void Engine::dispatch(Peer& p, const Control& m) {
         else if constexpr (std::is_same_v<T, Advertise>) onAdvertise(p, msg);
         else if constexpr (std::is_same_v<T, Verdict>) onVerdict(p, msg);
         else if constexpr (std::is_same_v<T, EpochChange>) onEpochChange(p, msg);
+        else if constexpr (std::is_same_v<T, Cancel>) onCancel(p, msg);
         else if constexpr (std::is_same_v<T, CreditUpdate>) p.creditBudget = msg.budgetBytes;
         else PACT_WARN("engine %s: unexpected hello from %s", config_.name.c_str(), p.name.c_str());
       },

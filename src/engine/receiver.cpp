@@ -12,6 +12,9 @@ namespace pact::engine {
 
 namespace {
 
+// How long a receiver waits for missing pieces after the sender's Done (docs/engine.md).
+constexpr auto kStragglerGrace = std::chrono::milliseconds(20);
+
 std::tuple<uint64_t, uint64_t, uint32_t> ident(const TransferKey& k) {
   return {k.requestId, k.transferId, k.generation};
 }
@@ -110,6 +113,7 @@ Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> bloc
   if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "expect: " + lastError());
   Transfer& x = newTransfer(Role::kReceiver, key, blocks, routeFor(trafficClass), 0, deadlineUs);
   generations_.note(key.requestId, key.transferId, key.generation);
+  if (canceled_.erase(ident(key)) != 0) std::erase(canceledOrder_, ident(key));  // expected anew
   receiving_[ident(key)] = x.id;
   *xfer = x.id;
   auto offer = offers_.find(ident(key));
@@ -149,6 +153,10 @@ void Engine::onOffer(Peer& p, const Offer& m) {
     return;
   }
   Transfer* x = openReceiver(k);
+  if (x == nullptr && canceled_.count(ident(k)) != 0) {
+    sendVerdict(p.id, k, Outcome::kAborted, Reason::kCanceled);  // released before the offer came
+    return;
+  }
   if (x == nullptr) {
     if (offers_.count(ident(k)) != 0 || offers_.size() >= (1u << 16)) {
       ++stats_.duplicatesDropped;
@@ -369,6 +377,7 @@ bool Engine::retryAttempt(Transfer& x, Event why, Reason reason) {
   x.landed.clear();
   x.landedBytes = 0;
   x.doneSeen = false;
+  x.missingArmed = false;
   sendVerdict(x.peer, x.key, Outcome::kRetry, reason, x.attempt);
   return true;
 }
@@ -381,6 +390,15 @@ void Engine::checkMissing(Transfer& x) {
   if (x.state == State::kPosted) step(x, Event::kSend);
   if (!retryAttempt(x, Event::kTimeout, Reason::kIncomplete))
     receiverAbort(x, Event::kFatalError, Code::kIncomplete, Reason::kIncomplete);
+}
+
+void Engine::onCancel(Peer& p, const Cancel& m) {
+  offers_.erase(ident(m.key));  // an offer still waiting for its expect
+  Transfer* x = openReceiver(m.key);
+  if (x == nullptr || x->peer != p.id || !x->live()) return;
+  PACT_INFO("engine %s: %s canceled by the sender %s", config_.name.c_str(), keyText(x->key).c_str(),
+            p.name.c_str());
+  settle(*x, Event::kFatalError, Code::kCanceled);
 }
 
 void Engine::onDone(Peer& p, const Done& m) {
@@ -403,8 +421,12 @@ void Engine::onDone(Peer& p, const Done& m) {
 void Engine::tryComplete(Transfer& x) {
   if (!x.live() || !x.doneSeen || x.pendingOps != 0) return;
   if (x.landedBytes != x.bytes) {
-    // The sender finished the attempt but bytes are missing: give stragglers a moment.
-    addTimer(now() + std::chrono::milliseconds(20), x.id, TimerKind::kMissing);
+    // The sender finished the attempt but bytes are missing: give stragglers 20 ms (once per
+    // attempt, however often Done is repeated).
+    if (!x.missingArmed) {
+      x.missingArmed = true;
+      addTimer(now() + kStragglerGrace, x.id, TimerKind::kMissing, x.attempt);
+    }
     return;
   }
   if (x.state != State::kInFlight) return;

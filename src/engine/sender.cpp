@@ -28,6 +28,7 @@ Code codeFor(Reason r) {
     case Reason::kStale: return Code::kStale;
     case Reason::kSizeMismatch: return Code::kInvalidArg;
     case Reason::kIncomplete: return Code::kIncomplete;
+    case Reason::kCanceled: return Code::kCanceled;
     case Reason::kNone: break;
   }
   return Code::kInternal;
@@ -178,6 +179,7 @@ void Engine::sendDone(Transfer& x) {
   // the receiver waits for them).
   transport::Lanes* lanes = lanesTo(*p, x.route);
   if (!lost) sendControl(*p, d, lanes != nullptr ? &lanes->endpoint(0) : nullptr);
+  x.doneSent = true;  // (a lost one counts: the receiver may get the repeat)
   x.doneSentAt = now();
   // The verdict may be lost: say Done again after a while (the receiver answers a Done of a
   // committed transfer with its verdict again).
@@ -185,7 +187,7 @@ void Engine::sendDone(Transfer& x) {
   if (x.deadline != TimePoint::max())
     again = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(x.deadline - now()) / 4,
                        std::chrono::milliseconds(5), again);
-  addTimer(x.doneSentAt + again, x.id, TimerKind::kResendDone);
+  addTimer(x.doneSentAt + again, x.id, TimerKind::kResendDone, x.attempt);
 }
 
 void Engine::onVerdict(Peer& p, const Verdict& m) {
@@ -209,6 +211,7 @@ void Engine::onVerdict(Peer& p, const Verdict& m) {
       step(x, Event::kRetryableError);
       step(x, Event::kRetry);
       x.attempt = m.attempt;
+      x.doneSent = false;
       ++x.retries;
       ++stats_.retried;
       postPieces(x);
@@ -221,6 +224,18 @@ void Engine::onVerdict(Peer& p, const Verdict& m) {
       return;
     }
   }
+}
+
+void Engine::senderWithdraw(Transfer& x, Code result, bool waitVerdict) {
+  if (!x.live()) return;
+  if (x.doneSent) {
+    // The receiver may commit on that Done: only its verdict (or the deadline, or the peer's
+    // loss) can tell how it ended, so a release waits for it.
+    if (!waitVerdict) settle(x, Event::kFatalError, result);
+    return;
+  }
+  if (Peer* p = peerByToken(x.peer)) sendControl(*p, Cancel{x.key});
+  settle(x, Event::kFatalError, result);
 }
 
 void Engine::onEpochChange(Peer& p, const EpochChange& m) {

@@ -21,7 +21,7 @@ enum class Code : int {
   kOk = 0, kInProgress = 1, kInvalidArg = -1, kNoMemory = -2, kNotFound = -3, kTimedOut = -4,
   kEpochMismatch = -5, kPeerLost = -6, kRefused = -7, kChecksum = -8, kRejected = -9,
   kDeadline = -10, kDuplicate = -11, kOutOfRange = -12, kStale = -13, kBusy = -14, kSystem = -15,
-  kInternal = -16, kIncomplete = -17,
+  kInternal = -16, kIncomplete = -17, kCanceled = -18,
 };
 
 struct Registration;
@@ -64,11 +64,13 @@ struct Transfer {
   std::set<std::pair<uint32_t, uint64_t>> landed;  // (block, offset) of pieces in, this attempt
   uint64_t landedBytes = 0;
   bool doneSeen = false;
+  bool missingArmed = false;      // the grace timer for missing pieces runs (this attempt)
   Done done;                      // the sender's last Done of this attempt
 
   // Sender.
   std::vector<uint64_t> remoteBlocks;  // the receiver's block lengths (from Advertise)
   bool piecesPosted = false;
+  bool doneSent = false;          // this attempt's Done left: a release can no longer un-commit
   TimePoint doneSentAt;
 
   bool live() const { return !settled; }

@@ -12,84 +12,16 @@
 #include <vector>
 
 #include "engine/engine.h"
-#include "tests/integration/engine_util.h"
+#include "tests/integration/engine_pair.h"
 
 namespace pact::engine {
 namespace {
 
 using test::fillPattern;
 using test::firstMismatch;
-
-Params paramsOf(const EnvMap& env) {
-  EnvMap e = env;
-  e.emplace("PACT_NET_DEVICES", "lo");
-  auto p = Params::load(e);
-  EXPECT_TRUE(p.ok()) << p.error().message;
-  return p.ok() ? *p : Params{};
-}
-
-std::unique_ptr<Engine> makeEngine(const std::string& name, const EnvMap& env, bool listen) {
-  EngineConfig c;
-  c.name = name;
-  if (listen) c.listenIp = "127.0.0.1";
-  c.progressThread = true;
-  std::unique_ptr<Engine> e;
-  const Code code = Engine::create(c, paramsOf(env), &e);
-  EXPECT_EQ(code, Code::kOk) << lastError();
-  return e;
-}
-
-// A receiver and a sender connected to it, each with its own configuration.
-struct Pair {
-  std::unique_ptr<Engine> rx, tx;
-  uint64_t peer = 0;  // the receiver, as the sender knows it
-  std::vector<uint8_t> src, dst;
-  Registration* srcMr = nullptr;
-  Registration* dstMr = nullptr;
-  std::string sendError;  // lastError() of a send that failed
-
-  Pair(const EnvMap& rxEnv, const EnvMap& txEnv, size_t bytes) : src(bytes), dst(bytes) {
-    rx = makeEngine("rx", rxEnv, true);
-    tx = makeEngine("tx", txEnv, false);
-    if (!rx || !tx) return;
-    std::string address;
-    EXPECT_EQ(rx->address(&address), Code::kOk);
-    EXPECT_EQ(tx->connect(address, 10000, &peer), Code::kOk) << lastError();
-    EXPECT_EQ(tx->registerMemory(src.data(), src.size(), &srcMr), Code::kOk);
-    EXPECT_EQ(rx->registerMemory(dst.data(), dst.size(), &dstMr), Code::kOk);
-  }
-  ~Pair() {
-    if (rx) ignore(rx->deregister(dstMr));
-    if (tx) ignore(tx->deregister(srcMr));
-  }
-  static void ignore(Code) {}
-
-  // Moves [offset, offset + length) of the buffers as one transfer of class cls; both results.
-  std::pair<Code, Code> move(const char* cls, uint64_t request, uint64_t offset, uint64_t length) {
-    fillPattern(src.data() + offset, length, request);
-    std::memset(dst.data() + offset, 0, length);
-    const TransferKey key{request, 1, 0, 0};
-    const BlockRef to{dstMr, offset, length};
-    const BlockRef from{srcMr, offset, length};
-    uint64_t rxId = 0, txId = 0;
-    EXPECT_EQ(rx->expect(key, std::span(&to, 1), 0, cls, &rxId), Code::kOk) << lastError();
-    const Code sent = tx->send(peer, key, std::span(&from, 1), 0, cls, &txId);
-    if (sent != Code::kOk) {
-      sendError = lastError();
-      ignore(rx->release(rxId));
-      return {sent, sent};
-    }
-    XferInfo a, b;
-    EXPECT_EQ(rx->wait(rxId, 20000, &a), Code::kOk);
-    EXPECT_EQ(tx->wait(txId, 20000, &b), Code::kOk);
-    ignore(rx->release(rxId));
-    ignore(tx->release(txId));
-    if (a.result == Code::kOk) {
-      EXPECT_EQ(firstMismatch(dst.data() + offset, length, request), -1);
-    }
-    return {a.result, b.result};
-  }
-};
+using test::makeEngine;
+using test::Pair;
+using test::paramsOf;
 
 const ClassRouteInfo& routeOf(const std::vector<ClassRouteInfo>& routes, const std::string& name) {
   for (const auto& r : routes)

@@ -45,6 +45,8 @@ TEST(Control, EveryMessageRoundTrips) {
 
   EXPECT_EQ(std::get<EpochChange>(*decode(encode(EpochChange{9}))).newEpoch, 9u);
   EXPECT_EQ(std::get<CreditUpdate>(*decode(encode(CreditUpdate{77}))).budgetBytes, 77u);
+  EXPECT_EQ(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}}))).key, (TransferKey{3, 4, 5, 6}));
+  EXPECT_STREQ(reasonName(Reason::kCanceled), "canceled by the application");
   auto o = decode(encode(Offer{{5, 6, 7, 8}, 4096, 1000}));
   ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(std::get<Offer>(*o).key, (TransferKey{5, 6, 7, 8}));
@@ -121,8 +123,8 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   EXPECT_EQ(decode(bad).status(), Status::kRefused);
   EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 2");
   bad = f;
-  bad[6] = 9;
-  EXPECT_EQ(decode(bad).error().message, "control.type: unknown type 9");
+  bad[6] = 10;  // the first type past kCancel (9)
+  EXPECT_EQ(decode(bad).error().message, "control.type: unknown type 10");
   bad = f;
   bad.push_back(0);
   EXPECT_EQ(decode(bad).error().message, "control.length: says 8 bytes, frame has 9");
@@ -134,8 +136,8 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   v[kControlHeader + 28] = 4;  // outcome
   EXPECT_EQ(decode(v).error().message, "verdict.outcome: unknown outcome 4");
   v[kControlHeader + 28] = 1;
-  v[kControlHeader + 29] = 12;  // reason
-  EXPECT_EQ(decode(v).error().message, "verdict.reason: unknown reason 12");
+  v[kControlHeader + 29] = 13;  // reason: the first past kCanceled (12)
+  EXPECT_EQ(decode(v).error().message, "verdict.reason: unknown reason 13");
   auto d = encode(Done{{1, 2, 3, 4}, 0, 1, Checksum::kNone, 0});
   d[kControlHeader + 40] = 7;  // checksum kind
   EXPECT_EQ(decode(d).error().message, "done.checksum_kind: unknown kind 7");

@@ -1,0 +1,178 @@
+// Every abort by either application reaches the other side at once, with a status that says
+// what happened (docs/engine.md, "Aborts"): a receiver's release is PACT_ERR_CANCELED at the
+// sender whatever the stage (before the offer, waiting for credit, bytes moving); a sender's
+// release before its Done left is PACT_ERR_CANCELED at the receiver, which never commits it; a
+// release after the Done left cannot un-commit. The connection carries new transfers afterwards.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "tests/integration/engine_pair.h"
+
+namespace pact::engine {
+namespace {
+
+using test::fillPattern;
+using test::firstMismatch;
+using test::Pair;
+
+constexpr auto kBound = std::chrono::milliseconds(2000);  // "at once", with CI's noise
+
+TransferKey keyOf(uint64_t request) { return TransferKey{request, 7, 0, 0}; }
+
+// Waits for a final state; the elapsed time in *ms.
+XferInfo waitFinal(Engine& e, uint64_t id, int64_t* ms = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  XferInfo info;
+  EXPECT_EQ(e.wait(id, 20000, &info), Code::kOk) << lastError();
+  if (ms != nullptr)
+    *ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  return info;
+}
+
+// Spins (without sleeping) until pred() or 20 s.
+template <typename Pred>
+bool spinUntil(Pred pred) {
+  const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!pred())
+    if (std::chrono::steady_clock::now() > limit) return false;
+  return true;
+}
+
+uint64_t sendWhole(Pair& p, uint64_t request, uint64_t bytes) {
+  fillPattern(p.src.data(), bytes, request);
+  const BlockRef from{p.srcMr, 0, bytes};
+  uint64_t id = 0;
+  EXPECT_EQ(p.tx->send(p.peer, keyOf(request), std::span(&from, 1), 0, "KV", &id), Code::kOk) << lastError();
+  return id;
+}
+
+uint64_t expectWhole(Pair& p, uint64_t request, uint64_t bytes) {
+  const BlockRef to{p.dstMr, 0, bytes};
+  uint64_t id = 0;
+  EXPECT_EQ(p.rx->expect(keyOf(request), std::span(&to, 1), 0, "KV", &id), Code::kOk) << lastError();
+  return id;
+}
+
+// The pair still moves a transfer byte-exact after an abort.
+void expectStillWorks(Pair& p, uint64_t request) {
+  EXPECT_EQ(p.move("KV", request, 0, 1 << 20), std::make_pair(Code::kOk, Code::kOk));
+}
+
+TEST(EngineAborts, ReceiverReleaseBeforeTheOfferIsCanceledAtTheSender) {
+  Pair p({}, {}, 1 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  const uint64_t rx = expectWhole(p, 1, 1 << 20);
+  EXPECT_EQ(p.rx->release(rx), Code::kOk);
+  const uint64_t tx = sendWhole(p, 1, 1 << 20);  // no deadline: only the receiver can end it
+  int64_t ms = 0;
+  EXPECT_EQ(waitFinal(*p.tx, tx, &ms).result, Code::kCanceled);
+  EXPECT_LT(ms, kBound.count());
+  Pair::ignore(p.tx->release(tx));
+  expectStillWorks(p, 2);
+}
+
+TEST(EngineAborts, ReceiverReleaseWhileWaitingForCreditIsCanceledAtTheSender) {
+  Pair p({}, {}, 1 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  ASSERT_EQ(p.rx->setCredit(0, 0), Code::kOk);  // grants nothing: the offer waits for credit
+  const uint64_t rx = expectWhole(p, 1, 1 << 20);
+  const uint64_t tx = sendWhole(p, 1, 1 << 20);
+  ASSERT_TRUE(spinUntil([&] {  // the offer matched: the receiver knows its peer
+    XferInfo i;
+    return p.rx->query(rx, &i) == Code::kOk && i.peer != 0;
+  }));
+  EXPECT_EQ(p.rx->release(rx), Code::kOk);
+  int64_t ms = 0;
+  EXPECT_EQ(waitFinal(*p.tx, tx, &ms).result, Code::kCanceled);
+  EXPECT_LT(ms, kBound.count());
+  Pair::ignore(p.tx->release(tx));
+  ASSERT_EQ(p.rx->setCredit(0, kUnlimited), Code::kOk);
+  expectStillWorks(p, 2);
+}
+
+TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost) {
+  constexpr uint64_t kBytes = 256ull << 20;
+  Pair p({}, {}, kBytes);
+  ASSERT_TRUE(p.rx && p.tx);
+  const uint64_t rx = expectWhole(p, 1, kBytes);
+  const uint64_t tx = sendWhole(p, 1, kBytes);
+  ASSERT_TRUE(spinUntil([&] { return p.rx->stats().bytesReceived > 0; }));
+  const Code released = p.rx->release(rx);
+  EXPECT_TRUE(released == Code::kOk || released == Code::kInProgress);
+  int64_t ms = 0;
+  const XferInfo sent = waitFinal(*p.tx, tx, &ms);
+  // The receiver may have had every byte before the release was seen: then it committed first.
+  EXPECT_TRUE(sent.result == Code::kCanceled || sent.result == Code::kOk) << codeName(sent.result);
+  EXPECT_NE(sent.result, Code::kPeerLost);
+  EXPECT_LT(ms, kBound.count());
+  Pair::ignore(p.tx->release(tx));
+  expectStillWorks(p, 2);
+}
+
+TEST(EngineAborts, SenderReleaseBeforeItsDoneIsCanceledAtTheReceiver) {
+  Pair p({}, {}, 1 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  ASSERT_EQ(p.rx->setCredit(0, 0), Code::kOk);  // the receiver matches but does not advertise
+  const uint64_t rx = expectWhole(p, 1, 1 << 20);
+  const uint64_t tx = sendWhole(p, 1, 1 << 20);
+  ASSERT_TRUE(spinUntil([&] {  // the offer matched: the receiver knows its peer
+    XferInfo i;
+    return p.rx->query(rx, &i) == Code::kOk && i.peer != 0;
+  }));
+  EXPECT_EQ(p.tx->release(tx), Code::kOk);
+  int64_t ms = 0;
+  EXPECT_EQ(waitFinal(*p.rx, rx, &ms).result, Code::kCanceled);
+  EXPECT_LT(ms, kBound.count());
+  Pair::ignore(p.rx->release(rx));
+  ASSERT_EQ(p.rx->setCredit(0, kUnlimited), Code::kOk);
+  expectStillWorks(p, 2);
+}
+
+// The race of a sender's release with its own transfer, at 40 points from "just sent" to "long
+// done": the receiver either commits byte-exact (the Done had left: the release cannot un-commit
+// it, and the sender's release waits for the verdict) or ends CANCELED; never anything else,
+// never open; nothing is left open on either side.
+TEST(EngineAborts, SenderReleaseRacingItsTransferNeverHalfCommits) {
+  constexpr uint64_t kBytes = 8ull << 20;
+  constexpr int kRounds = 40;
+  Pair p({}, {}, kBytes);
+  ASSERT_TRUE(p.rx && p.tx);
+  int committed = 0, canceled = 0;
+  for (int i = 0; i < kRounds; ++i) {
+    const uint64_t request = 100 + static_cast<uint64_t>(i);
+    std::memset(p.dst.data(), 0, kBytes);
+    const uint64_t sentBefore = p.tx->stats().bytesSent;
+    const uint64_t rx = expectWhole(p, request, kBytes);
+    const uint64_t tx = sendWhole(p, request, kBytes);
+    // Race point i: after i/(kRounds-2) of the bytes were handed to UCX (the last round: after
+    // the transfer is final).
+    const uint64_t at = kBytes * static_cast<uint64_t>(i) / (kRounds - 2);
+    if (i == kRounds - 1) {
+      XferInfo done;
+      ASSERT_EQ(p.tx->wait(tx, 20000, &done), Code::kOk);
+    } else {
+      ASSERT_TRUE(spinUntil([&] { return p.tx->stats().bytesSent - sentBefore >= std::min(at, kBytes); }));
+    }
+    const Code released = p.tx->release(tx);
+    ASSERT_TRUE(released == Code::kOk || released == Code::kInProgress) << codeName(released);
+    const XferInfo got = waitFinal(*p.rx, rx);
+    ASSERT_TRUE(got.final);
+    if (got.result == Code::kOk) {
+      ++committed;
+      EXPECT_EQ(firstMismatch(p.dst.data(), kBytes, request), -1) << "round " << i;
+    } else {
+      ++canceled;
+      EXPECT_EQ(got.result, Code::kCanceled) << "round " << i << ": " << codeName(got.result);
+    }
+    Pair::ignore(p.rx->release(rx));
+    ASSERT_TRUE(spinUntil([&] { return p.tx->stats().openTransfers == 0 && p.rx->stats().openTransfers == 0; }))
+        << "round " << i << ": a transfer stayed open";
+  }
+  std::printf("[   INFO   ] %d rounds: %d committed, %d canceled\n", kRounds, committed, canceled);
+  EXPECT_GT(committed, 0);
+  EXPECT_GT(canceled, 0);
+}
+
+}  // namespace
+}  // namespace pact::engine
