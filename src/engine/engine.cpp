@@ -1,4 +1,5 @@
-// Engine lifecycle, progress, timers, memory and the transfer bookkeeping both sides share.
+// The engine facade: lifecycle, progress (the workers, the sockets, the timers, the sleep), the
+// application's calls (checked, then handed to the protocol), memory registration.
 #include "engine/engine.h"
 #include "engine/peer.h"
 
@@ -20,8 +21,6 @@ namespace pact::engine {
 namespace {
 
 thread_local std::string tlsError;
-
-constexpr size_t kTraceDefault = 1 << 16;
 
 }  // namespace
 
@@ -72,12 +71,7 @@ const char* codeName(Code c) {
   return "PACT_ERR_UNKNOWN";
 }
 
-Engine::Engine(const EngineConfig& config, const Params& params)
-    : config_(config), params_(params), epoch_(config.modelEpoch),
-      credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
-      trace_(kTraceDefault) {
-  creditSet_ = config.creditBudget != 0;
-}
+Engine::Engine(const EngineConfig& config, const Params& params) : config_(config), params_(params) {}
 
 Code Engine::create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out) {
   std::unique_ptr<Engine> e(new Engine(config, params));
@@ -90,15 +84,20 @@ Code Engine::create(const EngineConfig& config, const Params& params, std::uniqu
 }
 
 Code Engine::init() {
-  trace_ = telemetry::TraceRing(params_.trace_events);
-  fault_ = params_.fault;
-  if (fault_.active()) {
-    static uint64_t engines = 0;  // each engine of a process draws its own sequence
-    dice_ = FaultDice(fault_.seed, ++engines);
-    PACT_WARN("engine %s: injecting faults: %s", config_.name.c_str(), fault_.describe().c_str());
-    armKillAfter(fault_);
+  if (params_.fault.active()) {
+    PACT_WARN("engine %s: injecting faults: %s", config_.name.c_str(), params_.fault.describe().c_str());
+    armKillAfter(params_.fault);
   }
   if (Code c = openContexts(); c != Code::kOk) return c;
+  ProtocolConfig pc;
+  pc.name = config_.name;
+  pc.epoch = config_.modelEpoch;
+  pc.creditBudget = config_.creditBudget;
+  for (const Route& r : routes_) pc.routes.push_back(r.profile);
+  pc.traceEvents = params_.trace_events;
+  pc.fault = params_.fault;
+  Link& link = *this;  // (a private base: converted here, inside the class)
+  proto_ = std::make_unique<Protocol>(pc, link);
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wakeFd_.valid()) return fail(Code::kSystem, std::string("eventfd: ") + std::strerror(errno));
   if (!config_.listenIp.empty()) {
@@ -123,23 +122,14 @@ void Engine::shutdown() {
   wake();
   if (thread_.joinable()) thread_.join();
   std::unique_lock lock(mu_);
-  // Abort what is open, tell the peers, and wait (bounded) until no UCX operation touches
-  // application memory.
-  forEachLive([](const Transfer&) { return true; }, [&](Transfer& x) {
-    if (x.role == Role::kReceiver) {
-      receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kShutdown);
-    } else {
-      senderWithdraw(x, Code::kPeerLost, false);
-    }
-  });
-  // Drain while the peers are still connected: a sender told of the abort stops, and UCX still
-  // completes the rendezvous it had under way (a Bye first would make the peer force-close its
-  // endpoints, and those receives would never end: a 2 s stall, then a leaked worker).
+  if (!proto_) return;  // creation failed before the protocol existed
+  // Abort what is open and tell the peers; then drain while they are still connected: a sender
+  // told of the abort stops, and UCX still completes the rendezvous it had under way (a Bye
+  // first would make the peer force-close its endpoints, and those receives would never end:
+  // a 2 s stall, then a leaked worker).
+  proto_->abortAll();
   const auto limit = now() + std::chrono::seconds(2);
-  auto busy = [&] {
-    return std::any_of(xfers_.begin(), xfers_.end(), [](auto& kv) { return kv.second->pendingOps > 0; });
-  };
-  while (busy() && now() < limit) progressWorkers();
+  while (proto_->busy() && now() < limit) progressWorkers();
   for (auto& [id, p] : peers_) {
     if (p->phase == Peer::Phase::kReady) ignore(p->socket.send(wire::encodeBye()));
   }
@@ -149,7 +139,7 @@ void Engine::shutdown() {
     PACT_WARN("engine %s destroyed with %zu registrations still open (released now)",
               config_.name.c_str(), registrations_.size());
   registrations_.clear();
-  if (busy()) {
+  if (proto_->busy()) {
     // A receive still writes into (or a send reads from) application memory: UCX would assert
     // on destroying the worker; leaking it is the lesser harm (see ucx/worker.h).
     PACT_WARN("engine %s: UCX operations still pending at shutdown; leaking the workers",
@@ -213,8 +203,9 @@ void Engine::sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs) {
     fds.push_back({p->socket.fd(), ev, 0});
   }
   int wait = timeoutMs;
-  if (!timers_.empty()) {
-    auto until = std::chrono::duration_cast<std::chrono::milliseconds>(timers_.begin()->first - now());
+  const TimePoint next = std::min(timers_.next(), proto_->nextTimer());
+  if (next != TimePoint::max()) {
+    auto until = std::chrono::duration_cast<std::chrono::milliseconds>(next - now());
     wait = std::clamp(static_cast<int>(until.count()) + 1, 0, timeoutMs);
   }
   lock.unlock();
@@ -247,57 +238,17 @@ bool Engine::waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs,
   return true;
 }
 
-void Engine::addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt) {
-  if (at == TimePoint::max()) return;
-  timers_.emplace(at, Timer{id, kind, attempt});
-  if (config_.progressThread) wake();
-}
-
 int Engine::fireTimers() {
-  int fired = 0;
-  const TimePoint t = now();
-  while (!timers_.empty() && timers_.begin()->first <= t) {
-    const Timer timer = timers_.begin()->second;
-    timers_.erase(timers_.begin());
-    if (timer.kind == TimerKind::kOffer) {
-      fired += static_cast<int>(std::erase_if(offers_, [&](const auto& kv) { return kv.second.id == timer.id; }));
-      continue;
-    }
-    if (timer.kind == TimerKind::kHandshake) {
-      auto it = peers_.find(timer.id);
-      if (it != peers_.end() && it->second->phase == Peer::Phase::kHandshake) {
-        peerLost(*it->second, "no handshake from the peer within PACT_PEER_TIMEOUT");
-        ++fired;
-      }
-      continue;
-    }
-    auto it = xfers_.find(timer.id);
-    if (it == xfers_.end() || !it->second->live()) continue;
-    Transfer& x = *it->second;
-    // A grace or resend timer of an earlier attempt: that attempt is over.
-    if (timer.kind != TimerKind::kDeadline && timer.attempt != x.attempt) continue;
-    ++fired;
-    if (timer.kind == TimerKind::kDeadline) {
-      if (x.role == Role::kReceiver) {
-        receiverAbort(x, Event::kDeadline, Code::kDeadline, Reason::kDeadline);
-      } else {
-        settle(x, Event::kDeadline, Code::kDeadline);
-      }
-    } else if (timer.kind == TimerKind::kMissing) {
-      checkMissing(x);
-    } else if (x.role == Role::kSender && x.piecesPosted && x.pendingOps == 0) {
-      sendDone(x);  // the receiver's verdict did not come: say Done again
-    }
-  }
-  return fired;
+  int fired = timers_.popDue(now(), [&](const Timers<TimerKind>::Timer& timer) {
+    auto it = peers_.find(timer.id);
+    if (it == peers_.end() || it->second->phase != Peer::Phase::kHandshake) return false;
+    peerLost(*it->second, "no handshake from the peer within PACT_PEER_TIMEOUT");
+    return true;
+  });
+  return fired + proto_->fireTimers();
 }
 
-// ---- transfers ---------------------------------------------------------------------------------
-
-std::string Engine::keyText(const TransferKey& k) {
-  return "(request " + std::to_string(k.requestId) + ", transfer " + std::to_string(k.transferId) +
-         ", epoch " + std::to_string(k.modelEpoch) + ", generation " + std::to_string(k.generation) + ")";
-}
+// ---- the application's calls --------------------------------------------------------------------
 
 Code Engine::checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes) {
   if (blocks.empty() || blocks.size() > kMaxBlocks)
@@ -321,136 +272,77 @@ Code Engine::checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes) {
   return Code::kOk;
 }
 
-Transfer& Engine::newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
-                              size_t route, uint64_t peer, uint64_t deadlineUs) {
-  const Profile& profile = routes_[route].profile;
-  auto x = std::make_unique<Transfer>();
-  x->id = nextId_++;
-  x->role = role;
-  x->key = key;
-  x->created = now();
-  x->peer = peer;
-  x->verify = profile.verify;
-  x->retriesLeft = profile.retries;
-  x->route = route;
-  for (const BlockRef& b : blocks) {
-    x->blocks.push_back({b.mr, b.mr->addr + b.offset, b.offset, b.length});
-    x->bytes += b.length;
-    ++b.mr->users;
-  }
-  const auto budget = deadlineUs != 0 ? std::chrono::microseconds(deadlineUs) : profile.timeout;
-  if (budget.count() > 0) x->deadline = x->created + budget;
-  Transfer& ref = *x;
-  xfers_.emplace(ref.id, std::move(x));
-  ++stats_.openTransfers;
-  addTimer(ref.deadline, ref.id, TimerKind::kDeadline);
-  trace_.record({telemetry::monotonicNs(), key.requestId, key.transferId, key.modelEpoch,
-                 key.generation, peer, static_cast<uint8_t>(role), static_cast<uint8_t>(State::kAllocated),
-                 0xff});
-  return ref;
+Code Engine::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                    const char* trafficClass, uint64_t* xfer) {
+  std::lock_guard lock(mu_);
+  Code c = expectLocked(key, blocks, deadlineUs, trafficClass, xfer);
+  wake();
+  return c;
 }
 
-// The one place a transfer changes state: through the transition table, recorded in the trace.
-bool Engine::step(Transfer& x, Event e) {
-  auto to = next(x.state, e);
-  if (!to) {
-    PACT_DEBUG("engine %s: %s %s ignores %s", config_.name.c_str(), keyText(x.key).c_str(),
-               stateName(x.state), eventName(e));
-    return false;
-  }
-  x.state = *to;
-  trace_.record({telemetry::monotonicNs(), x.key.requestId, x.key.transferId, x.key.modelEpoch,
-                 x.key.generation, x.peer, static_cast<uint8_t>(x.role), static_cast<uint8_t>(*to),
-                 static_cast<uint8_t>(e)});
-  return true;
+Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
+                          uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+  uint64_t bytes = 0;
+  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "expect: " + lastError());
+  return proto_->expect(key, blocks, deadlineUs, routeFor(trafficClass), xfer);
 }
 
-// Ends the transfer: COMMITTED (e == kCommit) or ABORTED with result. Gives back the sender's
-// credit view; the receiver's credit goes back in releaseCredit.
-void Engine::settle(Transfer& x, Event e, Code result) {
-  if (!x.live()) return;
-  if (!step(x, e)) {
-    // e.g. a deadline in a state the table has no edge for: every live state can abort fatally.
-    if (!step(x, Event::kFatalError)) return;
-  }
-  x.settled = true;
-  x.result = result;
-  if (result == Code::kOk) {
-    ++stats_.committed;
-  } else {
-    ++stats_.aborted;
-  }
-  if (x.role == Role::kSender) {
-    sending_.erase({x.peer, x.key.requestId, x.key.transferId, x.key.generation});
-    auto it = peers_.find(x.peer);
-    if (it != peers_.end() && x.state != State::kAllocated && x.remoteBlocks.size() > 0)
-      it->second->creditInUse -= std::min(it->second->creditInUse, x.bytes);
-  } else {
-    receiving_.erase({x.key.requestId, x.key.transferId, x.key.generation});
-    waitingCredit_.remove(x.id);
-    releaseCredit(x);
-  }
-  cv_.notify_all();
-  maybeFinish(x);
+Code Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                  uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+  std::lock_guard lock(mu_);
+  Code c = sendLocked(peer, key, blocks, deadlineUs, trafficClass, xfer);
+  wake();
+  return c;
 }
 
-// Frees the transfer once the application released it and nothing touches its blocks.
-void Engine::maybeFinish(Transfer& x) {
-  if (!x.final() || !x.userReleased) return;
-  step(x, Event::kRelease);
-  for (Extent& b : x.blocks) --b.mr->users;
-  --stats_.openTransfers;
-  xfers_.erase(x.id);
-}
-
-void Engine::opDone(uint64_t xferId) {
-  auto it = xfers_.find(xferId);
-  if (it == xfers_.end()) return;
-  Transfer& x = *it->second;
-  --x.pendingOps;
-  if (x.pendingOps == 0) {
-    cv_.notify_all();
-    maybeFinish(x);
+Code Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                        uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+  if (peerByToken(peer) == nullptr) {
+    auto it = peers_.find(peer);
+    if (it == peers_.end()) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(peer));
+    return fail(Code::kPeerLost, "send: peer " + it->second->name + " lost: " + it->second->lostReason);
   }
+  uint64_t bytes = 0;
+  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "send: " + lastError());
+  return proto_->send(peer, key, blocks, deadlineUs, routeFor(trafficClass), xfer);
 }
 
-void Engine::forEachLive(const std::function<bool(const Transfer&)>& pred,
-                         const std::function<void(Transfer&)>& fn) {
-  std::vector<uint64_t> ids;
-  for (auto& [id, x] : xfers_) {
-    if (x->live() && pred(*x)) ids.push_back(id);
-  }
-  for (uint64_t id : ids) {
-    auto it = xfers_.find(id);
-    if (it != xfers_.end() && it->second->live()) fn(*it->second);
-  }
+Code Engine::setEpoch(uint64_t epoch) {
+  std::lock_guard lock(mu_);
+  if (epoch != proto_->epoch())
+    PACT_INFO("engine %s: model epoch %lu -> %lu", config_.name.c_str(),
+              static_cast<unsigned long>(proto_->epoch()), static_cast<unsigned long>(epoch));
+  Code c = proto_->setEpoch(epoch);
+  wake();
+  return c;
 }
 
-const Transfer* Engine::find(uint64_t xfer) const {
-  auto it = xfers_.find(xfer);
-  return it == xfers_.end() ? nullptr : it->second.get();
+void Engine::setCommitHook(CommitHook hook) {
+  std::lock_guard lock(mu_);
+  proto_->setCommitHook(std::move(hook));
 }
 
-// A released transfer stays queryable until it is final (then the engine frees it): so the
-// application can wait for an aborted transfer's blocks to be free again.
+Code Engine::setCredit(uint64_t peer, uint64_t budget) {
+  std::lock_guard lock(mu_);
+  Code c = proto_->setCredit(peer, budget);
+  wake();
+  return c;
+}
+
 Code Engine::query(uint64_t xfer, XferInfo* info) {
   std::lock_guard lock(mu_);
-  const Transfer* x = find(xfer);
-  if (x == nullptr)
-    return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
-  *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
-  return Code::kOk;
+  return proto_->query(xfer, info);
 }
 
 Code Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
   std::unique_lock lock(mu_);
-  const Transfer* x = find(xfer);
+  const Transfer* x = proto_->find(xfer);
   if (x == nullptr)
     return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
   *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
   // Progress may free a released transfer once final: look it up again each time.
   const bool done = waitFor(lock, timeoutMs, [&] {
-    x = find(xfer);
+    x = proto_->find(xfer);
     if (x != nullptr) *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
     return x == nullptr || x->final();
   });
@@ -459,42 +351,15 @@ Code Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
     info->final = true;
   }
   if (!done)
-    return fail(Code::kTimedOut, "transfer " + keyText(info->key) + " still " +
+    return fail(Code::kTimedOut, "transfer " + Protocol::keyText(info->key) + " still " +
                                      stateName(info->state) + " after " + std::to_string(timeoutMs) +
                                      " ms");
   return Code::kOk;
 }
 
-void Engine::rememberCanceled(const TransferKey& k) {
-  const auto key = std::make_tuple(k.requestId, k.transferId, k.generation);
-  if (!canceled_.insert(key).second) return;
-  canceledOrder_.push_back(key);
-  if (canceledOrder_.size() > (1u << 12)) {
-    canceled_.erase(canceledOrder_.front());
-    canceledOrder_.pop_front();
-  }
-}
-
 Code Engine::release(uint64_t xfer) {
   std::lock_guard lock(mu_);
-  return releaseLocked(xfer);
-}
-
-Code Engine::releaseLocked(uint64_t xfer) {
-  auto it = xfers_.find(xfer);
-  if (it == xfers_.end() || it->second->userReleased)
-    return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
-  Transfer& x = *it->second;
-  x.userReleased = true;
-  if (!x.live()) {
-    maybeFinish(x);
-  } else if (x.role == Role::kReceiver) {  // settling frees it once nothing touches its blocks
-    if (!x.matched) rememberCanceled(x.key);
-    receiverAbort(x, Event::kFatalError, Code::kCanceled, Reason::kCanceled);
-  } else {
-    senderWithdraw(x, Code::kCanceled, true);
-  }
-  return find(xfer) == nullptr ? Code::kOk : Code::kInProgress;
+  return proto_->release(xfer);
 }
 
 // ---- memory ------------------------------------------------------------------------------------
@@ -533,17 +398,14 @@ Code Engine::deregister(Registration* mr) {
 
 Stats Engine::stats() {
   std::lock_guard lock(mu_);
-  Stats s = stats_;
+  Stats s = proto_->stats();
   s.openRegistrations = registrations_.size();
-  s.stagedBytes = credits_.staged();
-  s.peakStagedBytes = credits_.peak();
-  s.creditBudget = credits_.total();
   return s;
 }
 
 size_t Engine::traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max) {
   std::lock_guard lock(mu_);
-  return trace_.read(cursor, out, max);
+  return proto_->traceRead(cursor, out, max);
 }
 
 }  // namespace pact::engine

@@ -20,8 +20,9 @@
 // table; a transfer is final only when no receive still writes into its blocks. Control
 // messages travel on the CTRL class's context; a transfer's Done on its class's first lane
 // (behind its pieces). Files: engine.cpp (lifecycle, progress, bookkeeping), routes.cpp
-// (contexts, lanes, the UCX data path), peers.cpp (connections, handshake, control messages),
-// receiver.cpp, sender.cpp, group.cpp.
+// (contexts, lanes, the UCX data path: the engine's Link), peers.cpp (connections, handshake,
+// liveness). The commit protocol itself (both sides of every transfer, timers, credits) is a
+// Protocol (protocol.h) that knows the connections only through that Link.
 #pragma once
 
 #include <condition_variable>
@@ -29,56 +30,30 @@
 #include <functional>
 #include <list>
 #include <map>
-#include <set>
 #include <memory>
 #include <mutex>
 #include <span>
 #include <string>
 #include <thread>
-#include <tuple>
-#include <unordered_map>
 #include <vector>
 
 #include "common/params.h"
 #include "common/scoped_fd.h"
-#include "engine/control.h"
-#include "engine/credits.h"
-#include "engine/dedup.h"
-#include "engine/transfer.h"
+#include "engine/protocol.h"
+#include "engine/timers.h"
+#include "engine/types.h"
 #include "telemetry/trace.h"
 #include "transport/control_socket.h"
 #include "transport/fabric.h"
 #include "transport/lanes.h"
 #include "transport/slab.h"
 #include "transport/wire.h"
-#include "ucx/reg_cache.h"
 #include "ucx/worker.h"
 
 namespace pact::engine {
 
 inline constexpr unsigned kAmControl = 0x5043;  // active message ids on the engine's worker
 inline constexpr unsigned kAmPiece = 0x5044;
-
-// Message of the last failing engine call on this thread.
-const std::string& lastError();
-// Records msg as this thread's last error and returns c.
-Code fail(Code c, std::string msg);
-const char* codeName(Code c);
-
-struct Registration {
-  uint8_t* addr = nullptr;
-  uint64_t length = 0;
-  // From the core's registration caches: one region per rail of each of the engine's contexts.
-  std::vector<std::shared_ptr<ucx::Region>> regions;
-  int users = 0;  // unreleased transfers with a block in it
-};
-
-// What the application passes for a block (layout of pact_block_t).
-struct BlockRef {
-  Registration* mr = nullptr;
-  uint64_t offset = 0;
-  uint64_t length = 0;
-};
 
 struct EngineConfig {
   std::string name;
@@ -88,27 +63,6 @@ struct EngineConfig {
   uint64_t creditBudget = 0;  // 0 = unlimited (as PACT_CREDIT_UNLIMITED)
   bool progressThread = false;
 };
-
-struct XferInfo {
-  State state = State::kAllocated;
-  Code result = Code::kInProgress;
-  bool final = false;
-  uint32_t retries = 0;
-  TransferKey key;
-  uint64_t peer = 0;
-  uint64_t bytes = 0;
-};
-
-struct Stats {
-  uint64_t committed = 0, aborted = 0, retried = 0, duplicatesDropped = 0, staleRejected = 0,
-           outOfRange = 0, checksumFailures = 0, openRegistrations = 0,
-           openTransfers = 0, stagedBytes = 0, peakStagedBytes = 0, creditBudget = 0,
-           creditStallNs = 0, bytesReceived = 0, bytesSent = 0, faultsInjected = 0;
-};
-
-// Called once per verified transfer with the application's destination blocks; true commits.
-using CommitHook = std::function<bool(uint64_t xfer, const TransferKey& key, uint64_t from,
-                                      std::span<const BlockRef> blocks)>;
 
 class Group;
 
@@ -122,7 +76,7 @@ struct ClassRouteInfo {
   uint64_t chunk = 0;     // piece size
 };
 
-class Engine {
+class Engine final : private Link {
  public:
   // params: the effective PACT_* configuration (the C API passes Params::global()).
   static Code create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out);
@@ -170,9 +124,9 @@ class Engine {
                     const char* trafficClass, uint64_t* xfer);
   Code sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
                   uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
-  Code releaseLocked(uint64_t xfer);
-  const Transfer* find(uint64_t xfer) const;
-  void markGroupChunk(uint64_t xfer) { xfers_.at(xfer)->groupChunk = true; }
+  Code releaseLocked(uint64_t xfer) { return proto_->release(xfer); }
+  const Transfer* find(uint64_t xfer) const { return proto_->find(xfer); }
+  void markGroupChunk(uint64_t xfer) { proto_->markGroupChunk(xfer); }
 
  private:
   struct Peer;
@@ -191,19 +145,19 @@ class Engine {
     size_t context = 0;
     transport::ChannelConfig channel;
   };
-  // kMissing: Done came but pieces of the attempt did not (dropped); a grace period, then retry.
-  // kOffer: an offer waiting for its expect reached the sender's deadline.
-  enum class TimerKind : uint8_t { kDeadline, kResendDone, kHandshake, kMissing, kOffer };
-  struct Timer {
-    uint64_t id;  // transfer id, or peer id for kHandshake
-    TimerKind kind;
-    uint32_t attempt = 0;  // kMissing, kResendDone: the attempt it was armed for (others: stale)
-  };
+  enum class TimerKind : uint8_t { kHandshake };
 
   Engine(const EngineConfig& config, const Params& params);
   Code init();
+  void shutdown();
+  Code checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
 
-  // ---- routes (routes.cpp): contexts, lanes, the UCX data path ----
+  // ---- the Link of the protocol, and the contexts and lanes under it (routes.cpp) ----
+  std::string reach(uint64_t peer, size_t route) override;
+  void sendControl(uint64_t peer, const Control& m, int route) override;
+  void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src, uint64_t n,
+                 uint64_t xfer) override;
+  void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) override;
   Code openContexts();
   // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
   size_t routeFor(const char* trafficClass) const;
@@ -215,12 +169,12 @@ class Engine {
   transport::Lanes* lanesTo(Peer& p, size_t r);
   void closePeerEndpoints(Peer& p);
   void postPiece(PieceOp* op, ucx::Endpoint& ep);
+  void sendOn(Peer& p, const Control& m, ucx::Endpoint& ep);
   static void onPieceSent(ucx::Op* op, ucs_status_t st);
-  static void onPieceReceived(ucx::Op* op, ucs_status_t st);
+  static void onPieceFetched(ucx::Op* op, ucs_status_t st);
   static void onControlSent(ucx::Op* op, ucs_status_t st);
-  // Sends a control message on ep (default: the peer's control endpoint).
-  void sendControl(Peer& p, const Control& m, ucx::Endpoint* via = nullptr);
-  void shutdown();
+  static ucx::AmVerdict onControlAm(void* arg, const ucx::AmMessage& m);
+  static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
 
   // ---- progress (engine.cpp) ----
   int progressLocked();
@@ -228,18 +182,11 @@ class Engine {
   void wake();
   void runProgressThread();
   int fireTimers();
-  void addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt = 0);
 
-  // ---- peers (engine.cpp) ----
+  // ---- connections (peers.cpp) ----
   int acceptConnections();
   int pollPeers();
   Code startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id);
-  // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
-  bool inject(double p) {
-    if (!fault_.active() || !dice_.roll(p)) return false;
-    ++stats_.faultsInjected;
-    return true;
-  }
   Code onHello(Peer& p, const Hello& hello);
   Code onProof(Peer& p, const Proof& proof);
   Code connectEndpoint(Peer& p);
@@ -248,56 +195,7 @@ class Engine {
   void peerLost(Peer& p, const std::string& why);
   // The ready peer with this id (our token for it), or nullptr.
   Peer* peerByToken(uint64_t token);
-  static ucx::AmVerdict onControlAm(void* arg, const ucx::AmMessage& m);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
-  void dispatch(Peer& p, const Control& m);
-
-  // ---- transfers (engine.cpp) ----
-  // peer: the receiver (sender side), 0 until an offer matches (receiver side).
-  Transfer& newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
-                        size_t route, uint64_t peer, uint64_t deadlineUs);
-  Code checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
-  bool step(Transfer& x, Event e);
-  void settle(Transfer& x, Event e, Code result);
-  void maybeFinish(Transfer& x);
-  void opDone(uint64_t xferId);
-
-  // ---- receiver (receiver.cpp) ----
-  void onOffer(Peer& p, const Offer& m);
-  void onDone(Peer& p, const Done& m);
-  void match(Transfer& x, Peer& p, uint64_t offerDeadlineUs);
-  void advertiseWaiting();
-  void advertise(Transfer& x);
-  void sendVerdict(uint64_t peer, const TransferKey& key, Outcome o, Reason r, uint32_t attempt = 0);
-  static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
-  ucx::AmVerdict onPiece(const PieceHeader& h, const ucx::AmMessage& m, ucx::Worker& worker);
-  void pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length, bool ok);
-  void checkMissing(Transfer& x);
-  void tryComplete(Transfer& x);
-  bool retryAttempt(Transfer& x, Event why, Reason reason);
-  void receiverAbort(Transfer& x, Event e, Code result, Reason r);
-  void releaseCredit(Transfer& x);
-  void rememberCanceled(const TransferKey& k);
-  bool classCreditFits(const Transfer& x) const;
-
-  // ---- sender (sender.cpp) ----
-  void onAdvertise(Peer& p, const Advertise& m);
-  void onVerdict(Peer& p, const Verdict& m);
-  void onEpochChange(Peer& p, const EpochChange& m);
-  void onCancel(Peer& p, const Cancel& m);
-  // The sender's application gave the transfer up: before its Done left the receiver is told
-  // (Cancel) and never commits; after, the verdict still settles it (a release cannot un-commit).
-  // waitVerdict: a release (the transfer stays open until its verdict); a destroy settles now.
-  void senderWithdraw(Transfer& x, Code result, bool waitVerdict);
-  void postPieces(Transfer& x);
-  void sendDone(Transfer& x);
-  void pieceSent(uint64_t xferId, bool ok);
-
-  Transfer* openReceiver(const TransferKey& key);
-  // Calls fn on every live transfer matching pred; fn may settle (and so free) it.
-  void forEachLive(const std::function<bool(const Transfer&)>& pred,
-                   const std::function<void(Transfer&)>& fn);
-  static std::string keyText(const TransferKey& k);
 
   EngineConfig config_;
   Params params_;
@@ -311,6 +209,7 @@ class Engine {
   std::vector<Context> contexts_;
   std::vector<Route> routes_;  // DEFAULT, then ClassTable::engineClassNames()
   size_t ctrlRoute_ = 0;
+  ucx::Worker* fetchWorker_ = nullptr;  // the worker of the active message being handled
   ScopedFd wakeFd_;
   transport::Listener listener_;
   bool listening_ = false;
@@ -319,40 +218,11 @@ class Engine {
 
   uint64_t nextId_ = 1;
   std::map<uint64_t, std::unique_ptr<Peer>> peers_;
-  std::unordered_map<uint64_t, std::unique_ptr<Transfer>> xfers_;
   std::list<std::unique_ptr<Registration>> registrations_;
-  std::multimap<TimePoint, Timer> timers_;
+  Timers<TimerKind> timers_;
   TimePoint lastSocketCheck_{};
   size_t handshaking_ = 0;  // peers in Phase::kHandshake (their sockets are polled every call)
-
-  // Receiver.
-  uint64_t epoch_ = 0;
-  CommitHook hook_;
-  CreditLedger credits_;
-  struct PendingOffer {
-    uint64_t peer;
-    Offer offer;
-    uint64_t id = 0;  // for its expiry timer
-  };
-  std::map<std::tuple<uint64_t, uint64_t, uint32_t>, PendingOffer> offers_;
-  std::map<std::tuple<uint64_t, uint64_t, uint32_t>, uint64_t> receiving_;  // open receivers
-  std::list<uint64_t> waitingCredit_;
-  bool creditSet_ = false;  // the application set a budget (config or set_credit)
-  // Staged bytes per (sender, route), against the class's `credits` when the application set none.
-  std::map<std::pair<uint64_t, size_t>, uint64_t> classStaged_;
-  // Sender: open transfers by (peer, request, transfer, generation).
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t>, uint64_t> sending_;
-  DedupSet committed_{1 << 16};
-  // Expects the application released before an offer came: a later offer is told kCanceled.
-  std::set<std::tuple<uint64_t, uint64_t, uint32_t>> canceled_;
-  std::list<std::tuple<uint64_t, uint64_t, uint32_t>> canceledOrder_;  // oldest first (bounded)
-  GenerationTracker generations_{1 << 16};
-
-  Stats stats_;
-  telemetry::TraceRing trace_;
-  // PACT_FAULT: copied at creation; fault_.active() is the one branch the data path pays.
-  FaultSpec fault_;
-  FaultDice dice_{1, 0};
+  std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
 };
 
 }  // namespace pact::engine

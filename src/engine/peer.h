@@ -36,9 +36,6 @@ struct Engine::Peer {
   auth::Nonce nonce{};
   auth::Nonce peerNonce{};
   std::vector<uint8_t> peerWorker;
-  // Sender's view of this receiver's credit.
-  uint64_t creditBudget = 0;  // 0 = unlimited
-  uint64_t creditInUse = 0;
 };
 
 // A UCX operation on a transfer's blocks (a piece sent or received), from the engine's slab: its

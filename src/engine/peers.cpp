@@ -1,6 +1,6 @@
 // Engine connections: listen/connect, the handshake on the control socket (names, tokens, UCX
 // addresses, PACT_AUTH_KEY_FILE proofs), liveness, and the control messages on UCX active
-// messages, dispatched to the receiver (receiver.cpp) and sender (sender.cpp) sides.
+// messages handed to the protocol.
 #include <algorithm>
 #include <cstring>
 
@@ -29,12 +29,12 @@ Code Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t*
   const auth::Key& key = params_.auth_key;
   p->nonce = auth::freshNonce();
   transport::DeviceCtx& ctrl = *contexts_[routes_[ctrlRoute_].context].dev;
-  Hello hello{config_.name, p->id, epoch_, ctrl.worker(0).address(),
+  Hello hello{config_.name, p->id, proto_->epoch(), ctrl.worker(0).address(),
               key.enabled() ? uint8_t{1} : uint8_t{0}, p->nonce, {}};
   for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
   if (p->socket.send(wire::encodeEngine(encode(Control(hello)))) == Status::kRemoteError)
     return fail(Code::kPeerLost, "connection refused or reset before the handshake");
-  addTimer(now() + params_.peer_timeout, p->id, TimerKind::kHandshake);
+  timers_.add(now() + params_.peer_timeout, p->id, TimerKind::kHandshake);
   *id = p->id;
   peers_.emplace(p->id, std::move(p));
   ++handshaking_;
@@ -91,11 +91,8 @@ Code Engine::checkPeer(uint64_t peer) {
 
 Code Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
   std::lock_guard lock(mu_);
-  auto it = peers_.find(peer);
-  if (it == peers_.end()) return fail(Code::kNotFound, "peer " + std::to_string(peer) + ": unknown");
-  *budget = it->second->creditBudget;
-  *inUse = it->second->creditInUse;
-  return Code::kOk;
+  if (peers_.count(peer) == 0) return fail(Code::kNotFound, "peer " + std::to_string(peer) + ": unknown");
+  return proto_->peerCredit(peer, budget, inUse);
 }
 
 int Engine::acceptConnections() {
@@ -237,8 +234,7 @@ Code Engine::connectEndpoint(Peer& p) {
   p.phase = Peer::Phase::kReady;
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
             p.outbound ? "connected" : "accepted");
-  // Tell the new peer its credit share.
-  sendControl(p, CreditUpdate{credits_.grantFor(p.id)});
+  proto_->peerReady(p.id, p.name);
   return Code::kOk;
 }
 
@@ -250,14 +246,7 @@ void Engine::peerLost(Peer& p, const std::string& why) {
   p.lostReason = why;
   ignore(p.socket.flush());  // a refusal on its way goes out; then the peer sees the close
   p.socket = transport::ControlSocket();
-  forEachLive([&](const Transfer& x) { return x.peer == p.id; }, [&](Transfer& x) {
-    if (x.role == Role::kReceiver) {
-      receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
-    } else {
-      settle(x, Event::kFatalError, Code::kPeerLost);
-    }
-  });
-  std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == p.id; });
+  proto_->peerLost(p.id);
   closePeerEndpoints(p);
   cv_.notify_all();
 }
@@ -291,25 +280,9 @@ ucx::AmVerdict Engine::onControlAm(void* arg, const ucx::AmMessage& msg) {
               p->name.c_str(), m.error().message.c_str());
     return ucx::AmVerdict::kDone;
   }
-  e->dispatch(*p, *m);
+  e->proto_->onControl(p->id, *m);
+  e->cv_.notify_all();
   return ucx::AmVerdict::kDone;
-}
-
-void Engine::dispatch(Peer& p, const Control& m) {
-  std::visit(
-      [&](const auto& msg) {
-        using T = std::decay_t<decltype(msg)>;
-        if constexpr (std::is_same_v<T, Offer>) onOffer(p, msg);
-        else if constexpr (std::is_same_v<T, Done>) onDone(p, msg);
-        else if constexpr (std::is_same_v<T, Advertise>) onAdvertise(p, msg);
-        else if constexpr (std::is_same_v<T, Verdict>) onVerdict(p, msg);
-        else if constexpr (std::is_same_v<T, EpochChange>) onEpochChange(p, msg);
-        else if constexpr (std::is_same_v<T, Cancel>) onCancel(p, msg);
-        else if constexpr (std::is_same_v<T, CreditUpdate>) p.creditBudget = msg.budgetBytes;
-        else PACT_WARN("engine %s: unexpected hello from %s", config_.name.c_str(), p.name.c_str());
-      },
-      m);
-  cv_.notify_all();
 }
 
 }  // namespace pact::engine

@@ -5,8 +5,7 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
-#include "engine/engine.h"
-#include "engine/peer.h"
+#include "engine/protocol.h"
 
 namespace pact::engine {
 
@@ -15,13 +14,9 @@ namespace {
 // How long a receiver waits for missing pieces after the sender's Done (docs/engine.md).
 constexpr auto kStragglerGrace = std::chrono::milliseconds(20);
 
-std::tuple<uint64_t, uint64_t, uint32_t> ident(const TransferKey& k) {
-  return {k.requestId, k.transferId, k.generation};
-}
-
-uint64_t remainingUs(TimePoint deadline) {
+uint64_t remainingUs(TimePoint deadline, TimePoint t) {
   if (deadline == TimePoint::max()) return 0;
-  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now()).count();
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - t).count();
   return static_cast<uint64_t>(std::max<int64_t>(left, 1));
 }
 
@@ -36,15 +31,14 @@ Checksum wireKind(Verify v) {
 
 }  // namespace
 
-Transfer* Engine::openReceiver(const TransferKey& key) {
+Transfer* Protocol::openReceiver(const TransferKey& key) {
   auto it = receiving_.find(ident(key));
   if (it == receiving_.end()) return nullptr;
   auto x = xfers_.find(it->second);
   return x == xfers_.end() ? nullptr : x->second.get();
 }
 
-Code Engine::setEpoch(uint64_t epoch) {
-  std::lock_guard lock(mu_);
+Code Protocol::setEpoch(uint64_t epoch) {
   if (epoch == epoch_) return Code::kOk;
   PACT_INFO("engine %s: model epoch %lu -> %lu", config_.name.c_str(),
             static_cast<unsigned long>(epoch_), static_cast<unsigned long>(epoch));
@@ -65,43 +59,27 @@ Code Engine::setEpoch(uint64_t epoch) {
       ++it;
     }
   }
-  for (auto& [id, p] : peers_) sendControl(*p, EpochChange{epoch});
-  wake();
+  for (auto& [id, p] : peers_) link_.sendControl(id, EpochChange{epoch});
   return Code::kOk;
 }
 
-void Engine::setCommitHook(CommitHook hook) {
-  std::lock_guard lock(mu_);
-  hook_ = std::move(hook);
-}
-
-Code Engine::setCredit(uint64_t peer, uint64_t budget) {
-  std::lock_guard lock(mu_);
+Code Protocol::setCredit(uint64_t to, uint64_t budget) {
+  if (to != 0 && peer(to) == nullptr)
+    return fail(Code::kNotFound, "set_credit: unknown peer " + std::to_string(to));
   creditSet_ = true;
-  if (peer == 0) {
+  if (to == 0) {
     credits_.setTotal(budget);
-    for (auto& [id, p] : peers_) sendControl(*p, CreditUpdate{credits_.grantFor(id)});
+    for (auto& [id, p] : peers_) link_.sendControl(id, CreditUpdate{credits_.grantFor(id)});
   } else {
-    auto it = peers_.find(peer);
-    if (it == peers_.end()) return fail(Code::kNotFound, "set_credit: unknown peer " + std::to_string(peer));
-    credits_.setShare(peer, budget);
-    sendControl(*it->second, CreditUpdate{credits_.grantFor(peer)});  // share or the total
+    credits_.setShare(to, budget);
+    link_.sendControl(to, CreditUpdate{credits_.grantFor(to)});  // share or the total
   }
   advertiseWaiting();
-  wake();
   return Code::kOk;
 }
 
-Code Engine::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-                    const char* trafficClass, uint64_t* xfer) {
-  std::lock_guard lock(mu_);
-  Code c = expectLocked(key, blocks, deadlineUs, trafficClass, xfer);
-  wake();
-  return c;
-}
-
-Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
-                          uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+Code Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                      size_t route, uint64_t* xfer) {
   if (key.modelEpoch != epoch_)
     return fail(Code::kEpochMismatch, "expect " + keyText(key) + ": the receiver is on epoch " +
                                           std::to_string(epoch_));
@@ -109,9 +87,7 @@ Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> bloc
     return fail(Code::kDuplicate, "expect " + keyText(key) + ": already committed or open");
   if (generations_.isStale(key.requestId, key.transferId, key.generation))
     return fail(Code::kStale, "expect " + keyText(key) + ": a newer generation was expected already");
-  uint64_t bytes = 0;
-  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "expect: " + lastError());
-  Transfer& x = newTransfer(Role::kReceiver, key, blocks, routeFor(trafficClass), 0, deadlineUs);
+  Transfer& x = newTransfer(Role::kReceiver, key, blocks, route, 0, deadlineUs);
   generations_.note(key.requestId, key.transferId, key.generation);
   if (canceled_.erase(ident(key)) != 0) std::erase(canceledOrder_, ident(key));  // expected anew
   receiving_[ident(key)] = x.id;
@@ -120,73 +96,72 @@ Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> bloc
   if (offer != offers_.end()) {
     const PendingOffer pending = offer->second;
     offers_.erase(offer);
-    Peer* p = peerByToken(pending.peer);
-    if (p != nullptr) {
+    if (peer(pending.peer) != nullptr) {
       if (pending.offer.bytes != x.bytes) {
-        sendVerdict(p->id, key, Outcome::kAborted, Reason::kSizeMismatch);
-        x.peer = p->id;
+        sendVerdict(pending.peer, key, Outcome::kAborted, Reason::kSizeMismatch);
+        x.peer = pending.peer;
         settle(x, Event::kFatalError, Code::kInvalidArg);
       } else {
-        match(x, *p, pending.offer.deadlineUs);
+        match(x, pending.peer, pending.offer.deadlineUs);
       }
     }
   }
   return Code::kOk;
 }
 
-void Engine::onOffer(Peer& p, const Offer& m) {
+void Protocol::onOffer(uint64_t from, const Offer& m) {
   const TransferKey& k = m.key;
   if (k.modelEpoch != epoch_) {
     ++stats_.staleRejected;
-    sendVerdict(p.id, k, Outcome::kAborted, Reason::kEpochMismatch);
+    sendVerdict(from, k, Outcome::kAborted, Reason::kEpochMismatch);
     return;
   }
   // A newer generation is expected already: stale, even if this one once committed.
   if (generations_.isStale(k.requestId, k.transferId, k.generation)) {
     ++stats_.staleRejected;
-    sendVerdict(p.id, k, Outcome::kAborted, Reason::kStale);
+    sendVerdict(from, k, Outcome::kAborted, Reason::kStale);
     return;
   }
   if (committed_.contains(k.requestId, k.transferId, k.generation)) {
     ++stats_.duplicatesDropped;
-    sendVerdict(p.id, k, Outcome::kCommitted, Reason::kDuplicate);
+    sendVerdict(from, k, Outcome::kCommitted, Reason::kDuplicate);
     return;
   }
   Transfer* x = openReceiver(k);
   if (x == nullptr && canceled_.count(ident(k)) != 0) {
-    sendVerdict(p.id, k, Outcome::kAborted, Reason::kCanceled);  // released before the offer came
+    sendVerdict(from, k, Outcome::kAborted, Reason::kCanceled);  // released before the offer came
     return;
   }
   if (x == nullptr) {
     if (offers_.count(ident(k)) != 0 || offers_.size() >= (1u << 16)) {
       ++stats_.duplicatesDropped;
-      sendVerdict(p.id, k, Outcome::kAborted, Reason::kDuplicate);
+      sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
       return;
     }
     // Waits for the application's expect, at most until the sender's deadline.
     const uint64_t id = nextId_++;
-    offers_[ident(k)] = PendingOffer{p.id, m, id};
+    offers_[ident(k)] = PendingOffer{from, m, id};
     if (m.deadlineUs != 0) addTimer(now() + std::chrono::microseconds(m.deadlineUs), id, TimerKind::kOffer);
     return;
   }
   if (x->matched) {
     ++stats_.duplicatesDropped;  // a second offer of an open transfer
-    if (x->peer != p.id) sendVerdict(p.id, k, Outcome::kAborted, Reason::kDuplicate);
+    if (x->peer != from) sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
     return;
   }
   if (m.bytes != x->bytes) {
-    sendVerdict(p.id, k, Outcome::kAborted, Reason::kSizeMismatch);
-    x->peer = p.id;
+    sendVerdict(from, k, Outcome::kAborted, Reason::kSizeMismatch);
+    x->peer = from;
     fail(Code::kInvalidArg, "");
     settle(*x, Event::kFatalError, Code::kInvalidArg);
     return;
   }
-  match(*x, p, m.deadlineUs);
+  match(*x, from, m.deadlineUs);
 }
 
-void Engine::match(Transfer& x, Peer& p, uint64_t offerDeadlineUs) {
+void Protocol::match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
   x.matched = true;
-  x.peer = p.id;
+  x.peer = from;
   x.matchedAt = now();
   if (offerDeadlineUs != 0) {
     const TimePoint theirs = x.matchedAt + std::chrono::microseconds(offerDeadlineUs);
@@ -201,7 +176,7 @@ void Engine::match(Transfer& x, Peer& p, uint64_t offerDeadlineUs) {
 
 // Grants credit to every matched transfer that fits the budgets, oldest first (first fit: a
 // large transfer does not hold back smaller ones behind it).
-void Engine::advertiseWaiting() {
+void Protocol::advertiseWaiting() {
   for (auto it = waitingCredit_.begin(); it != waitingCredit_.end();) {
     auto xi = xfers_.find(*it);
     if (xi == xfers_.end() || !xi->second->live()) {
@@ -209,12 +184,11 @@ void Engine::advertiseWaiting() {
       continue;
     }
     Transfer& x = *xi->second;
-    Peer* p = peerByToken(x.peer);
-    if (p == nullptr) {
+    if (peer(x.peer) == nullptr) {
       ++it;
       continue;
     }
-    if (!credits_.fits(p->id, x.bytes) || !classCreditFits(x)) {
+    if (!credits_.fits(x.peer, x.bytes) || !classCreditFits(x)) {
       ++it;
       continue;
     }
@@ -226,25 +200,24 @@ void Engine::advertiseWaiting() {
 // The class's `credits` bound what one sender has staged in that class, when the application
 // set no budget of its own. A transfer larger than the whole budget goes alone (it could never
 // fit otherwise).
-bool Engine::classCreditFits(const Transfer& x) const {
-  const uint64_t budget = routes_[x.route].profile.credits;
+bool Protocol::classCreditFits(const Transfer& x) const {
+  const uint64_t budget = config_.routes[x.route].credits;
   if (creditSet_ || budget == 0) return true;
   auto staged = classStaged_.find({x.peer, x.route});
   const uint64_t in = staged == classStaged_.end() ? 0 : staged->second;
   return in == 0 || in + x.bytes <= budget;
 }
 
-void Engine::advertise(Transfer& x) {
-  Peer& p = *peers_.at(x.peer);
+void Protocol::advertise(Transfer& x) {
   x.advertised = true;
-  credits_.take(p.id, x.bytes);
-  classStaged_[{p.id, x.route}] += x.bytes;
+  credits_.take(x.peer, x.bytes);
+  classStaged_[{x.peer, x.route}] += x.bytes;
   stats_.creditStallNs += static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count());
   step(x, Event::kAdvertise);
   Advertise m;
   m.key = x.key;
-  m.deadlineUs = remainingUs(x.deadline);
+  m.deadlineUs = remainingUs(x.deadline, now());
   m.creditBytes = x.bytes;
   m.regionLength = x.bytes;  // a virtual region: the blocks one after another
   uint64_t off = 0;
@@ -252,11 +225,11 @@ void Engine::advertise(Transfer& x) {
     m.blocks.push_back({off, b.length});
     off += b.length;
   }
-  sendControl(p, m);
+  link_.sendControl(x.peer, m);
   step(x, Event::kPost);  // the destination is posted: pieces may land from now on
 }
 
-void Engine::releaseCredit(Transfer& x) {
+void Protocol::releaseCredit(Transfer& x) {
   if (!x.advertised) return;
   x.advertised = false;
   credits_.give(x.peer, x.bytes);
@@ -266,13 +239,12 @@ void Engine::releaseCredit(Transfer& x) {
   advertiseWaiting();
 }
 
-void Engine::sendVerdict(uint64_t peer, const TransferKey& key, Outcome o, Reason r, uint32_t attempt) {
+void Protocol::sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reason r, uint32_t attempt) {
   if (o == Outcome::kCommitted && inject(fault_.loseRemoteDone)) return;
-  Peer* p = peerByToken(peer);
-  if (p != nullptr) sendControl(*p, Verdict{key, o, r, attempt});
+  if (peer(to) != nullptr) link_.sendControl(to, Verdict{key, o, r, attempt});
 }
 
-void Engine::receiverAbort(Transfer& x, Event e, Code result, Reason r) {
+void Protocol::receiverAbort(Transfer& x, Event e, Code result, Reason r) {
   if (!x.live()) return;
   if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, r);
   settle(x, e, result);
@@ -280,28 +252,13 @@ void Engine::receiverAbort(Transfer& x, Event e, Code result, Reason r) {
 
 // ---- pieces ------------------------------------------------------------------------------------
 
-ucx::AmVerdict Engine::onPieceAm(void* arg, const ucx::AmMessage& m) {
-  auto* src = static_cast<AmSource*>(arg);
-  Engine* e = src->engine;
-  auto h = decodePiece(std::span(static_cast<const uint8_t*>(m.header), m.headerLength));
-  if (!h.ok()) {
-    ++e->stats_.outOfRange;
-    PACT_WARN("engine %s: data piece refused: %s", e->config_.name.c_str(), h.error().message.c_str());
-    return ucx::AmVerdict::kRefuse;
-  }
-  return e->onPiece(*h, m, *src->worker);
-}
-
-// Checks the piece against what was advertised before a byte moves, then lands it.
-ucx::AmVerdict Engine::onPiece(const PieceHeader& h, const ucx::AmMessage& m, ucx::Worker& worker) {
+PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* data, size_t length,
+                               bool rendezvous, void* descriptor) {
   // Dropping a piece: kDone also for a rendezvous (UCX then discards it and the sender's send
   // completes normally: duplicates and late pieces are not the sender's failure).
-  const ucx::AmVerdict drop = ucx::AmVerdict::kDone;
-  const size_t length = m.length;
-  const bool rendezvous = m.rendezvous;
-  Peer* p = peerByToken(h.token);
+  const PieceVerdict drop = PieceVerdict::kDone;
   Transfer* x = openReceiver(h.key);
-  if (p == nullptr || x == nullptr || !x->advertised || x->peer != p->id ||
+  if (from == 0 || x == nullptr || !x->advertised || x->peer != from ||
       x->key.modelEpoch != h.key.modelEpoch) {
     // Not (or no longer) open here: revoked, committed, or never advertised.
     if (committed_.contains(h.key.requestId, h.key.transferId, h.key.generation)) {
@@ -322,7 +279,7 @@ ucx::AmVerdict Engine::onPiece(const PieceHeader& h, const ucx::AmMessage& m, uc
               config_.name.c_str(), keyText(x->key).c_str(), h.block,
               static_cast<unsigned long>(h.offset), length);
     receiverAbort(*x, Event::kFatalError, Code::kOutOfRange, Reason::kOutOfRange);
-    return ucx::AmVerdict::kRefuse;
+    return PieceVerdict::kRefuse;
   }
   if (!x->landed.insert({h.block, h.offset}).second) {
     ++stats_.duplicatesDropped;  // the same piece twice
@@ -331,26 +288,19 @@ ucx::AmVerdict Engine::onPiece(const PieceHeader& h, const ucx::AmMessage& m, uc
   if (x->state == State::kPosted) step(*x, Event::kSend);
   uint8_t* dst = x->blocks[h.block].addr + h.offset;
   if (!rendezvous) {
-    std::memcpy(dst, m.data, length);
-    pieceLanded(x->id, x->attempt, dst, length, true);
-    return ucx::AmVerdict::kDone;
+    std::memcpy(dst, data, length);
+    landed(*x, dst, length);
+    return PieceVerdict::kDone;
   }
-  PieceOp* op = pieceOps_.take();
-  *op = PieceOp{};
-  op->done = &Engine::onPieceReceived;
-  op->engine = this;
-  op->xfer = x->id;
-  op->attempt = x->attempt;
-  op->addr = dst;
-  op->size = length;
   ++x->pendingOps;
-  const ucs_status_t st = worker.amRecvData(m.data, dst, length, op);
-  if (st != UCS_INPROGRESS) onPieceReceived(op, st);
-  return ucx::AmVerdict::kDone;
+  link_.fetch(descriptor, dst, length, x->id, x->attempt);
+  return PieceVerdict::kDone;
 }
 
-void Engine::pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length,
-                         bool ok) {
+// A fetched piece: the operation is over first, so completing the transfer sees none pending.
+void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length,
+                            bool ok) {
+  opDone(xferId);
   auto it = xfers_.find(xferId);
   if (it == xfers_.end()) return;
   Transfer& x = *it->second;
@@ -359,6 +309,10 @@ void Engine::pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64
     receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
     return;
   }
+  landed(x, dst, length);
+}
+
+void Protocol::landed(Transfer& x, uint8_t* dst, uint64_t length) {
   if (inject(fault_.corrupt)) dst[dice_.next() % length] ^= 0x10;
   x.landedBytes += length;
   stats_.bytesReceived += length;
@@ -366,7 +320,7 @@ void Engine::pieceLanded(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64
 }
 
 // Asks the sender for attempt + 1 when the retry budget and the deadline allow.
-bool Engine::retryAttempt(Transfer& x, Event why, Reason reason) {
+bool Protocol::retryAttempt(Transfer& x, Event why, Reason reason) {
   if (x.retriesLeft <= 0 || now() >= x.deadline) return false;
   --x.retriesLeft;
   ++x.retries;
@@ -382,7 +336,7 @@ bool Engine::retryAttempt(Transfer& x, Event why, Reason reason) {
   return true;
 }
 
-void Engine::checkMissing(Transfer& x) {
+void Protocol::checkMissing(Transfer& x) {
   if (!x.live() || !x.doneSeen || x.pendingOps != 0 || x.landedBytes == x.bytes) return;
   PACT_INFO("engine %s: %s attempt %u: %lu of %lu bytes arrived", config_.name.c_str(),
             keyText(x.key).c_str(), x.attempt, static_cast<unsigned long>(x.landedBytes),
@@ -392,21 +346,21 @@ void Engine::checkMissing(Transfer& x) {
     receiverAbort(x, Event::kFatalError, Code::kIncomplete, Reason::kIncomplete);
 }
 
-void Engine::onCancel(Peer& p, const Cancel& m) {
+void Protocol::onCancel(uint64_t from, const Cancel& m) {
   offers_.erase(ident(m.key));  // an offer still waiting for its expect
   Transfer* x = openReceiver(m.key);
-  if (x == nullptr || x->peer != p.id || !x->live()) return;
+  if (x == nullptr || x->peer != from || !x->live()) return;
   PACT_INFO("engine %s: %s canceled by the sender %s", config_.name.c_str(), keyText(x->key).c_str(),
-            p.name.c_str());
+            peers_[from].name.c_str());
   settle(*x, Event::kFatalError, Code::kCanceled);
 }
 
-void Engine::onDone(Peer& p, const Done& m) {
+void Protocol::onDone(uint64_t from, const Done& m) {
   Transfer* x = openReceiver(m.key);
-  if (x == nullptr || x->peer != p.id) {
+  if (x == nullptr || x->peer != from) {
     if (committed_.contains(m.key.requestId, m.key.transferId, m.key.generation)) {
       ++stats_.duplicatesDropped;  // our verdict was lost: say it again
-      sendVerdict(p.id, m.key, Outcome::kCommitted, Reason::kDuplicate);
+      sendVerdict(from, m.key, Outcome::kCommitted, Reason::kDuplicate);
     }
     return;
   }
@@ -418,7 +372,7 @@ void Engine::onDone(Peer& p, const Done& m) {
 
 // REMOTE_DONE once every byte of this attempt is in and the sender said Done; then verify and
 // commit (or retry / abort).
-void Engine::tryComplete(Transfer& x) {
+void Protocol::tryComplete(Transfer& x) {
   if (!x.live() || !x.doneSeen || x.pendingOps != 0) return;
   if (x.landedBytes != x.bytes) {
     // The sender finished the attempt but bytes are missing: give stragglers 20 ms (once per

@@ -1,6 +1,6 @@
 // The engine on the transport core: a context per distinct service of the engine classes (from
 // the engine's Fabric), the lanes of each class to each peer, and the UCX calls of the data path
-// (pieces and control messages as active messages, from the operation slabs).
+// (pieces and control messages as active messages, from the operation slabs): the protocol's Link.
 #include <algorithm>
 #include <cstring>
 
@@ -185,9 +185,63 @@ void Engine::closePeerEndpoints(Peer& p) {
   if (p.ctrl) p.ctrl->closeAll(true);
 }
 
+// ---- the Link ---------------------------------------------------------------------------------
+
+std::string Engine::reach(uint64_t peer, size_t route) {
+  Peer* p = peerByToken(peer);
+  if (p == nullptr) return "peer " + std::to_string(peer) + " is not connected";
+  return lanesTo(*p, route) == nullptr ? lastError() : std::string();
+}
+
+void Engine::sendControl(uint64_t peer, const Control& m, int route) {
+  Peer* p = peerByToken(peer);
+  if (p == nullptr || !p->ctrl) return;
+  transport::Lanes* lanes = route >= 0 ? lanesTo(*p, static_cast<size_t>(route)) : nullptr;
+  sendOn(*p, m, lanes != nullptr ? lanes->endpoint(0) : p->ctrl->endpoint(0));
+}
+
+void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
+                       uint64_t n, uint64_t xfer) {
+  PieceOp* op = pieceOps_.take();
+  *op = PieceOp{};
+  op->done = &Engine::onPieceSent;
+  op->engine = this;
+  op->xfer = xfer;
+  op->attempt = h.attempt;
+  op->peer = peer;
+  op->route = route;
+  op->addr = const_cast<uint8_t*>(src);  // read only: UCX sends from it
+  op->size = n;
+  Peer* p = peerByToken(peer);
+  transport::Lanes* lanes = p == nullptr ? nullptr : lanesTo(*p, route);
+  if (lanes == nullptr) {
+    onPieceSent(op, UCS_ERR_NOT_CONNECTED);
+    return;
+  }
+  PieceHeader header = h;
+  header.token = p->remoteToken;
+  encodePiece(header, op->header);
+  lanes->dispatch(op, [this](transport::LanePiece* q, ucx::Endpoint& ep) {
+    postPiece(static_cast<PieceOp*>(q), ep);
+  });
+}
+
+void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) {
+  PieceOp* op = pieceOps_.take();
+  *op = PieceOp{};
+  op->done = &Engine::onPieceFetched;
+  op->engine = this;
+  op->xfer = xfer;
+  op->attempt = attempt;
+  op->addr = dst;
+  op->size = n;
+  const ucs_status_t st = fetchWorker_->amRecvData(descriptor, dst, n, op);
+  if (st != UCS_INPROGRESS) onPieceFetched(op, st);
+}
+
 void Engine::postPiece(PieceOp* op, ucx::Endpoint& ep) {
-  auto it = xfers_.find(op->xfer);
-  if (it == xfers_.end() || !it->second->live() || it->second->attempt != op->attempt) {
+  const Transfer* x = proto_->find(op->xfer);
+  if (x == nullptr || !x->live() || x->attempt != op->attempt) {
     onPieceSent(op, UCS_ERR_CANCELED);  // settled while the piece waited for its lane
     return;
   }
@@ -206,10 +260,11 @@ void Engine::onPieceSent(ucx::Op* o, ucs_status_t st) {
   const uint64_t xfer = op->xfer;
   e->pieceOps_.give(op);
   // A piece withdrawn before it left (cancelled) is no delivery failure.
-  e->pieceSent(xfer, st == UCS_OK || st == UCS_ERR_CANCELED);
+  e->proto_->pieceSent(xfer, st == UCS_OK || st == UCS_ERR_CANCELED);
+  e->cv_.notify_all();
 }
 
-void Engine::onPieceReceived(ucx::Op* o, ucs_status_t st) {
+void Engine::onPieceFetched(ucx::Op* o, ucs_status_t st) {
   auto* op = static_cast<PieceOp*>(o);
   Engine* e = op->engine;
   const uint64_t xfer = op->xfer;
@@ -217,9 +272,8 @@ void Engine::onPieceReceived(ucx::Op* o, ucs_status_t st) {
   uint8_t* dst = op->addr;
   const uint64_t length = op->size;
   e->pieceOps_.give(op);
-  // The operation is over first, so completing the transfer sees no receive pending.
-  e->opDone(xfer);
-  e->pieceLanded(xfer, attempt, dst, length, st == UCS_OK);
+  e->proto_->pieceFetched(xfer, attempt, dst, length, st == UCS_OK);
+  e->cv_.notify_all();
 }
 
 void Engine::onControlSent(ucx::Op* o, ucs_status_t) {
@@ -227,10 +281,7 @@ void Engine::onControlSent(ucx::Op* o, ucs_status_t) {
   op->engine->controlOps_.give(op);
 }
 
-void Engine::sendControl(Peer& p, const Control& m, ucx::Endpoint* via) {
-  if (p.phase != Peer::Phase::kReady) return;
-  if (!p.ctrl) return;
-  ucx::Endpoint& ep = via != nullptr ? *via : p.ctrl->endpoint(0);
+void Engine::sendOn(Peer& p, const Control& m, ucx::Endpoint& ep) {
   ControlOp* op = controlOps_.take();
   op->engine = this;
   op->done = &Engine::onControlSent;
@@ -242,6 +293,22 @@ void Engine::sendControl(Peer& p, const Control& m, ucx::Endpoint* via) {
     PACT_WARN("engine %s: control message to %s failed: %s", config_.name.c_str(), p.name.c_str(),
               ucs_status_string(st));
   controlOps_.give(op);
+}
+
+ucx::AmVerdict Engine::onPieceAm(void* arg, const ucx::AmMessage& m) {
+  auto* src = static_cast<AmSource*>(arg);
+  Engine* e = src->engine;
+  auto h = decodePiece(std::span(static_cast<const uint8_t*>(m.header), m.headerLength));
+  if (!h.ok()) {
+    PACT_WARN("engine %s: data piece refused: %s", e->config_.name.c_str(), h.error().message.c_str());
+    return ucx::AmVerdict::kRefuse;
+  }
+  Peer* p = e->peerByToken(h->token);
+  e->fetchWorker_ = src->worker;
+  const PieceVerdict v =
+      e->proto_->onPiece(p == nullptr ? 0 : p->id, *h, m.data, m.length, m.rendezvous, m.data);
+  e->fetchWorker_ = nullptr;
+  return v == PieceVerdict::kRefuse ? ucx::AmVerdict::kRefuse : ucx::AmVerdict::kDone;
 }
 
 }  // namespace pact::engine

@@ -5,8 +5,7 @@
 
 #include "common/checksum.h"
 #include "common/log.h"
-#include "engine/engine.h"
-#include "engine/peer.h"
+#include "engine/protocol.h"
 
 namespace pact::engine {
 
@@ -36,46 +35,31 @@ Code codeFor(Reason r) {
 
 }  // namespace
 
-Code Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-                  uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
-  std::lock_guard lock(mu_);
-  Code c = sendLocked(peer, key, blocks, deadlineUs, trafficClass, xfer);
-  wake();
-  return c;
-}
-
-Code Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-                        uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
-  Peer* p = peerByToken(peer);
-  if (p == nullptr) {
-    auto it = peers_.find(peer);
-    if (it == peers_.end()) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(peer));
-    return fail(Code::kPeerLost, "send: peer " + it->second->name + " lost: " + it->second->lostReason);
-  }
-  if (sending_.count({peer, key.requestId, key.transferId, key.generation}) != 0)
+Code Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
+                    uint64_t deadlineUs, size_t route, uint64_t* xfer) {
+  if (peer(to) == nullptr) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(to));
+  if (sending_.count({to, key.requestId, key.transferId, key.generation}) != 0)
     return fail(Code::kDuplicate, "send " + keyText(key) + ": already open to this peer");
-  uint64_t bytes = 0;
-  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "send: " + lastError());
-  const size_t route = routeFor(trafficClass);
-  if (lanesTo(*p, route) == nullptr) return fail(Code::kRefused, "send " + keyText(key) + ": " + lastError());
+  if (std::string why = link_.reach(to, route); !why.empty())
+    return fail(Code::kRefused, "send " + keyText(key) + ": " + why);
   TransferKey k = key;
   if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
     k.modelEpoch += fault_.epochSkew;
     ++stats_.faultsInjected;
   }
-  Transfer& x = newTransfer(Role::kSender, k, blocks, route, peer, deadlineUs);
-  sending_[{peer, k.requestId, k.transferId, k.generation}] = x.id;
+  Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
+  sending_[{to, k.requestId, k.transferId, k.generation}] = x.id;
   uint64_t left = 0;
   if (x.deadline != TimePoint::max())
     left = static_cast<uint64_t>(std::max<int64_t>(
         1, std::chrono::duration_cast<std::chrono::microseconds>(x.deadline - now()).count()));
-  sendControl(*p, Offer{k, x.bytes, left});
+  link_.sendControl(to, Offer{k, x.bytes, left});
   *xfer = x.id;
   return Code::kOk;
 }
 
-void Engine::onAdvertise(Peer& p, const Advertise& m) {
-  auto it = sending_.find({p.id, m.key.requestId, m.key.transferId, m.key.generation});
+void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
+  auto it = sending_.find({from, m.key.requestId, m.key.transferId, m.key.generation});
   if (it == sending_.end()) return;  // aborted here already; the receiver's deadline ends it
   Transfer& x = *xfers_.at(it->second);
   if (!x.live() || x.state != State::kAllocated) return;
@@ -89,7 +73,7 @@ void Engine::onAdvertise(Peer& p, const Advertise& m) {
     return;
   }
   for (const Block& b : m.blocks) x.remoteBlocks.push_back(b.length);
-  p.creditInUse += x.bytes;
+  if (PeerView* p = peer(from)) p->creditInUse += x.bytes;
   if (m.deadlineUs != 0) {
     const TimePoint theirs = now() + std::chrono::microseconds(m.deadlineUs);
     if (theirs < x.deadline) {
@@ -103,18 +87,15 @@ void Engine::onAdvertise(Peer& p, const Advertise& m) {
 }
 
 // Cuts the source into pieces at both sides' block boundaries and the class's chunk, and gives
-// them to the class's lanes (one lane: in order; several: steered); UCX picks eager or
-// rendezvous (zero-copy) by size.
-void Engine::postPieces(Transfer& x) {
-  Peer* p = peerByToken(x.peer);
-  transport::Lanes* lanes = p == nullptr ? nullptr : lanesTo(*p, x.route);
-  if (lanes == nullptr) {
+// them to the link (the class's lanes: one lane in order, several steered).
+void Protocol::postPieces(Transfer& x) {
+  if (peer(x.peer) == nullptr) {
     settle(x, Event::kFatalError, Code::kPeerLost);
     return;
   }
   step(x, Event::kSend);
   x.piecesPosted = true;
-  const uint64_t chunk = routes_[x.route].profile.chunk;
+  const uint64_t chunk = config_.routes[x.route].chunk;
   size_t src = 0, dst = 0;
   uint64_t srcOff = 0, dstOff = 0;
   const uint64_t id = x.id;
@@ -124,23 +105,11 @@ void Engine::postPieces(Transfer& x) {
     // Faults: a piece not delivered, or delivered twice.
     const int copies = inject(fault_.drop) ? 0 : inject(fault_.dup) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
-      PieceOp* op = pieceOps_.take();
-      *op = PieceOp{};
-      op->done = &Engine::onPieceSent;
-      op->engine = this;
-      op->xfer = id;
-      op->attempt = x.attempt;
-      op->peer = p->id;
-      op->route = x.route;
-      op->addr = x.blocks[src].addr + srcOff;
-      op->size = n;
-      encodePiece(PieceHeader{p->remoteToken, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
-                  op->header);
       ++x.pendingOps;
       stats_.bytesSent += n;
-      lanes->dispatch(op, [this](transport::LanePiece* q, ucx::Endpoint& ep) {
-        postPiece(static_cast<PieceOp*>(q), ep);
-      });
+      link_.sendPiece(x.peer, x.route,
+                      PieceHeader{0, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
+                      x.blocks[src].addr + srcOff, n, id);
     }
     srcOff += n;
     dstOff += n;
@@ -150,7 +119,7 @@ void Engine::postPieces(Transfer& x) {
   pieceSent(id, true);  // drops the posting hold
 }
 
-void Engine::pieceSent(uint64_t xferId, bool ok) {
+void Protocol::pieceSent(uint64_t xferId, bool ok) {
   auto it = xfers_.find(xferId);
   if (it == xfers_.end()) return;
   Transfer& x = *it->second;
@@ -165,9 +134,8 @@ void Engine::pieceSent(uint64_t xferId, bool ok) {
   if (y.live() && y.pendingOps == 0 && y.state == State::kInFlight) sendDone(y);
 }
 
-void Engine::sendDone(Transfer& x) {
-  Peer* p = peerByToken(x.peer);
-  if (p == nullptr) return;
+void Protocol::sendDone(Transfer& x) {
+  if (peer(x.peer) == nullptr) return;
   const bool lost = inject(fault_.loseRemoteDone);
   Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
   if (x.verify != Verify::kNone) {
@@ -177,8 +145,7 @@ void Engine::sendDone(Transfer& x) {
   }
   // On the class's first lane, behind the pieces it carried (the others may still be landing:
   // the receiver waits for them).
-  transport::Lanes* lanes = lanesTo(*p, x.route);
-  if (!lost) sendControl(*p, d, lanes != nullptr ? &lanes->endpoint(0) : nullptr);
+  if (!lost) link_.sendControl(x.peer, d, static_cast<int>(x.route));
   x.doneSent = true;  // (a lost one counts: the receiver may get the repeat)
   x.doneSentAt = now();
   // The verdict may be lost: say Done again after a while (the receiver answers a Done of a
@@ -190,8 +157,8 @@ void Engine::sendDone(Transfer& x) {
   addTimer(x.doneSentAt + again, x.id, TimerKind::kResendDone, x.attempt);
 }
 
-void Engine::onVerdict(Peer& p, const Verdict& m) {
-  auto it = sending_.find({p.id, m.key.requestId, m.key.transferId, m.key.generation});
+void Protocol::onVerdict(uint64_t from, const Verdict& m) {
+  auto it = sending_.find({from, m.key.requestId, m.key.transferId, m.key.generation});
   if (it == sending_.end()) return;
   Transfer& x = *xfers_.at(it->second);
   if (!x.live()) return;
@@ -226,7 +193,7 @@ void Engine::onVerdict(Peer& p, const Verdict& m) {
   }
 }
 
-void Engine::senderWithdraw(Transfer& x, Code result, bool waitVerdict) {
+void Protocol::senderWithdraw(Transfer& x, Code result, bool waitVerdict) {
   if (!x.live()) return;
   if (x.doneSent) {
     // The receiver may commit on that Done: only its verdict (or the deadline, or the peer's
@@ -234,14 +201,14 @@ void Engine::senderWithdraw(Transfer& x, Code result, bool waitVerdict) {
     if (!waitVerdict) settle(x, Event::kFatalError, result);
     return;
   }
-  if (Peer* p = peerByToken(x.peer)) sendControl(*p, Cancel{x.key});
+  if (peer(x.peer) != nullptr) link_.sendControl(x.peer, Cancel{x.key});
   settle(x, Event::kFatalError, result);
 }
 
-void Engine::onEpochChange(Peer& p, const EpochChange& m) {
+void Protocol::onEpochChange(uint64_t from, const EpochChange& m) {
   forEachLive(
       [&](const Transfer& x) {
-        return x.role == Role::kSender && x.peer == p.id && x.key.modelEpoch != m.newEpoch;
+        return x.role == Role::kSender && x.peer == from && x.key.modelEpoch != m.newEpoch;
       },
       [&](Transfer& x) { settle(x, Event::kEpochMismatch, Code::kEpochMismatch); });
 }

@@ -1,0 +1,40 @@
+// Link: what the commit protocol (protocol.h) needs of the connections under it, and nothing
+// else. The engine's link runs on the transport core (UCX active messages over each class's
+// lanes, routes.cpp); the protocol tests run two protocols over an in-memory link that drops,
+// duplicates, reorders and delays what they choose (tests/unit/protocol_test.cpp).
+//
+// Every call is made with the engine's lock held. Peers are the ids the engine gave them
+// (Protocol::peerReady); routes are the engine classes' indices (DEFAULT first).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "engine/control.h"
+
+namespace pact::engine {
+
+// What became of an arriving piece: taken (landed, being fetched, or dropped as stale or a
+// duplicate) or refused (out of range: a rendezvous sender's operation then fails).
+enum class PieceVerdict : uint8_t { kDone, kRefuse };
+
+class Link {
+ public:
+  // Empty when route can carry pieces to peer; otherwise why not (the send fails with it).
+  virtual std::string reach(uint64_t peer, size_t route) = 0;
+  // A control message to peer, in order with the others to it. route >= 0: the transfer's Done,
+  // sent behind its pieces on the route's first lane.
+  virtual void sendControl(uint64_t peer, const Control& m, int route = -1) = 0;
+  // A piece of n bytes at src (the link fills h.token). The link calls Protocol::pieceSent(xfer,
+  // ok) exactly once for it, later (never from inside this call), also when it gives it up.
+  virtual void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
+                         uint64_t n, uint64_t xfer) = 0;
+  // Only from inside Protocol::onPiece for a rendezvous piece: fetches its n bytes into dst,
+  // then calls Protocol::pieceFetched(xfer, attempt, dst, n, ok) exactly once, later.
+  virtual void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) = 0;
+
+ protected:
+  ~Link() = default;
+};
+
+}  // namespace pact::engine

@@ -1,0 +1,264 @@
+// The protocol's bookkeeping both sides share: creation, the one place a transfer changes
+// state, settling and freeing, timers, queries, the peer table, teardown.
+#include "engine/protocol.h"
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace pact::engine {
+
+Protocol::Protocol(const ProtocolConfig& config, Link& link)
+    : config_(config), link_(link), epoch_(config.epoch),
+      credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
+      trace_(config.traceEvents), fault_(config.fault) {
+  creditSet_ = config.creditBudget != 0;
+  if (fault_.active()) {
+    static uint64_t protocols = 0;  // each engine of a process draws its own sequence
+    dice_ = FaultDice(fault_.seed, ++protocols);
+  }
+}
+
+Protocol::PeerView* Protocol::peer(uint64_t id) {
+  auto it = peers_.find(id);
+  return it == peers_.end() ? nullptr : &it->second;
+}
+
+void Protocol::peerReady(uint64_t id, const std::string& name) {
+  peers_[id].name = name;
+  link_.sendControl(id, CreditUpdate{credits_.grantFor(id)});  // the new peer's credit share
+}
+
+void Protocol::peerLost(uint64_t id) {
+  forEachLive([&](const Transfer& x) { return x.peer == id; }, [&](Transfer& x) {
+    if (x.role == Role::kReceiver) {
+      receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
+    } else {
+      settle(x, Event::kFatalError, Code::kPeerLost);
+    }
+  });
+  std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == id; });
+  peers_.erase(id);
+}
+
+Code Protocol::peerCredit(uint64_t id, uint64_t* budget, uint64_t* inUse) const {
+  auto it = peers_.find(id);
+  if (it == peers_.end()) return fail(Code::kNotFound, "peer " + std::to_string(id) + ": unknown");
+  *budget = it->second.creditBudget;
+  *inUse = it->second.creditInUse;
+  return Code::kOk;
+}
+
+void Protocol::onControl(uint64_t from, const Control& m) {
+  if (peer(from) == nullptr) return;  // from a connection already lost
+  std::visit(
+      [&](const auto& msg) {
+        using T = std::decay_t<decltype(msg)>;
+        if constexpr (std::is_same_v<T, Offer>) onOffer(from, msg);
+        else if constexpr (std::is_same_v<T, Done>) onDone(from, msg);
+        else if constexpr (std::is_same_v<T, Advertise>) onAdvertise(from, msg);
+        else if constexpr (std::is_same_v<T, Verdict>) onVerdict(from, msg);
+        else if constexpr (std::is_same_v<T, EpochChange>) onEpochChange(from, msg);
+        else if constexpr (std::is_same_v<T, Cancel>) onCancel(from, msg);
+        else if constexpr (std::is_same_v<T, CreditUpdate>) peers_[from].creditBudget = msg.budgetBytes;
+        else PACT_WARN("engine %s: unexpected handshake message from %s", config_.name.c_str(),
+                       peers_[from].name.c_str());
+      },
+      m);
+}
+
+void Protocol::abortAll() {
+  forEachLive([](const Transfer&) { return true; }, [&](Transfer& x) {
+    if (x.role == Role::kReceiver) {
+      receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kShutdown);
+    } else {
+      senderWithdraw(x, Code::kPeerLost, false);
+    }
+  });
+}
+
+bool Protocol::busy() const {
+  return std::any_of(xfers_.begin(), xfers_.end(), [](auto& kv) { return kv.second->pendingOps > 0; });
+}
+
+Code Protocol::query(uint64_t xfer, XferInfo* info) const {
+  const Transfer* x = find(xfer);
+  if (x == nullptr)
+    return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
+  *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
+  return Code::kOk;
+}
+
+Stats Protocol::stats() const {
+  Stats s = stats_;
+  s.stagedBytes = credits_.staged();
+  s.peakStagedBytes = credits_.peak();
+  s.creditBudget = credits_.total();
+  return s;
+}
+
+int Protocol::fireTimers() {
+  return timers_.popDue(now(), [&](const Timers<TimerKind>::Timer& timer) {
+    if (timer.kind == TimerKind::kOffer)
+      return std::erase_if(offers_, [&](const auto& kv) { return kv.second.id == timer.id; }) > 0;
+    auto it = xfers_.find(timer.id);
+    if (it == xfers_.end() || !it->second->live()) return false;
+    Transfer& x = *it->second;
+    // A grace or resend timer of an earlier attempt: that attempt is over.
+    if (timer.kind != TimerKind::kDeadline && timer.attempt != x.attempt) return false;
+    if (timer.kind == TimerKind::kDeadline) {
+      if (x.role == Role::kReceiver) {
+        receiverAbort(x, Event::kDeadline, Code::kDeadline, Reason::kDeadline);
+      } else {
+        settle(x, Event::kDeadline, Code::kDeadline);
+      }
+    } else if (timer.kind == TimerKind::kMissing) {
+      checkMissing(x);
+    } else if (x.role == Role::kSender && x.piecesPosted && x.pendingOps == 0) {
+      sendDone(x);  // the receiver's verdict did not come: say Done again
+    }
+    return true;
+  });
+}
+
+std::string Protocol::keyText(const TransferKey& k) {
+  return "(request " + std::to_string(k.requestId) + ", transfer " + std::to_string(k.transferId) +
+         ", epoch " + std::to_string(k.modelEpoch) + ", generation " + std::to_string(k.generation) + ")";
+}
+
+Transfer& Protocol::newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
+                              size_t route, uint64_t peer, uint64_t deadlineUs) {
+  const Profile& profile = config_.routes[route];
+  auto x = std::make_unique<Transfer>();
+  x->id = nextId_++;
+  x->role = role;
+  x->key = key;
+  x->created = now();
+  x->peer = peer;
+  x->verify = profile.verify;
+  x->retriesLeft = profile.retries;
+  x->route = route;
+  for (const BlockRef& b : blocks) {
+    x->blocks.push_back({b.mr, b.mr->addr + b.offset, b.offset, b.length});
+    x->bytes += b.length;
+    ++b.mr->users;
+  }
+  const auto budget = deadlineUs != 0 ? std::chrono::microseconds(deadlineUs) : profile.timeout;
+  if (budget.count() > 0) x->deadline = x->created + budget;
+  Transfer& ref = *x;
+  xfers_.emplace(ref.id, std::move(x));
+  ++stats_.openTransfers;
+  addTimer(ref.deadline, ref.id, TimerKind::kDeadline);
+  trace_.record({telemetry::monotonicNs(), key.requestId, key.transferId, key.modelEpoch,
+                 key.generation, peer, static_cast<uint8_t>(role), static_cast<uint8_t>(State::kAllocated),
+                 0xff});
+  return ref;
+}
+
+// The one place a transfer changes state: through the transition table, recorded in the trace.
+bool Protocol::step(Transfer& x, Event e) {
+  auto to = next(x.state, e);
+  if (!to) {
+    PACT_DEBUG("engine %s: %s %s ignores %s", config_.name.c_str(), keyText(x.key).c_str(),
+               stateName(x.state), eventName(e));
+    return false;
+  }
+  x.state = *to;
+  trace_.record({telemetry::monotonicNs(), x.key.requestId, x.key.transferId, x.key.modelEpoch,
+                 x.key.generation, x.peer, static_cast<uint8_t>(x.role), static_cast<uint8_t>(*to),
+                 static_cast<uint8_t>(e)});
+  return true;
+}
+
+// Ends the transfer: COMMITTED (e == kCommit) or ABORTED with result. Gives back the sender's
+// credit view; the receiver's credit goes back in releaseCredit.
+void Protocol::settle(Transfer& x, Event e, Code result) {
+  if (!x.live()) return;
+  if (!step(x, e)) {
+    // e.g. a deadline in a state the table has no edge for: every live state can abort fatally.
+    if (!step(x, Event::kFatalError)) return;
+  }
+  x.settled = true;
+  x.result = result;
+  if (result == Code::kOk) {
+    ++stats_.committed;
+  } else {
+    ++stats_.aborted;
+  }
+  if (x.role == Role::kSender) {
+    sending_.erase({x.peer, x.key.requestId, x.key.transferId, x.key.generation});
+    PeerView* p = peer(x.peer);
+    if (p != nullptr && x.state != State::kAllocated && x.remoteBlocks.size() > 0)
+      p->creditInUse -= std::min(p->creditInUse, x.bytes);
+  } else {
+    receiving_.erase({x.key.requestId, x.key.transferId, x.key.generation});
+    waitingCredit_.remove(x.id);
+    releaseCredit(x);
+  }
+  maybeFinish(x);
+}
+
+// Frees the transfer once the application released it and nothing touches its blocks.
+void Protocol::maybeFinish(Transfer& x) {
+  if (!x.final() || !x.userReleased) return;
+  step(x, Event::kRelease);
+  for (Extent& b : x.blocks) --b.mr->users;
+  --stats_.openTransfers;
+  xfers_.erase(x.id);
+}
+
+void Protocol::opDone(uint64_t xferId) {
+  auto it = xfers_.find(xferId);
+  if (it == xfers_.end()) return;
+  Transfer& x = *it->second;
+  --x.pendingOps;
+  if (x.pendingOps == 0) maybeFinish(x);
+}
+
+void Protocol::forEachLive(const std::function<bool(const Transfer&)>& pred,
+                         const std::function<void(Transfer&)>& fn) {
+  std::vector<uint64_t> ids;
+  for (auto& [id, x] : xfers_) {
+    if (x->live() && pred(*x)) ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    auto it = xfers_.find(id);
+    if (it != xfers_.end() && it->second->live()) fn(*it->second);
+  }
+}
+
+const Transfer* Protocol::find(uint64_t xfer) const {
+  auto it = xfers_.find(xfer);
+  return it == xfers_.end() ? nullptr : it->second.get();
+}
+
+// A released transfer stays queryable until it is final (then the engine frees it): so the
+// application can wait for an aborted transfer's blocks to be free again.
+void Protocol::rememberCanceled(const TransferKey& k) {
+  const auto key = std::make_tuple(k.requestId, k.transferId, k.generation);
+  if (!canceled_.insert(key).second) return;
+  canceledOrder_.push_back(key);
+  if (canceledOrder_.size() > (1u << 12)) {
+    canceled_.erase(canceledOrder_.front());
+    canceledOrder_.pop_front();
+  }
+}
+
+Code Protocol::release(uint64_t xfer) {
+  auto it = xfers_.find(xfer);
+  if (it == xfers_.end() || it->second->userReleased)
+    return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
+  Transfer& x = *it->second;
+  x.userReleased = true;
+  if (!x.live()) {
+    maybeFinish(x);
+  } else if (x.role == Role::kReceiver) {  // settling frees it once nothing touches its blocks
+    if (!x.matched) rememberCanceled(x.key);
+    receiverAbort(x, Event::kFatalError, Code::kCanceled, Reason::kCanceled);
+  } else {
+    senderWithdraw(x, Code::kCanceled, true);
+  }
+  return find(xfer) == nullptr ? Code::kOk : Code::kInProgress;
+}
+
+}  // namespace pact::engine

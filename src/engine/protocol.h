@@ -1,0 +1,199 @@
+// Protocol: the epoch-aware commit protocol of the engine (ARCHITECTURE.md section 5,
+// docs/engine.md), both sides of every transfer, with nothing of UCX or sockets in it: it talks
+// to its peers through a Link (link.h). It owns the transfers, the receiver's credit ledger and
+// its pending offers, the dedup and generation tables, the timers, the per-peer credit view, the
+// counters and the trace. The engine (engine.h) owns the connections and the link; the protocol
+// tests drive two protocols over an in-memory link with a clock of their own.
+//
+// Not synchronized: every call runs under the engine's lock (UCX callbacks run inside progress
+// with it held). Files: protocol.cpp (transfers, timers, queries), receiver.cpp, sender.cpp.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <map>
+#include <memory>
+#include <set>
+#include <span>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "common/fault.h"
+#include "engine/credits.h"
+#include "engine/dedup.h"
+#include "engine/link.h"
+#include "engine/timers.h"
+#include "engine/types.h"
+#include "telemetry/trace.h"
+#include "transport/profile.h"
+
+namespace pact::engine {
+
+struct ProtocolConfig {
+  std::string name;              // the engine's, for messages
+  uint64_t epoch = 0;            // the model epoch it starts on
+  uint64_t creditBudget = 0;     // 0: none set (kUnlimited, and the classes' credits apply)
+  std::vector<Profile> routes;   // the engine classes' profiles, DEFAULT first
+  size_t traceEvents = 1 << 16;
+  FaultSpec fault;               // PACT_FAULT
+  TimePoint (*clock)() = &pact::now;  // the tests' own clock
+};
+
+class Protocol {
+ public:
+  Protocol(const ProtocolConfig& config, Link& link);
+  Protocol(const Protocol&) = delete;
+  Protocol& operator=(const Protocol&) = delete;
+
+  // ---- the application's calls (blocks already checked against the registrations) ----
+  Code expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+              size_t route, uint64_t* xfer);
+  Code send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+            uint64_t deadlineUs, size_t route, uint64_t* xfer);
+  // kOk: gone; kInProgress: final later (query/wait keep working on it until then).
+  Code release(uint64_t xfer);
+  Code query(uint64_t xfer, XferInfo* info) const;
+  const Transfer* find(uint64_t xfer) const;
+  void markGroupChunk(uint64_t xfer) { xfers_.at(xfer)->groupChunk = true; }
+  Code setEpoch(uint64_t epoch);
+  uint64_t epoch() const { return epoch_; }
+  void setCommitHook(CommitHook hook) { hook_ = std::move(hook); }
+  // peer 0: the total budget.
+  Code setCredit(uint64_t peer, uint64_t budget);
+  Code peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) const;
+  Stats stats() const;
+  size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max) {
+    return trace_.read(cursor, out, max);
+  }
+
+  // ---- the connections' events ----
+  // A peer became ready: it is told its credit.
+  void peerReady(uint64_t peer, const std::string& name);
+  // A peer is gone: its transfers abort (PACT_ERR_PEER_LOST), its offers are dropped.
+  void peerLost(uint64_t peer);
+  // A control message of a transfer (Offer, Advertise, Done, Verdict, EpochChange, Credit, Cancel).
+  void onControl(uint64_t peer, const Control& m);
+  // A piece from peer (0: unknown connection): range-checked before a byte moves, then landed
+  // (copied now, or fetched through the link for a rendezvous: descriptor).
+  PieceVerdict onPiece(uint64_t peer, const PieceHeader& h, const void* data, size_t length,
+                       bool rendezvous, void* descriptor);
+  void pieceSent(uint64_t xfer, bool ok);
+  void pieceFetched(uint64_t xfer, uint32_t attempt, uint8_t* dst, uint64_t length, bool ok);
+
+  // ---- time and teardown ----
+  int fireTimers();
+  TimePoint nextTimer() const { return timers_.next(); }
+  // Destroy: every open transfer aborts, each peer is told.
+  void abortAll();
+  // Whether a UCX operation still reads or writes a transfer's blocks.
+  bool busy() const;
+  size_t openTransfers() const { return xfers_.size(); }
+
+  static std::string keyText(const TransferKey& k);
+
+ private:
+  // kMissing: Done came but pieces of the attempt did not (dropped); a grace period, then retry.
+  // kOffer: an offer waiting for its expect reached the sender's deadline.
+  enum class TimerKind : uint8_t { kDeadline, kResendDone, kMissing, kOffer };
+  // The protocol's view of a peer: its name and, as a sender, the credit it was granted.
+  struct PeerView {
+    std::string name;
+    uint64_t creditBudget = 0;  // 0 = unlimited
+    uint64_t creditInUse = 0;
+  };
+  using Ident = std::tuple<uint64_t, uint64_t, uint32_t>;  // (request, transfer, generation)
+  static Ident ident(const TransferKey& k) { return {k.requestId, k.transferId, k.generation}; }
+
+  TimePoint now() const { return config_.clock(); }
+  // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
+  bool inject(double p) {
+    if (!fault_.active() || !dice_.roll(p)) return false;
+    ++stats_.faultsInjected;
+    return true;
+  }
+  PeerView* peer(uint64_t id);
+  void addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt = 0) {
+    timers_.add(at, id, kind, attempt);
+  }
+
+  // ---- transfers (protocol.cpp) ----
+  // peer: the receiver (sender side), 0 until an offer matches (receiver side).
+  Transfer& newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
+                        size_t route, uint64_t peer, uint64_t deadlineUs);
+  bool step(Transfer& x, Event e);
+  void settle(Transfer& x, Event e, Code result);
+  void maybeFinish(Transfer& x);
+  void opDone(uint64_t xferId);
+  Transfer* openReceiver(const TransferKey& key);
+  // Calls fn on every live transfer matching pred; fn may settle (and so free) it.
+  void forEachLive(const std::function<bool(const Transfer&)>& pred,
+                   const std::function<void(Transfer&)>& fn);
+
+  // ---- receiver (receiver.cpp) ----
+  void onOffer(uint64_t from, const Offer& m);
+  void onDone(uint64_t from, const Done& m);
+  void onCancel(uint64_t from, const Cancel& m);
+  void match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs);
+  void advertiseWaiting();
+  void advertise(Transfer& x);
+  bool classCreditFits(const Transfer& x) const;
+  void sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reason r, uint32_t attempt = 0);
+  void landed(Transfer& x, uint8_t* dst, uint64_t length);
+  void checkMissing(Transfer& x);
+  void tryComplete(Transfer& x);
+  bool retryAttempt(Transfer& x, Event why, Reason reason);
+  void receiverAbort(Transfer& x, Event e, Code result, Reason r);
+  void releaseCredit(Transfer& x);
+  void rememberCanceled(const TransferKey& k);
+
+  // ---- sender (sender.cpp) ----
+  void onAdvertise(uint64_t from, const Advertise& m);
+  void onVerdict(uint64_t from, const Verdict& m);
+  void onEpochChange(uint64_t from, const EpochChange& m);
+  // The sender's application gave the transfer up: before its Done left the receiver is told
+  // (Cancel) and never commits; after, the verdict still settles it (a release cannot un-commit).
+  // waitVerdict: a release (the transfer stays open until its verdict); a destroy settles now.
+  void senderWithdraw(Transfer& x, Code result, bool waitVerdict);
+  void postPieces(Transfer& x);
+  void sendDone(Transfer& x);
+
+  ProtocolConfig config_;
+  Link& link_;
+  uint64_t nextId_ = 1;
+  std::unordered_map<uint64_t, std::unique_ptr<Transfer>> xfers_;
+  std::map<uint64_t, PeerView> peers_;
+  Timers<TimerKind> timers_;
+
+  // Receiver.
+  uint64_t epoch_ = 0;
+  CommitHook hook_;
+  CreditLedger credits_;
+  bool creditSet_ = false;  // the application set a budget (config or setCredit)
+  // Staged bytes per (sender, route), against the class's `credits` when the application set none.
+  std::map<std::pair<uint64_t, size_t>, uint64_t> classStaged_;
+  struct PendingOffer {
+    uint64_t peer;
+    Offer offer;
+    uint64_t id = 0;  // for its expiry timer
+  };
+  std::map<Ident, PendingOffer> offers_;
+  std::map<Ident, uint64_t> receiving_;  // open receivers
+  std::list<uint64_t> waitingCredit_;
+  DedupSet committed_{1 << 16};
+  GenerationTracker generations_{1 << 16};
+  // Expects the application released before an offer came: a later offer is told kCanceled.
+  std::set<Ident> canceled_;
+  std::list<Ident> canceledOrder_;  // oldest first (bounded)
+
+  // Sender: open transfers by (peer, request, transfer, generation).
+  std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t>, uint64_t> sending_;
+
+  Stats stats_;
+  telemetry::TraceRing trace_;
+  FaultSpec fault_;
+  FaultDice dice_{1, 0};
+};
+
+}  // namespace pact::engine

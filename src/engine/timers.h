@@ -1,0 +1,43 @@
+// Timers: what must happen at a time (a deadline, a resend, a grace period), ordered by time. A
+// timer names an object by id and carries the attempt it was armed for, so the owner can tell a
+// timer of an attempt that is over. Not synchronized (the owner's lock).
+#pragma once
+
+#include <cstdint>
+#include <map>
+
+#include "common/clock.h"
+
+namespace pact::engine {
+
+template <typename Kind>
+class Timers {
+ public:
+  struct Timer {
+    uint64_t id;
+    Kind kind;
+    uint32_t attempt = 0;
+  };
+  // TimePoint::max() arms nothing.
+  void add(TimePoint at, uint64_t id, Kind kind, uint32_t attempt = 0) {
+    if (at != TimePoint::max()) timers_.emplace(at, Timer{id, kind, attempt});
+  }
+  bool empty() const { return timers_.empty(); }
+  TimePoint next() const { return timers_.empty() ? TimePoint::max() : timers_.begin()->first; }
+  // Calls fire(timer) for each timer due at t, earliest first (fire may add timers); the count.
+  template <typename Fire>
+  int popDue(TimePoint t, Fire&& fire) {
+    int n = 0;
+    while (!timers_.empty() && timers_.begin()->first <= t) {
+      const Timer timer = timers_.begin()->second;
+      timers_.erase(timers_.begin());
+      n += fire(timer) ? 1 : 0;
+    }
+    return n;
+  }
+
+ private:
+  std::multimap<TimePoint, Timer> timers_;
+};
+
+}  // namespace pact::engine

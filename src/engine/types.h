@@ -1,0 +1,63 @@
+// The engine's plain types, shared by the commit protocol (protocol.h), the engine facade
+// (engine.h), groups and the C API: registrations and blocks, what a transfer's state looks like
+// from outside, the counters, the commit hook, and the thread-local last error.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/control.h"
+#include "engine/state.h"
+#include "engine/transfer.h"
+#include "ucx/reg_cache.h"
+
+namespace pact::engine {
+
+// Message of the last failing engine call on this thread.
+const std::string& lastError();
+// Records msg as this thread's last error and returns c.
+Code fail(Code c, std::string msg);
+const char* codeName(Code c);
+
+struct Registration {
+  uint8_t* addr = nullptr;
+  uint64_t length = 0;
+  // From the core's registration caches: one region per rail of each of the engine's contexts.
+  std::vector<std::shared_ptr<ucx::Region>> regions;
+  int users = 0;  // unreleased transfers with a block in it
+};
+
+// What the application passes for a block (layout of pact_block_t).
+struct BlockRef {
+  Registration* mr = nullptr;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+
+struct XferInfo {
+  State state = State::kAllocated;
+  Code result = Code::kInProgress;
+  bool final = false;
+  uint32_t retries = 0;
+  TransferKey key;
+  uint64_t peer = 0;
+  uint64_t bytes = 0;
+};
+
+struct Stats {
+  uint64_t committed = 0, aborted = 0, retried = 0, duplicatesDropped = 0, staleRejected = 0,
+           outOfRange = 0, checksumFailures = 0, openRegistrations = 0,
+           openTransfers = 0, stagedBytes = 0, peakStagedBytes = 0, creditBudget = 0,
+           creditStallNs = 0, bytesReceived = 0, bytesSent = 0, faultsInjected = 0;
+};
+
+// Called once per verified transfer with the application's destination blocks; true commits.
+using CommitHook = std::function<bool(uint64_t xfer, const TransferKey& key, uint64_t from,
+                                      std::span<const BlockRef> blocks)>;
+
+}  // namespace pact::engine
