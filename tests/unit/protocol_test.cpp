@@ -1,0 +1,217 @@
+// The commit protocol over the in-memory link (mem_link.h), exhaustively: a 3-piece transfer
+// from B to A, and for every message of a clean run (each control frame and each piece) every
+// single fault (drop, duplicate, reorder, delay), over eager and rendezvous landing; then an
+// epoch switch at the receiver, and a release by either application, after every message. Each
+// run must end with both transfers final and nothing open, and either committed once and
+// byte-exact on both sides, or a specific error on both: never a partial, stale or duplicated
+// commit.
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "tests/integration/engine_util.h"
+#include "tests/unit/mem_link.h"
+
+namespace pact::engine::test {
+namespace {
+
+constexpr uint64_t kChunk = 4 << 10;
+constexpr uint64_t kBytes = 3 * kChunk;  // three pieces
+constexpr uint64_t kEpoch = 5;
+
+struct Result {
+  Code rx = Code::kInProgress, tx = Code::kInProgress;
+  bool rxFinal = false, txFinal = false;
+  int commits = 0;        // commit hook calls
+  bool exact = false;     // the receiver's bytes are the sender's
+  size_t open = 0;        // transfers left in either protocol after release
+  std::string log;
+};
+
+struct Exchange {
+  MemNet net;
+  std::unique_ptr<Protocol> a, b;  // a receives, b sends
+  Registration srcMr, dstMr;
+  std::vector<uint8_t> src = std::vector<uint8_t>(kBytes), dst = std::vector<uint8_t>(kBytes);
+  uint64_t rx = 0, tx = 0;
+  int commits = 0;
+
+  explicit Exchange(bool rendezvous, int retries = 2) {
+    Profile p;
+    p.chunk = kChunk;
+    p.retries = retries;
+    p.verify = Verify::kCrc32c;
+    p.timeout = std::chrono::seconds(2);
+    ProtocolConfig ca{"A", kEpoch, 0, {p}, 1024, {}, &virtualNow};
+    ProtocolConfig cb{"B", kEpoch, 0, {p}, 1024, {}, &virtualNow};
+    a = std::make_unique<Protocol>(ca, net.link(0));
+    b = std::make_unique<Protocol>(cb, net.link(1));
+    net.attach(a.get(), b.get());
+    net.setRendezvous(rendezvous);
+    a->setCommitHook([this](uint64_t, const TransferKey&, uint64_t, std::span<const BlockRef>) {
+      ++commits;
+      return true;
+    });
+    srcMr.addr = src.data();
+    srcMr.length = kBytes;
+    dstMr.addr = dst.data();
+    dstMr.length = kBytes;
+    pact::test::fillPattern(src.data(), kBytes, 77);
+    a->peerReady(MemNet::kPeerOfA, "B");
+    b->peerReady(MemNet::kPeerOfB, "A");
+  }
+  void start() {
+    const TransferKey key{1, 2, kEpoch, 0};
+    const BlockRef to{&dstMr, 0, kBytes}, from{&srcMr, 0, kBytes};
+    ASSERT_EQ(a->expect(key, std::span(&to, 1), 0, 0, &rx), Code::kOk) << lastError();
+    ASSERT_EQ(b->send(MemNet::kPeerOfB, key, std::span(&from, 1), 0, 0, &tx), Code::kOk) << lastError();
+  }
+  Result finish() {
+    net.run();
+    Result r;
+    XferInfo i;
+    if (a->query(rx, &i) == Code::kOk) r.rx = i.result, r.rxFinal = i.final;
+    if (b->query(tx, &i) == Code::kOk) r.tx = i.result, r.txFinal = i.final;
+    r.commits = commits;
+    r.exact = pact::test::firstMismatch(dst.data(), kBytes, 77) == -1;
+    (void)a->release(rx);
+    (void)b->release(tx);
+    net.run();
+    r.open = a->openTransfers() + b->openTransfers();
+    for (const auto& l : net.log()) r.log += l + "\n";
+    return r;
+  }
+};
+
+// The invariants every run must keep, whatever happened to it.
+void expectSound(const Result& r, const std::string& what, const std::set<Code>& allowedFailures) {
+  SCOPED_TRACE(what + "\n" + r.log);
+  EXPECT_TRUE(r.rxFinal) << "receiver not final";
+  EXPECT_TRUE(r.txFinal) << "sender not final";
+  EXPECT_EQ(r.open, 0u) << "a transfer stayed open";
+  EXPECT_LE(r.commits, 1) << "committed twice";
+  if (r.rx == Code::kOk) {
+    EXPECT_EQ(r.commits, 1);
+    EXPECT_TRUE(r.exact) << "committed bytes differ";
+    EXPECT_EQ(r.tx, Code::kOk) << "receiver committed, sender says " << codeName(r.tx);
+  } else {
+    EXPECT_EQ(r.commits, 0) << "the hook ran for a transfer that did not commit";
+    EXPECT_TRUE(allowedFailures.count(r.rx)) << "receiver: " << codeName(r.rx);
+    EXPECT_NE(r.tx, Code::kOk) << "sender committed, receiver says " << codeName(r.rx);
+    EXPECT_TRUE(allowedFailures.count(r.tx)) << "sender: " << codeName(r.tx);
+  }
+}
+
+// Messages of a clean run (2 credit grants, offer, advertise, 3 pieces, done, verdict).
+size_t cleanRunMessages(bool rendezvous) {
+  Exchange run(rendezvous);
+  run.start();
+  const Result r = run.finish();
+  EXPECT_EQ(r.rx, Code::kOk);
+  EXPECT_EQ(r.tx, Code::kOk);
+  EXPECT_EQ(r.commits, 1);
+  EXPECT_TRUE(r.exact);
+  return run.net.sent();
+}
+
+class ProtocolFaults : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ProtocolFaults, EverySingleFaultOfEveryMessageEndsCommittedOnceOrInASpecificError) {
+  const bool rendezvous = GetParam();
+  const size_t messages = cleanRunMessages(rendezvous);
+  ASSERT_EQ(messages, 9u) << "the clean run's shape changed: update this test";
+  int committed = 0, failed = 0;
+  for (size_t seq = 0; seq < messages; ++seq) {
+    for (Fault f : {Fault::kDrop, Fault::kDuplicate, Fault::kReorder, Fault::kDelay}) {
+      Exchange run(rendezvous);
+      run.net.setFault(seq, f);
+      run.start();
+      const Result r = run.finish();
+      // A lost offer or advertisement leaves nothing to retry: the deadline ends both sides.
+      expectSound(r, std::string(faultName(f)) + " of message " + std::to_string(seq),
+                  {Code::kDeadline});
+      (r.rx == Code::kOk ? committed : failed) += 1;
+    }
+  }
+  // Duplicates, reorders, delays and the loss of a piece, a Done or a verdict are all repaired.
+  EXPECT_GE(committed, static_cast<int>(4 * messages) - 2);
+  std::printf("[   INFO   ] %s: %zu messages x 4 faults: %d committed, %d ended DEADLINE\n",
+              rendezvous ? "rendezvous" : "eager", messages, committed, failed);
+}
+
+TEST_P(ProtocolFaults, AnEpochSwitchAtEveryStepNeverCommitsAStaleTransfer) {
+  const bool rendezvous = GetParam();
+  const size_t messages = cleanRunMessages(rendezvous);
+  for (size_t at = 0; at <= messages; ++at) {
+    Exchange run(rendezvous);
+    int commitsAtSwitch = -1;
+    run.net.afterEach = [&](size_t seq) {
+      if (seq + 1 == at && commitsAtSwitch < 0) {
+        commitsAtSwitch = run.commits;
+        ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Code::kOk);
+      }
+    };
+    if (at == 0) {
+      ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Code::kOk);  // before anything: expect refuses
+      const TransferKey key{1, 2, kEpoch, 0};
+      const BlockRef to{&run.dstMr, 0, kBytes};
+      uint64_t id = 0;
+      EXPECT_EQ(run.a->expect(key, std::span(&to, 1), 0, 0, &id), Code::kEpochMismatch);
+      continue;
+    }
+    run.start();
+    const Result r = run.finish();
+    const std::string what = "epoch switch after message " + std::to_string(at - 1);
+    expectSound(r, what, {Code::kEpochMismatch});
+    // Committed only if it had committed before the switch.
+    EXPECT_EQ(r.rx == Code::kOk, commitsAtSwitch == 1) << what << "\n" << r.log;
+  }
+}
+
+TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
+  const bool rendezvous = GetParam();
+  const size_t messages = cleanRunMessages(rendezvous);
+  for (int side = 0; side < 2; ++side) {
+    for (size_t at = 0; at < messages; ++at) {
+      Exchange run(rendezvous);
+      bool done = false;
+      int commitsAtRelease = -1;
+      run.net.afterEach = [&](size_t seq) {
+        if (seq != at || done) return;
+        done = true;
+        commitsAtRelease = run.commits;
+        if (side == 0) (void)run.a->release(run.rx);
+        else (void)run.b->release(run.tx);
+      };
+      run.start();
+      run.net.run();
+      const std::string what = std::string(side == 0 ? "receiver" : "sender") +
+                               " releases after message " + std::to_string(at);
+      SCOPED_TRACE(what);
+      XferInfo other;
+      Protocol& survivor = side == 0 ? *run.b : *run.a;
+      const uint64_t otherId = side == 0 ? run.tx : run.rx;
+      ASSERT_EQ(survivor.query(otherId, &other), Code::kOk);
+      EXPECT_TRUE(other.final) << "the other side was not told";
+      EXPECT_LE(run.commits, 1);
+      if (other.result == Code::kOk) {
+        EXPECT_TRUE(pact::test::firstMismatch(run.dst.data(), kBytes, 77) == -1);
+        // A receiver's release cannot commit; a sender's only once its Done had left.
+        EXPECT_TRUE(side == 1 || commitsAtRelease == 1);
+      } else {
+        EXPECT_EQ(other.result, Code::kCanceled) << codeName(other.result);
+        EXPECT_EQ(run.commits, commitsAtRelease < 0 ? 0 : commitsAtRelease);
+      }
+      (void)survivor.release(otherId);
+      run.net.run();
+      EXPECT_EQ(run.a->openTransfers() + run.b->openTransfers(), 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Landing, ProtocolFaults, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Rendezvous" : "Eager"; });
+
+}  // namespace
+}  // namespace pact::engine::test
