@@ -13,7 +13,7 @@ using pact::engine::BlockRef;
 using pact::engine::Code;
 using pact::engine::Engine;
 using pact::engine::Registration;
-using pact::engine::TransferKey;
+using pact::TransferKey;
 
 struct pact_engine {
   std::unique_ptr<Engine> engine;
@@ -329,7 +329,7 @@ size_t pact_trace_read(pact_engine_t engine, pact_event_t* events, size_t max, u
     const size_t n = engine->engine->traceRead(cursor, buf.data(), max);
     for (size_t i = 0; i < n; ++i) {
       const auto& e = buf[i];
-      events[i] = pact_event_t{e.timeNs, {e.requestId, e.transferId, e.modelEpoch, e.generation},
+      events[i] = pact_event_t{e.timeNs, fromKey(e.key),
                                e.peer, e.role, e.state, e.event};
     }
     return n;

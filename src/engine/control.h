@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "common/transfer_key.h"
 
 namespace pact::engine {
 
@@ -29,14 +30,6 @@ inline constexpr size_t kMaxContexts = 16;  // per engine: one per distinct clas
 inline constexpr size_t kMaxRails = 8;
 inline constexpr size_t kMaxControlBody = 16 + 64 + kMaxRkey + kMaxBlocks * 16;
 
-// Identity of one transfer; duplicates of (request, transfer, generation) are the same transfer.
-struct TransferKey {
-  uint64_t requestId = 0;
-  uint64_t transferId = 0;
-  uint64_t modelEpoch = 0;
-  uint32_t generation = 0;
-  bool operator==(const TransferKey&) const = default;
-};
 
 struct Block {
   uint64_t offset = 0;  // into the advertised region

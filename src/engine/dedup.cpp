@@ -7,22 +7,10 @@
 namespace pact::engine {
 namespace {
 
-// splitmix64's finalizer (xor-shift / multiply rounds): every input bit affects every output
-// bit, so ids that differ only in high bits or by small steps still spread over the buckets.
-uint64_t mix(uint64_t x) {
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 // Appends key to the ring order (sized capacity): returns true and sets *evicted to the oldest
 // key when the ring was full and that key must leave the table.
-template <typename Key>
-bool pushOrder(std::vector<Key>& order, size_t& next, size_t capacity, const Key& key,
-               Key* evicted) {
+bool pushOrder(std::vector<TransferKey>& order, size_t& next, size_t capacity,
+               const TransferKey& key, TransferKey* evicted) {
   if (order.size() < capacity) {
     order.push_back(key);
     return false;
@@ -35,46 +23,34 @@ bool pushOrder(std::vector<Key>& order, size_t& next, size_t capacity, const Key
 
 }  // namespace
 
-size_t DedupSet::KeyHash::operator()(const Key& k) const {
-  return static_cast<size_t>(mix(mix(mix(k.requestId) ^ k.transferId) ^ k.generation));
-}
-
 DedupSet::DedupSet(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
-bool DedupSet::insert(uint64_t requestId, uint64_t transferId, uint32_t generation) {
-  const Key key{requestId, transferId, generation};
+bool DedupSet::insert(const TransferKey& key) {
   if (set_.contains(key)) return false;
-  Key evicted{};
+  TransferKey evicted{};
   if (pushOrder(order_, next_, capacity_, key, &evicted)) set_.erase(evicted);
   set_.insert(key);
   return true;
 }
 
-bool DedupSet::contains(uint64_t requestId, uint64_t transferId, uint32_t generation) const {
-  return set_.contains(Key{requestId, transferId, generation});
-}
-
-size_t GenerationTracker::KeyHash::operator()(const Key& k) const {
-  return static_cast<size_t>(mix(mix(k.requestId) ^ k.transferId));
-}
+bool DedupSet::contains(const TransferKey& key) const { return set_.contains(key); }
 
 GenerationTracker::GenerationTracker(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
 
-void GenerationTracker::note(uint64_t requestId, uint64_t transferId, uint32_t generation) {
-  const Key key{requestId, transferId};
-  if (auto it = highest_.find(key); it != highest_.end()) {
-    it->second = std::max(it->second, generation);
+void GenerationTracker::note(const TransferKey& key) {
+  const TransferKey k = slot(key);
+  if (auto it = highest_.find(k); it != highest_.end()) {
+    it->second = std::max(it->second, key.generation);
     return;
   }
-  Key evicted{};
-  if (pushOrder(order_, next_, capacity_, key, &evicted)) highest_.erase(evicted);
-  highest_.emplace(key, generation);
+  TransferKey evicted{};
+  if (pushOrder(order_, next_, capacity_, k, &evicted)) highest_.erase(evicted);
+  highest_.emplace(k, key.generation);
 }
 
-bool GenerationTracker::isStale(uint64_t requestId, uint64_t transferId,
-                                uint32_t generation) const {
-  auto it = highest_.find(Key{requestId, transferId});
-  return it != highest_.end() && generation < it->second;
+bool GenerationTracker::isStale(const TransferKey& key) const {
+  auto it = highest_.find(slot(key));
+  return it != highest_.end() && key.generation < it->second;
 }
 
 }  // namespace pact::engine

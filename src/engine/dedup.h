@@ -1,6 +1,7 @@
 // Exactly-once bookkeeping of the transfer engine: which transfer identities already finished
 // (DedupSet) and the newest generation of each transfer (GenerationTracker), so a duplicate or a
-// stale retry is recognized and dropped instead of being applied twice.
+// stale retry is recognized and dropped instead of being applied twice. Both take the one
+// TransferKey (common/transfer_key.h) and look only at its identity.
 //
 // Both are bounded FIFOs: when full, the entry noted first is forgotten to make room. A forgotten
 // identity is unknown again (not a duplicate, not stale), so the owner sizes the capacity above
@@ -16,6 +17,8 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/transfer_key.h"
+
 namespace pact::engine {
 
 // Remembers the identities (request_id, transfer_id, generation) of finished transfers.
@@ -24,25 +27,15 @@ class DedupSet {
   explicit DedupSet(size_t capacity);
 
   // Remembers the identity; false (and nothing changes) if it is already present.
-  bool insert(uint64_t requestId, uint64_t transferId, uint32_t generation);
-  bool contains(uint64_t requestId, uint64_t transferId, uint32_t generation) const;
+  bool insert(const TransferKey& key);
+  bool contains(const TransferKey& key) const;
   size_t size() const { return set_.size(); }
   size_t capacity() const { return capacity_; }
 
-  struct Key {
-    uint64_t requestId;
-    uint64_t transferId;
-    uint32_t generation;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const;
-  };
-
  private:
   size_t capacity_;
-  std::unordered_set<Key, KeyHash> set_;
-  std::vector<Key> order_;  // insertion order, a ring once full; order_[next_] is the oldest
+  std::unordered_set<TransferKey, IdentityHash, SameTransfer> set_;
+  std::vector<TransferKey> order_;  // insertion order, a ring once full; order_[next_] is the oldest
   size_t next_ = 0;
 };
 
@@ -52,26 +45,19 @@ class GenerationTracker {
  public:
   explicit GenerationTracker(size_t capacity);
 
-  // Keeps max(generation, what was noted before) for the transfer.
-  void note(uint64_t requestId, uint64_t transferId, uint32_t generation);
-  // generation < the highest noted for the transfer; false for a transfer not (or no longer) known.
-  bool isStale(uint64_t requestId, uint64_t transferId, uint32_t generation) const;
+  // Keeps max(key.generation, what was noted before) for the transfer.
+  void note(const TransferKey& key);
+  // key.generation < the highest noted for the transfer; false for one not (or no longer) known.
+  bool isStale(const TransferKey& key) const;
   size_t size() const { return highest_.size(); }
   size_t capacity() const { return capacity_; }
 
-  struct Key {
-    uint64_t requestId;
-    uint64_t transferId;
-    bool operator==(const Key&) const = default;
-  };
-  struct KeyHash {
-    size_t operator()(const Key& k) const;
-  };
-
  private:
+  // The table's key: the transfer with generation (and epoch) 0, the highest generation its value.
+  static TransferKey slot(const TransferKey& k) { return {k.requestId, k.transferId, 0, 0}; }
   size_t capacity_;
-  std::unordered_map<Key, uint32_t, KeyHash> highest_;
-  std::vector<Key> order_;  // as in DedupSet
+  std::unordered_map<TransferKey, uint32_t, IdentityHash, SameTransfer> highest_;
+  std::vector<TransferKey> order_;  // as in DedupSet
   size_t next_ = 0;
 };
 

@@ -149,9 +149,8 @@ Transfer& Protocol::newTransfer(Role role, const TransferKey& key, std::span<con
   xfers_.emplace(ref.id, std::move(x));
   ++stats_.openTransfers;
   addTimer(ref.deadline, ref.id, TimerKind::kDeadline);
-  trace_.record({telemetry::monotonicNs(), key.requestId, key.transferId, key.modelEpoch,
-                 key.generation, peer, static_cast<uint8_t>(role), static_cast<uint8_t>(State::kAllocated),
-                 0xff});
+  trace_.record({telemetry::monotonicNs(), key, peer, static_cast<uint8_t>(role),
+                 static_cast<uint8_t>(State::kAllocated), 0xff});
   return ref;
 }
 
@@ -164,9 +163,8 @@ bool Protocol::step(Transfer& x, Event e) {
     return false;
   }
   x.state = *to;
-  trace_.record({telemetry::monotonicNs(), x.key.requestId, x.key.transferId, x.key.modelEpoch,
-                 x.key.generation, x.peer, static_cast<uint8_t>(x.role), static_cast<uint8_t>(*to),
-                 static_cast<uint8_t>(e)});
+  trace_.record({telemetry::monotonicNs(), x.key, x.peer, static_cast<uint8_t>(x.role),
+                 static_cast<uint8_t>(*to), static_cast<uint8_t>(e)});
   return true;
 }
 
@@ -186,12 +184,12 @@ void Protocol::settle(Transfer& x, Event e, Code result) {
     ++stats_.aborted;
   }
   if (x.role == Role::kSender) {
-    sending_.erase({x.peer, x.key.requestId, x.key.transferId, x.key.generation});
+    sending_.erase({x.peer, x.key});
     PeerView* p = peer(x.peer);
     if (p != nullptr && x.state != State::kAllocated && x.remoteBlocks.size() > 0)
       p->creditInUse -= std::min(p->creditInUse, x.bytes);
   } else {
-    receiving_.erase({x.key.requestId, x.key.transferId, x.key.generation});
+    receiving_.erase(x.key);
     waitingCredit_.remove(x.id);
     releaseCredit(x);
   }
@@ -232,18 +230,17 @@ const Transfer* Protocol::find(uint64_t xfer) const {
   return it == xfers_.end() ? nullptr : it->second.get();
 }
 
-// A released transfer stays queryable until it is final (then the engine frees it): so the
-// application can wait for an aborted transfer's blocks to be free again.
 void Protocol::rememberCanceled(const TransferKey& k) {
-  const auto key = std::make_tuple(k.requestId, k.transferId, k.generation);
-  if (!canceled_.insert(key).second) return;
-  canceledOrder_.push_back(key);
+  if (!canceled_.insert(k).second) return;
+  canceledOrder_.push_back(k);
   if (canceledOrder_.size() > (1u << 12)) {
     canceled_.erase(canceledOrder_.front());
     canceledOrder_.pop_front();
   }
 }
 
+// A released transfer stays queryable until it is final (then the engine frees it): so the
+// application can wait for an aborted transfer's blocks to be free again.
 Code Protocol::release(uint64_t xfer) {
   auto it = xfers_.find(xfer);
   if (it == xfers_.end() || it->second->userReleased)

@@ -103,8 +103,13 @@ class Protocol {
     uint64_t creditBudget = 0;  // 0 = unlimited
     uint64_t creditInUse = 0;
   };
-  using Ident = std::tuple<uint64_t, uint64_t, uint32_t>;  // (request, transfer, generation)
-  static Ident ident(const TransferKey& k) { return {k.requestId, k.transferId, k.generation}; }
+  // Open sends are per receiver: (peer, key), ordered by the key's identity.
+  struct BySendIdentity {
+    bool operator()(const std::pair<uint64_t, TransferKey>& a,
+                    const std::pair<uint64_t, TransferKey>& b) const {
+      return a.first != b.first ? a.first < b.first : ByIdentity{}(a.second, b.second);
+    }
+  };
 
   TimePoint now() const { return config_.clock(); }
   // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
@@ -178,17 +183,17 @@ class Protocol {
     Offer offer;
     uint64_t id = 0;  // for its expiry timer
   };
-  std::map<Ident, PendingOffer> offers_;
-  std::map<Ident, uint64_t> receiving_;  // open receivers
+  std::map<TransferKey, PendingOffer, ByIdentity> offers_;
+  std::map<TransferKey, uint64_t, ByIdentity> receiving_;  // open receivers
   std::list<uint64_t> waitingCredit_;
   DedupSet committed_{1 << 16};
   GenerationTracker generations_{1 << 16};
   // Expects the application released before an offer came: a later offer is told kCanceled.
-  std::set<Ident> canceled_;
-  std::list<Ident> canceledOrder_;  // oldest first (bounded)
+  std::set<TransferKey, ByIdentity> canceled_;
+  std::list<TransferKey> canceledOrder_;  // oldest first (bounded)
 
-  // Sender: open transfers by (peer, request, transfer, generation).
-  std::map<std::tuple<uint64_t, uint64_t, uint64_t, uint32_t>, uint64_t> sending_;
+  // Sender: open transfers by (peer, key).
+  std::map<std::pair<uint64_t, TransferKey>, uint64_t, BySendIdentity> sending_;
 
   Stats stats_;
   telemetry::TraceRing trace_;

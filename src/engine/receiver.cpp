@@ -32,7 +32,7 @@ Checksum wireKind(Verify v) {
 }  // namespace
 
 Transfer* Protocol::openReceiver(const TransferKey& key) {
-  auto it = receiving_.find(ident(key));
+  auto it = receiving_.find(key);
   if (it == receiving_.end()) return nullptr;
   auto x = xfers_.find(it->second);
   return x == xfers_.end() ? nullptr : x->second.get();
@@ -83,16 +83,17 @@ Code Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks, 
   if (key.modelEpoch != epoch_)
     return fail(Code::kEpochMismatch, "expect " + keyText(key) + ": the receiver is on epoch " +
                                           std::to_string(epoch_));
-  if (committed_.contains(key.requestId, key.transferId, key.generation) || openReceiver(key))
+  if (committed_.contains(key) || openReceiver(key))
     return fail(Code::kDuplicate, "expect " + keyText(key) + ": already committed or open");
-  if (generations_.isStale(key.requestId, key.transferId, key.generation))
+  if (generations_.isStale(key))
     return fail(Code::kStale, "expect " + keyText(key) + ": a newer generation was expected already");
   Transfer& x = newTransfer(Role::kReceiver, key, blocks, route, 0, deadlineUs);
-  generations_.note(key.requestId, key.transferId, key.generation);
-  if (canceled_.erase(ident(key)) != 0) std::erase(canceledOrder_, ident(key));  // expected anew
-  receiving_[ident(key)] = x.id;
+  generations_.note(key);
+  if (canceled_.erase(key) != 0)  // expected anew
+    std::erase_if(canceledOrder_, [&](const TransferKey& c) { return c.sameTransfer(key); });
+  receiving_[key] = x.id;
   *xfer = x.id;
-  auto offer = offers_.find(ident(key));
+  auto offer = offers_.find(key);
   if (offer != offers_.end()) {
     const PendingOffer pending = offer->second;
     offers_.erase(offer);
@@ -117,30 +118,30 @@ void Protocol::onOffer(uint64_t from, const Offer& m) {
     return;
   }
   // A newer generation is expected already: stale, even if this one once committed.
-  if (generations_.isStale(k.requestId, k.transferId, k.generation)) {
+  if (generations_.isStale(k)) {
     ++stats_.staleRejected;
     sendVerdict(from, k, Outcome::kAborted, Reason::kStale);
     return;
   }
-  if (committed_.contains(k.requestId, k.transferId, k.generation)) {
+  if (committed_.contains(k)) {
     ++stats_.duplicatesDropped;
     sendVerdict(from, k, Outcome::kCommitted, Reason::kDuplicate);
     return;
   }
   Transfer* x = openReceiver(k);
-  if (x == nullptr && canceled_.count(ident(k)) != 0) {
+  if (x == nullptr && canceled_.count(k) != 0) {
     sendVerdict(from, k, Outcome::kAborted, Reason::kCanceled);  // released before the offer came
     return;
   }
   if (x == nullptr) {
-    if (offers_.count(ident(k)) != 0 || offers_.size() >= (1u << 16)) {
+    if (offers_.count(k) != 0 || offers_.size() >= (1u << 16)) {
       ++stats_.duplicatesDropped;
       sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
       return;
     }
     // Waits for the application's expect, at most until the sender's deadline.
     const uint64_t id = nextId_++;
-    offers_[ident(k)] = PendingOffer{from, m, id};
+    offers_[k] = PendingOffer{from, m, id};
     if (m.deadlineUs != 0) addTimer(now() + std::chrono::microseconds(m.deadlineUs), id, TimerKind::kOffer);
     return;
   }
@@ -261,7 +262,7 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
   if (from == 0 || x == nullptr || !x->advertised || x->peer != from ||
       x->key.modelEpoch != h.key.modelEpoch) {
     // Not (or no longer) open here: revoked, committed, or never advertised.
-    if (committed_.contains(h.key.requestId, h.key.transferId, h.key.generation)) {
+    if (committed_.contains(h.key)) {
       ++stats_.duplicatesDropped;
     } else {
       ++stats_.staleRejected;
@@ -347,7 +348,7 @@ void Protocol::checkMissing(Transfer& x) {
 }
 
 void Protocol::onCancel(uint64_t from, const Cancel& m) {
-  offers_.erase(ident(m.key));  // an offer still waiting for its expect
+  offers_.erase(m.key);  // an offer still waiting for its expect
   Transfer* x = openReceiver(m.key);
   if (x == nullptr || x->peer != from || !x->live()) return;
   PACT_INFO("engine %s: %s canceled by the sender %s", config_.name.c_str(), keyText(x->key).c_str(),
@@ -358,7 +359,7 @@ void Protocol::onCancel(uint64_t from, const Cancel& m) {
 void Protocol::onDone(uint64_t from, const Done& m) {
   Transfer* x = openReceiver(m.key);
   if (x == nullptr || x->peer != from) {
-    if (committed_.contains(m.key.requestId, m.key.transferId, m.key.generation)) {
+    if (committed_.contains(m.key)) {
       ++stats_.duplicatesDropped;  // our verdict was lost: say it again
       sendVerdict(from, m.key, Outcome::kCommitted, Reason::kDuplicate);
     }
@@ -416,7 +417,7 @@ void Protocol::tryComplete(Transfer& x) {
     settle(x, Event::kRejected, Code::kRejected);
     return;
   }
-  committed_.insert(x.key.requestId, x.key.transferId, x.key.generation);
+  committed_.insert(x.key);
   sendVerdict(x.peer, x.key, Outcome::kCommitted, Reason::kNone);
   settle(x, Event::kCommit, Code::kOk);
 }

@@ -38,7 +38,7 @@ Code codeFor(Reason r) {
 Code Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
                     uint64_t deadlineUs, size_t route, uint64_t* xfer) {
   if (peer(to) == nullptr) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(to));
-  if (sending_.count({to, key.requestId, key.transferId, key.generation}) != 0)
+  if (sending_.count({to, key}) != 0)
     return fail(Code::kDuplicate, "send " + keyText(key) + ": already open to this peer");
   if (std::string why = link_.reach(to, route); !why.empty())
     return fail(Code::kRefused, "send " + keyText(key) + ": " + why);
@@ -48,7 +48,7 @@ Code Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRe
     ++stats_.faultsInjected;
   }
   Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
-  sending_[{to, k.requestId, k.transferId, k.generation}] = x.id;
+  sending_[{to, k}] = x.id;
   uint64_t left = 0;
   if (x.deadline != TimePoint::max())
     left = static_cast<uint64_t>(std::max<int64_t>(
@@ -59,7 +59,7 @@ Code Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRe
 }
 
 void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
-  auto it = sending_.find({from, m.key.requestId, m.key.transferId, m.key.generation});
+  auto it = sending_.find({from, m.key});
   if (it == sending_.end()) return;  // aborted here already; the receiver's deadline ends it
   Transfer& x = *xfers_.at(it->second);
   if (!x.live() || x.state != State::kAllocated) return;
@@ -158,7 +158,7 @@ void Protocol::sendDone(Transfer& x) {
 }
 
 void Protocol::onVerdict(uint64_t from, const Verdict& m) {
-  auto it = sending_.find({from, m.key.requestId, m.key.transferId, m.key.generation});
+  auto it = sending_.find({from, m.key});
   if (it == sending_.end()) return;
   Transfer& x = *xfers_.at(it->second);
   if (!x.live()) return;

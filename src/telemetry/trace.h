@@ -11,12 +11,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "common/transfer_key.h"
+
 namespace pact::telemetry {
 
 struct TraceEvent {
   uint64_t timeNs = 0;  // CLOCK_MONOTONIC ns (monotonicNs())
-  uint64_t requestId = 0, transferId = 0, modelEpoch = 0;
-  uint32_t generation = 0;
+  TransferKey key;
   uint64_t peer = 0;
   uint8_t role = 0, state = 0, event = 0;
 };

@@ -12,10 +12,10 @@ namespace {
 TraceEvent ev(uint64_t id) {
   TraceEvent e;
   e.timeNs = 1000 + id;
-  e.requestId = id;
-  e.transferId = id * 2;
-  e.modelEpoch = 7;
-  e.generation = static_cast<uint32_t>(id % 5);
+  e.key.requestId = id;
+  e.key.transferId = id * 2;
+  e.key.modelEpoch = 7;
+  e.key.generation = static_cast<uint32_t>(id % 5);
   e.peer = 0xabc;
   e.role = 1;
   e.state = static_cast<uint8_t>(id % 10);
@@ -29,7 +29,7 @@ std::vector<uint64_t> drain(const TraceRing& ring, uint64_t* cursor, size_t max)
   std::vector<TraceEvent> buf(max);
   while (size_t n = ring.read(cursor, buf.data(), max)) {
     EXPECT_LE(n, max);
-    for (size_t i = 0; i < n; ++i) ids.push_back(buf[i].requestId);
+    for (size_t i = 0; i < n; ++i) ids.push_back(buf[i].key.requestId);
   }
   return ids;
 }
@@ -53,14 +53,14 @@ TEST(TraceRing, ReadsInOrderAndResumesAtTheCursor) {
   ASSERT_EQ(ring.read(&cursor, out, 8), 5u);
   EXPECT_EQ(cursor, 5u);
   for (uint64_t i = 0; i < 5; ++i) {
-    EXPECT_EQ(out[i].requestId, i);
-    EXPECT_EQ(out[i].transferId, i * 2);
+    EXPECT_EQ(out[i].key.requestId, i);
+    EXPECT_EQ(out[i].key.transferId, i * 2);
     EXPECT_EQ(out[i].timeNs, 1000 + i);
-    EXPECT_EQ(out[i].generation, i % 5);
+    EXPECT_EQ(out[i].key.generation, i % 5);
     EXPECT_EQ(out[i].state, i % 10);
     EXPECT_EQ(out[i].event, i % 15);
     EXPECT_EQ(out[i].peer, 0xabcu);
-    EXPECT_EQ(out[i].modelEpoch, 7u);
+    EXPECT_EQ(out[i].key.modelEpoch, 7u);
     EXPECT_EQ(out[i].role, 1);
   }
   EXPECT_EQ(ring.read(&cursor, out, 8), 0u);  // caught up
@@ -68,8 +68,8 @@ TEST(TraceRing, ReadsInOrderAndResumesAtTheCursor) {
   ring.record(ev(5));
   ring.record(ev(6));
   ASSERT_EQ(ring.read(&cursor, out, 8), 2u);
-  EXPECT_EQ(out[0].requestId, 5u);
-  EXPECT_EQ(out[1].requestId, 6u);
+  EXPECT_EQ(out[0].key.requestId, 5u);
+  EXPECT_EQ(out[1].key.requestId, 6u);
   EXPECT_EQ(cursor, 7u);
 }
 
@@ -81,10 +81,10 @@ TEST(TraceRing, MaxLimitsEachRead) {
   EXPECT_EQ(ring.read(&cursor, out, 0), 0u);
   EXPECT_EQ(cursor, 0u);
   ASSERT_EQ(ring.read(&cursor, out, 3), 3u);
-  EXPECT_EQ(out[2].requestId, 2u);
+  EXPECT_EQ(out[2].key.requestId, 2u);
   EXPECT_EQ(cursor, 3u);
   ASSERT_EQ(ring.read(&cursor, out, 1), 1u);
-  EXPECT_EQ(out[0].requestId, 3u);
+  EXPECT_EQ(out[0].key.requestId, 3u);
   EXPECT_EQ(cursor, 4u);
   EXPECT_EQ(drain(ring, &cursor, 4), (std::vector<uint64_t>{4, 5, 6, 7, 8, 9}));
   EXPECT_EQ(cursor, 10u);
@@ -107,8 +107,8 @@ TEST(TraceRing, StaleCursorSkipsOverwrittenEvents) {
   uint64_t cursor = 2;
   TraceEvent out[2];
   ASSERT_EQ(ring.read(&cursor, out, 2), 2u);
-  EXPECT_EQ(out[0].requestId, 6u);
-  EXPECT_EQ(out[1].requestId, 7u);
+  EXPECT_EQ(out[0].key.requestId, 6u);
+  EXPECT_EQ(out[1].key.requestId, 7u);
   EXPECT_EQ(cursor, 8u);  // the caller sees the jump from 2: four events were lost
 
   // A stale cursor with max 0 still moves to the oldest kept event.
@@ -139,7 +139,7 @@ TEST(TraceRing, CapacityOne) {
   ring.record(ev(0));
   ring.record(ev(1));
   ASSERT_EQ(ring.read(&cursor, out, 4), 1u);
-  EXPECT_EQ(out[0].requestId, 1u);
+  EXPECT_EQ(out[0].key.requestId, 1u);
   EXPECT_EQ(cursor, 2u);
   EXPECT_EQ(TraceRing(0).capacity(), 1u);  // 0 is taken as 1
 }
