@@ -29,6 +29,8 @@
 namespace pact::perf {
 namespace {
 
+using namespace ::pact::xfer;  // the engine's public C++ API
+
 using Clock = std::chrono::steady_clock;
 
 struct A2aOptions {

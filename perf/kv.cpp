@@ -43,6 +43,8 @@
 #include <thread>
 
 namespace pact::perf {
+
+using namespace ::pact::xfer;  // the engine's public C++ API
 namespace {
 
 using kv::Clock;

@@ -20,6 +20,8 @@
 
 namespace pact::perf::kv {
 
+using namespace ::pact::xfer;  // the engine's public C++ API
+
 using Clock = std::chrono::steady_clock;
 using Tp = Clock::time_point;
 

@@ -6,8 +6,11 @@
  * thread-safe (one engine lock), calls marked "blocking" progress the engine themselves up to
  * their timeout, the commit hook runs on the progressing thread with the engine lock held.
  *
- * Errors: nothing here throws. A call that can fail returns pact::Result<T> (a value or a
- * pact::Error); pact::Result<void> carries only the error. Both are [[nodiscard]]; drop an error
+ * Everything is in namespace pact::xfer (pact's internal types live in namespace pact; the two
+ * never collide, so one file may include both).
+ *
+ * Errors: nothing here throws. A call that can fail returns pact::xfer::Result<T> (a value or a
+ * pact::xfer::Error); Result<void> carries only the error. Both are [[nodiscard]]; drop an error
  * on purpose with ignore(). The Error's message is pact_last_error() taken on the failing thread
  * right after the call, so it stays valid however long the Error is kept.
  *
@@ -29,7 +32,7 @@
 #include <utility>
 #include <variant>
 
-namespace pact {
+namespace pact::xfer {
 
 /** A failed call: its status (negative) and the engine's message naming what was wrong. */
 class Error {
@@ -388,4 +391,4 @@ inline Result<Group> Engine::createGroup(uint64_t group_id, std::span<const pact
   return Group(g);
 }
 
-}  // namespace pact
+}  // namespace pact::xfer

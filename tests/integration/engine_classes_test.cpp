@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "pact/pact.hpp"  // the public C++ API beside the internal one: no name collides
 #include "tests/integration/engine_pair.h"
 
 namespace pact::engine {
@@ -29,6 +30,10 @@ const ClassRouteInfo& routeOf(const std::vector<ClassRouteInfo>& routes, const s
   ADD_FAILURE() << "no route " << name;
   return routes.front();
 }
+
+// The public C++ wrapper and the internal error model are two sets of names.
+static_assert(!std::is_same_v<pact::xfer::Error, pact::Error>);
+static_assert(!std::is_same_v<pact::xfer::Result<int>, pact::Result<int>>);
 
 TEST(EngineClasses, EqualServicesShareOneContext) {
   auto e = makeEngine("e", {}, false);
