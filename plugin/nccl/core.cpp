@@ -74,6 +74,16 @@ ncclResult_t toNccl(Status s) {
     case Status::kTruncated:
     case Status::kCanceled: return ncclRemoteError;
     case Status::kUnsupported: return ncclInvalidUsage;
+    case Status::kNotFound:
+    case Status::kBusy: return ncclInvalidUsage;
+    case Status::kEpochMismatch:  // the engine's outcomes: the plugin never produces them,
+    case Status::kChecksum:       // but a peer's failure of any kind is remote to NCCL
+    case Status::kRejected:
+    case Status::kDeadline:
+    case Status::kDuplicate:
+    case Status::kOutOfRange:
+    case Status::kStale:
+    case Status::kIncomplete: return ncclRemoteError;
     case Status::kNoResource:
     case Status::kInternal: return ncclInternalError;
   }

@@ -10,7 +10,7 @@
 #include "engine/group.h"
 
 using pact::engine::BlockRef;
-using pact::engine::Code;
+using pact::Status;
 using pact::engine::Engine;
 using pact::engine::Registration;
 using pact::TransferKey;
@@ -26,16 +26,42 @@ struct pact_group {
 static_assert(sizeof(pact_block_t) == sizeof(BlockRef));
 static_assert(offsetof(pact_block_t, offset) == offsetof(BlockRef, offset));
 static_assert(offsetof(pact_block_t, length) == offsetof(BlockRef, length));
-static_assert(PACT_ERR_INCOMPLETE == static_cast<int>(Code::kIncomplete));
-static_assert(PACT_ERR_CANCELED == static_cast<int>(Code::kCanceled));
 static_assert(PACT_STATE_ABORTED == static_cast<int>(pact::engine::State::kAborted));
 
 namespace {
 
-pact_status_t st(Code c) { return static_cast<pact_status_t>(c); }
+// The one mapping from the internal error model to the frozen C codes.
+pact_status_t st(Status s) {
+  switch (s) {
+    case Status::kOk: return PACT_OK;
+    case Status::kInProgress: return PACT_IN_PROGRESS;
+    case Status::kInvalidArgument:
+    case Status::kUnsupported: return PACT_ERR_INVALID_ARG;  // asks what the host cannot give
+    case Status::kNoMemory:
+    case Status::kNoResource: return PACT_ERR_NO_MEMORY;
+    case Status::kRemoteError: return PACT_ERR_PEER_LOST;
+    case Status::kSystemError: return PACT_ERR_SYSTEM;
+    case Status::kInternal: return PACT_ERR_INTERNAL;
+    case Status::kTimeout: return PACT_ERR_TIMED_OUT;
+    case Status::kRefused: return PACT_ERR_REFUSED;
+    case Status::kTruncated:
+    case Status::kOutOfRange: return PACT_ERR_OUT_OF_RANGE;
+    case Status::kCanceled: return PACT_ERR_CANCELED;
+    case Status::kNotFound: return PACT_ERR_NOT_FOUND;
+    case Status::kEpochMismatch: return PACT_ERR_EPOCH_MISMATCH;
+    case Status::kChecksum: return PACT_ERR_CHECKSUM;
+    case Status::kRejected: return PACT_ERR_REJECTED;
+    case Status::kDeadline: return PACT_ERR_DEADLINE;
+    case Status::kDuplicate: return PACT_ERR_DUPLICATE;
+    case Status::kStale: return PACT_ERR_STALE;
+    case Status::kBusy: return PACT_ERR_BUSY;
+    case Status::kIncomplete: return PACT_ERR_INCOMPLETE;
+  }
+  return PACT_ERR_INTERNAL;
+}
 
 pact_status_t bad(const char* what) {
-  return st(pact::engine::fail(Code::kInvalidArg, std::string(what)));
+  return st(pact::engine::fail(Status::kInvalidArgument, std::string(what)));
 }
 
 // Runs f, turning any exception (a bug or std::bad_alloc) into a status.
@@ -44,11 +70,11 @@ pact_status_t guarded(F&& f) noexcept {
   try {
     return f();
   } catch (const std::bad_alloc&) {
-    return st(pact::engine::fail(Code::kNoMemory, "out of memory"));
+    return st(pact::engine::fail(Status::kNoMemory, "out of memory"));
   } catch (const std::exception& e) {
-    return st(pact::engine::fail(Code::kInternal, std::string("internal error: ") + e.what()));
+    return st(pact::engine::fail(Status::kInternal, std::string("internal error: ") + e.what()));
   } catch (...) {
-    return st(pact::engine::fail(Code::kInternal, "internal error"));
+    return st(pact::engine::fail(Status::kInternal, "internal error"));
   }
 }
 
@@ -66,7 +92,7 @@ std::span<const BlockRef> toBlocks(const pact_block_t* blocks, size_t count) {
 
 void toInfo(const pact::engine::XferInfo& in, pact_xfer_info_t* out) {
   out->state = static_cast<pact_state_t>(in.state);
-  out->result = static_cast<pact_status_t>(in.result);
+  out->result = st(in.result);
   out->final = in.final ? 1 : 0;
   out->retries = in.retries;
   out->key = fromKey(in.key);
@@ -81,7 +107,29 @@ void toInfo(const pact::engine::XferInfo& in, pact_xfer_info_t* out) {
 extern "C" {
 
 const char* pact_status_string(pact_status_t status) {
-  return pact::engine::codeName(static_cast<Code>(status));
+  switch (status) {
+    case PACT_OK: return "PACT_OK";
+    case PACT_IN_PROGRESS: return "PACT_IN_PROGRESS";
+    case PACT_ERR_INVALID_ARG: return "PACT_ERR_INVALID_ARG";
+    case PACT_ERR_NO_MEMORY: return "PACT_ERR_NO_MEMORY";
+    case PACT_ERR_NOT_FOUND: return "PACT_ERR_NOT_FOUND";
+    case PACT_ERR_TIMED_OUT: return "PACT_ERR_TIMED_OUT";
+    case PACT_ERR_EPOCH_MISMATCH: return "PACT_ERR_EPOCH_MISMATCH";
+    case PACT_ERR_PEER_LOST: return "PACT_ERR_PEER_LOST";
+    case PACT_ERR_REFUSED: return "PACT_ERR_REFUSED";
+    case PACT_ERR_CHECKSUM: return "PACT_ERR_CHECKSUM";
+    case PACT_ERR_REJECTED: return "PACT_ERR_REJECTED";
+    case PACT_ERR_DEADLINE: return "PACT_ERR_DEADLINE";
+    case PACT_ERR_DUPLICATE: return "PACT_ERR_DUPLICATE";
+    case PACT_ERR_OUT_OF_RANGE: return "PACT_ERR_OUT_OF_RANGE";
+    case PACT_ERR_STALE: return "PACT_ERR_STALE";
+    case PACT_ERR_BUSY: return "PACT_ERR_BUSY";
+    case PACT_ERR_SYSTEM: return "PACT_ERR_SYSTEM";
+    case PACT_ERR_INTERNAL: return "PACT_ERR_INTERNAL";
+    case PACT_ERR_INCOMPLETE: return "PACT_ERR_INCOMPLETE";
+    case PACT_ERR_CANCELED: return "PACT_ERR_CANCELED";
+  }
+  return "PACT_ERR_UNKNOWN";
 }
 
 const char* pact_last_error(void) { return pact::engine::lastError().c_str(); }
@@ -107,9 +155,9 @@ pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine
     c.progressThread = config->progress_thread != 0;
     // The PACT_* configuration is read once per process, here at the C API's edge.
     const auto& params = pact::Params::global();
-    if (!params.ok()) return st(pact::engine::fail(Code::kInvalidArg, params.error().message));
+    if (!params.ok()) return st(pact::engine::fail(Status::kInvalidArgument, params.error().message));
     auto handle = std::make_unique<pact_engine>();
-    if (Code code = Engine::create(c, *params, &handle->engine); code != Code::kOk) return st(code);
+    if (Status code = Engine::create(c, *params, &handle->engine); code != Status::kOk) return st(code);
     *engine = handle.release();
     return PACT_OK;
   });
@@ -126,7 +174,7 @@ pact_status_t pact_engine_address(pact_engine_t engine, char* buffer, size_t len
   return guarded([&] {
     if (engine == nullptr || buffer == nullptr) return bad("engine_address: NULL argument");
     std::string a;
-    if (Code c = engine->engine->address(&a); c != Code::kOk) return st(c);
+    if (Status c = engine->engine->address(&a); c != Status::kOk) return st(c);
     if (a.size() + 1 > length) return bad("engine_address: buffer too small");
     std::memcpy(buffer, a.c_str(), a.size() + 1);
     return PACT_OK;
@@ -169,7 +217,7 @@ pact_status_t pact_mem_register(pact_engine_t engine, void* addr, size_t length,
   return guarded([&] {
     if (engine == nullptr || mr == nullptr) return bad("mem_register: NULL argument");
     Registration* r = nullptr;
-    if (Code c = engine->engine->registerMemory(addr, length, &r); c != Code::kOk) return st(c);
+    if (Status c = engine->engine->registerMemory(addr, length, &r); c != Status::kOk) return st(c);
     *mr = reinterpret_cast<pact_mr_t>(r);
     return PACT_OK;
   });
@@ -240,7 +288,7 @@ pact_status_t pact_xfer_query(pact_engine_t engine, pact_xfer_t xfer, pact_xfer_
   return guarded([&] {
     if (engine == nullptr || info == nullptr) return bad("xfer_query: NULL argument");
     pact::engine::XferInfo i;
-    if (Code c = engine->engine->query(xfer, &i); c != Code::kOk) return st(c);
+    if (Status c = engine->engine->query(xfer, &i); c != Status::kOk) return st(c);
     toInfo(i, info);
     return PACT_OK;
   });
@@ -251,8 +299,8 @@ pact_status_t pact_xfer_wait(pact_engine_t engine, pact_xfer_t xfer, int timeout
   return guarded([&] {
     if (engine == nullptr) return bad("xfer_wait: NULL engine");
     pact::engine::XferInfo i;
-    Code c = engine->engine->wait(xfer, timeout_ms, &i);
-    if (info != nullptr && c != Code::kNotFound) toInfo(i, info);
+    Status c = engine->engine->wait(xfer, timeout_ms, &i);
+    if (info != nullptr && c != Status::kNotFound) toInfo(i, info);
     return st(c);
   });
 }
@@ -271,7 +319,7 @@ pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const p
     if (ranks == 0 || my_rank >= ranks) return bad("group_create: my_rank outside 0..ranks-1");
     if (ranks > (1ull << 31)) return bad("group_create: too many ranks");
     for (size_t r = 0; r < ranks; ++r) {
-      if (Code c = engine->engine->checkPeer(peers[r]); c != Code::kOk)
+      if (Status c = engine->engine->checkPeer(peers[r]); c != Status::kOk)
         return st(pact::engine::fail(c, "group_create: peers[" + std::to_string(r) + "]: " +
                                             pact::engine::lastError()));
     }

@@ -17,6 +17,16 @@ const char* statusName(Status s) {
     case Status::kTruncated: return "message truncated";
     case Status::kCanceled: return "canceled";
     case Status::kUnsupported: return "unsupported";
+    case Status::kNotFound: return "not found";
+    case Status::kEpochMismatch: return "epoch mismatch";
+    case Status::kChecksum: return "checksum mismatch";
+    case Status::kRejected: return "rejected";
+    case Status::kDeadline: return "deadline passed";
+    case Status::kDuplicate: return "duplicate";
+    case Status::kOutOfRange: return "out of range";
+    case Status::kStale: return "stale generation";
+    case Status::kBusy: return "busy";
+    case Status::kIncomplete: return "incomplete";
   }
   return "unknown status";
 }

@@ -1,5 +1,6 @@
 // Status and Result: the error model of pact's core (see STYLE.md 3.4).
-// Status 0 is success, 1 "in progress", negative values are errors. Result<T> carries a value or an
+// One error model for both faces: Status 0 is success, 1 "in progress", negative values are
+// errors; the C edges map it (plugin/nccl to ncclResult_t, src/api to pact_status_t). Result<T> carries a value or an
 // Error (status + message naming what was wrong). Both are [[nodiscard]].
 #pragma once
 
@@ -24,6 +25,17 @@ enum class [[nodiscard]] Status : int8_t {
   kTruncated = -9,        // message larger than the posted buffer
   kCanceled = -10,
   kUnsupported = -11,
+  // Outcomes of engine transfers and calls (the C API maps each to its pact_status_t).
+  kNotFound = -12,        // an unknown transfer, peer or registration
+  kEpochMismatch = -13,   // the receiver is on another model epoch
+  kChecksum = -14,        // the payload check failed and no retry was left
+  kRejected = -15,        // the receiver's commit hook refused the block table
+  kDeadline = -16,        // the transfer's deadline passed
+  kDuplicate = -17,       // the same transfer is open or committed already
+  kOutOfRange = -18,      // outside a registration or the advertised range
+  kStale = -19,           // an older generation than the receiver expects
+  kBusy = -20,            // in use (a registration with live transfers)
+  kIncomplete = -21,      // pieces missing after the sender finished, no retry left
 };
 
 const char* statusName(Status s);

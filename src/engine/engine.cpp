@@ -24,71 +24,32 @@ thread_local std::string tlsError;
 
 }  // namespace
 
-Code fromStatus(Status s) {
-  switch (s) {
-    case Status::kOk: return Code::kOk;
-    case Status::kInvalidArgument: return Code::kInvalidArg;
-    case Status::kNoMemory: return Code::kNoMemory;
-    case Status::kRemoteError: return Code::kPeerLost;
-    case Status::kSystemError: return Code::kSystem;
-    case Status::kTimeout: return Code::kTimedOut;
-    case Status::kRefused: return Code::kRefused;
-    case Status::kUnsupported: return Code::kInvalidArg;  // the configuration asks what the host lacks
-    default: return Code::kInternal;
-  }
-}
-
 const std::string& lastError() { return tlsError; }
 
-Code fail(Code c, std::string msg) {
+Status fail(Status c, std::string msg) {
   tlsError = std::move(msg);
   return c;
 }
 
-const char* codeName(Code c) {
-  switch (c) {
-    case Code::kOk: return "PACT_OK";
-    case Code::kInProgress: return "PACT_IN_PROGRESS";
-    case Code::kInvalidArg: return "PACT_ERR_INVALID_ARG";
-    case Code::kNoMemory: return "PACT_ERR_NO_MEMORY";
-    case Code::kNotFound: return "PACT_ERR_NOT_FOUND";
-    case Code::kTimedOut: return "PACT_ERR_TIMED_OUT";
-    case Code::kEpochMismatch: return "PACT_ERR_EPOCH_MISMATCH";
-    case Code::kPeerLost: return "PACT_ERR_PEER_LOST";
-    case Code::kRefused: return "PACT_ERR_REFUSED";
-    case Code::kChecksum: return "PACT_ERR_CHECKSUM";
-    case Code::kRejected: return "PACT_ERR_REJECTED";
-    case Code::kDeadline: return "PACT_ERR_DEADLINE";
-    case Code::kDuplicate: return "PACT_ERR_DUPLICATE";
-    case Code::kOutOfRange: return "PACT_ERR_OUT_OF_RANGE";
-    case Code::kStale: return "PACT_ERR_STALE";
-    case Code::kBusy: return "PACT_ERR_BUSY";
-    case Code::kSystem: return "PACT_ERR_SYSTEM";
-    case Code::kInternal: return "PACT_ERR_INTERNAL";
-    case Code::kIncomplete: return "PACT_ERR_INCOMPLETE";
-    case Code::kCanceled: return "PACT_ERR_CANCELED";
-  }
-  return "PACT_ERR_UNKNOWN";
-}
 
 Engine::Engine(const EngineConfig& config, const Params& params) : config_(config), params_(params) {}
 
-Code Engine::create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out) {
+Status Engine::create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out) {
   std::unique_ptr<Engine> e(new Engine(config, params));
   if (e->config_.name.empty()) e->config_.name = "pact-" + std::to_string(::getpid());
   if (e->config_.name.size() > kMaxName)
-    return fail(Code::kInvalidArg, "name: longer than " + std::to_string(kMaxName) + " bytes");
-  if (Code c = e->init(); c != Code::kOk) return c;
+    return fail(Status::kInvalidArgument, "name: longer than " + std::to_string(kMaxName) + " bytes");
+  if (Status c = e->init(); c != Status::kOk) return c;
   *out = std::move(e);
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::init() {
+Status Engine::init() {
   if (params_.fault.active()) {
     PACT_WARN("engine %s: injecting faults: %s", config_.name.c_str(), params_.fault.describe().c_str());
     armKillAfter(params_.fault);
   }
-  if (Code c = openContexts(); c != Code::kOk) return c;
+  if (Status c = openContexts(); c != Status::kOk) return c;
   ProtocolConfig pc;
   pc.name = config_.name;
   pc.epoch = config_.modelEpoch;
@@ -99,17 +60,17 @@ Code Engine::init() {
   Link& link = *this;  // (a private base: converted here, inside the class)
   proto_ = std::make_unique<Protocol>(pc, link);
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wakeFd_.valid()) return fail(Code::kSystem, std::string("eventfd: ") + std::strerror(errno));
+  if (!wakeFd_.valid()) return fail(Status::kSystemError, std::string("eventfd: ") + std::strerror(errno));
   if (!config_.listenIp.empty()) {
     auto l = transport::listenOn(config_.listenIp, config_.listenPort);
-    if (!l.ok()) return fail(fromStatus(l.status()), "listen on " + config_.listenIp + ":" +
+    if (!l.ok()) return fail(l.status(), "listen on " + config_.listenIp + ":" +
                                                          std::to_string(config_.listenPort) +
                                                          ": " + l.error().message);
     listener_ = std::move(*l);
     listening_ = true;
   }
   if (config_.progressThread) thread_ = std::thread([this] { runProgressThread(); });
-  return Code::kOk;
+  return Status::kOk;
 }
 
 Engine::~Engine() { shutdown(); }
@@ -155,11 +116,11 @@ void Engine::shutdown() {
 
 // ---- progress ----------------------------------------------------------------------------------
 
-Code Engine::progress(int timeoutMs) {
+Status Engine::progress(int timeoutMs) {
   std::unique_lock lock(mu_);
   if (progressLocked() == 0 && timeoutMs > 0 && !config_.progressThread)
     sleepLocked(lock, timeoutMs);
-  return Code::kOk;
+  return Status::kOk;
 }
 
 int Engine::progressLocked() {
@@ -250,9 +211,9 @@ int Engine::fireTimers() {
 
 // ---- the application's calls --------------------------------------------------------------------
 
-Code Engine::checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes) {
+Status Engine::checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes) {
   if (blocks.empty() || blocks.size() > kMaxBlocks)
-    return fail(Code::kInvalidArg, "blocks: count " + std::to_string(blocks.size()) + " outside 1.." +
+    return fail(Status::kInvalidArgument, "blocks: count " + std::to_string(blocks.size()) + " outside 1.." +
                                        std::to_string(kMaxBlocks));
   uint64_t total = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
@@ -260,59 +221,59 @@ Code Engine::checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes) {
     const std::string field = "blocks[" + std::to_string(i) + "]";
     const bool known = std::any_of(registrations_.begin(), registrations_.end(),
                                    [&](const auto& r) { return r.get() == b.mr; });
-    if (!known) return fail(Code::kNotFound, field + ": unknown registration");
-    if (b.length == 0) return fail(Code::kInvalidArg, field + ": length 0");
+    if (!known) return fail(Status::kNotFound, field + ": unknown registration");
+    if (b.length == 0) return fail(Status::kInvalidArgument, field + ": length 0");
     if (b.offset > b.mr->length || b.length > b.mr->length - b.offset)
-      return fail(Code::kOutOfRange, field + ": offset " + std::to_string(b.offset) + " + length " +
+      return fail(Status::kOutOfRange, field + ": offset " + std::to_string(b.offset) + " + length " +
                                          std::to_string(b.length) + " exceeds the registration (" +
                                          std::to_string(b.mr->length) + " bytes)");
     total += b.length;
   }
   *bytes = total;
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+Status Engine::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
                     const char* trafficClass, uint64_t* xfer) {
   std::lock_guard lock(mu_);
-  Code c = expectLocked(key, blocks, deadlineUs, trafficClass, xfer);
+  Status c = expectLocked(key, blocks, deadlineUs, trafficClass, xfer);
   wake();
   return c;
 }
 
-Code Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
+Status Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
                           uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
   uint64_t bytes = 0;
-  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "expect: " + lastError());
+  if (Status c = checkBlocks(blocks, &bytes); c != Status::kOk) return fail(c, "expect: " + lastError());
   return proto_->expect(key, blocks, deadlineUs, routeFor(trafficClass), xfer);
 }
 
-Code Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+Status Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
                   uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
   std::lock_guard lock(mu_);
-  Code c = sendLocked(peer, key, blocks, deadlineUs, trafficClass, xfer);
+  Status c = sendLocked(peer, key, blocks, deadlineUs, trafficClass, xfer);
   wake();
   return c;
 }
 
-Code Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+Status Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
                         uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
   if (peerByToken(peer) == nullptr) {
     auto it = peers_.find(peer);
-    if (it == peers_.end()) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(peer));
-    return fail(Code::kPeerLost, "send: peer " + it->second->name + " lost: " + it->second->lostReason);
+    if (it == peers_.end()) return fail(Status::kNotFound, "send: unknown peer " + std::to_string(peer));
+    return fail(Status::kRemoteError, "send: peer " + it->second->name + " lost: " + it->second->lostReason);
   }
   uint64_t bytes = 0;
-  if (Code c = checkBlocks(blocks, &bytes); c != Code::kOk) return fail(c, "send: " + lastError());
+  if (Status c = checkBlocks(blocks, &bytes); c != Status::kOk) return fail(c, "send: " + lastError());
   return proto_->send(peer, key, blocks, deadlineUs, routeFor(trafficClass), xfer);
 }
 
-Code Engine::setEpoch(uint64_t epoch) {
+Status Engine::setEpoch(uint64_t epoch) {
   std::lock_guard lock(mu_);
   if (epoch != proto_->epoch())
     PACT_INFO("engine %s: model epoch %lu -> %lu", config_.name.c_str(),
               static_cast<unsigned long>(proto_->epoch()), static_cast<unsigned long>(epoch));
-  Code c = proto_->setEpoch(epoch);
+  Status c = proto_->setEpoch(epoch);
   wake();
   return c;
 }
@@ -322,23 +283,23 @@ void Engine::setCommitHook(CommitHook hook) {
   proto_->setCommitHook(std::move(hook));
 }
 
-Code Engine::setCredit(uint64_t peer, uint64_t budget) {
+Status Engine::setCredit(uint64_t peer, uint64_t budget) {
   std::lock_guard lock(mu_);
-  Code c = proto_->setCredit(peer, budget);
+  Status c = proto_->setCredit(peer, budget);
   wake();
   return c;
 }
 
-Code Engine::query(uint64_t xfer, XferInfo* info) {
+Status Engine::query(uint64_t xfer, XferInfo* info) {
   std::lock_guard lock(mu_);
   return proto_->query(xfer, info);
 }
 
-Code Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
+Status Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
   std::unique_lock lock(mu_);
   const Transfer* x = proto_->find(xfer);
   if (x == nullptr)
-    return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
+    return fail(Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
   *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
   // Progress may free a released transfer once final: look it up again each time.
   const bool done = waitFor(lock, timeoutMs, [&] {
@@ -351,22 +312,22 @@ Code Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
     info->final = true;
   }
   if (!done)
-    return fail(Code::kTimedOut, "transfer " + Protocol::keyText(info->key) + " still " +
+    return fail(Status::kTimeout, "transfer " + Protocol::keyText(info->key) + " still " +
                                      stateName(info->state) + " after " + std::to_string(timeoutMs) +
                                      " ms");
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::release(uint64_t xfer) {
+Status Engine::release(uint64_t xfer) {
   std::lock_guard lock(mu_);
   return proto_->release(xfer);
 }
 
 // ---- memory ------------------------------------------------------------------------------------
 
-Code Engine::registerMemory(void* addr, size_t length, Registration** out) {
+Status Engine::registerMemory(void* addr, size_t length, Registration** out) {
   if (addr == nullptr || length == 0)
-    return fail(Code::kInvalidArg, "mem_register: NULL address or length 0");
+    return fail(Status::kInvalidArgument, "mem_register: NULL address or length 0");
   std::lock_guard lock(mu_);
   auto r = std::make_unique<Registration>();
   r->addr = static_cast<uint8_t*>(addr);
@@ -374,26 +335,26 @@ Code Engine::registerMemory(void* addr, size_t length, Registration** out) {
   for (Context& c : contexts_) {
     for (size_t i = 0; i < c.dev->rails(); ++i) {
       auto region = c.dev->rail(i).cache->acquire({addr, length, ucx::MemoryType::kHost, -1, 0});
-      if (!region.ok()) return fail(fromStatus(region.status()), "mem_register: " + region.error().message);
+      if (!region.ok()) return fail(region.status(), "mem_register: " + region.error().message);
       r->regions.push_back(std::move(region.value()));
     }
   }
   *out = r.get();
   registrations_.push_back(std::move(r));
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::deregister(Registration* mr) {
-  if (mr == nullptr) return Code::kOk;
+Status Engine::deregister(Registration* mr) {
+  if (mr == nullptr) return Status::kOk;
   std::lock_guard lock(mu_);
   auto it = std::find_if(registrations_.begin(), registrations_.end(),
                          [&](const auto& r) { return r.get() == mr; });
-  if (it == registrations_.end()) return fail(Code::kNotFound, "mem_deregister: unknown registration");
+  if (it == registrations_.end()) return fail(Status::kNotFound, "mem_deregister: unknown registration");
   if (mr->users > 0)
-    return fail(Code::kBusy, "mem_deregister: " + std::to_string(mr->users) +
+    return fail(Status::kBusy, "mem_deregister: " + std::to_string(mr->users) +
                                  " unreleased transfers use the registration");
   registrations_.erase(it);
-  return Code::kOk;
+  return Status::kOk;
 }
 
 Stats Engine::stats() {

@@ -7,7 +7,7 @@
 // PACT_NET_DEVICES are fused into one virtual device, a rail each); a listening control socket;
 // and its peers. Every public method takes the engine's one lock; UCX callbacks run inside
 // progress() with the lock held, so the engine's state has exactly one writer at a time.
-// Failures return a Code and leave a message for lastError() (thread-local), which the C API
+// Failures return a Status and leave a message for lastError() (thread-local), which the C API
 // hands out as pact_last_error().
 //
 // The data path: a transfer's class picks its context, its piece size (`chunk`) and its lanes:
@@ -79,34 +79,34 @@ struct ClassRouteInfo {
 class Engine final : private Link {
  public:
   // params: the effective PACT_* configuration (the C API passes Params::global()).
-  static Code create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out);
+  static Status create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  Code address(std::string* out);
-  Code progress(int timeoutMs);
+  Status address(std::string* out);
+  Status progress(int timeoutMs);
 
-  Code connect(const std::string& address, int timeoutMs, uint64_t* peer);
-  Code waitPeer(const std::string& name, int timeoutMs, uint64_t* peer);
-  Code peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse);
+  Status connect(const std::string& address, int timeoutMs, uint64_t* peer);
+  Status waitPeer(const std::string& name, int timeoutMs, uint64_t* peer);
+  Status peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse);
   // kOk for a ready peer; kNotFound (unknown) or kPeerLost, with the message.
-  Code checkPeer(uint64_t peer);
+  Status checkPeer(uint64_t peer);
 
-  Code registerMemory(void* addr, size_t length, Registration** out);
-  Code deregister(Registration* mr);
+  Status registerMemory(void* addr, size_t length, Registration** out);
+  Status deregister(Registration* mr);
 
-  Code setEpoch(uint64_t epoch);
+  Status setEpoch(uint64_t epoch);
   void setCommitHook(CommitHook hook);
-  Code setCredit(uint64_t peer, uint64_t budget);
-  Code expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+  Status setCredit(uint64_t peer, uint64_t budget);
+  Status expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
               const char* trafficClass, uint64_t* xfer);
-  Code send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+  Status send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
             uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
 
-  Code query(uint64_t xfer, XferInfo* info);
-  Code wait(uint64_t xfer, int timeoutMs, XferInfo* info);
-  Code release(uint64_t xfer);
+  Status query(uint64_t xfer, XferInfo* info);
+  Status wait(uint64_t xfer, int timeoutMs, XferInfo* info);
+  Status release(uint64_t xfer);
 
   Stats stats();
   // Every engine class and the context it runs on, DEFAULT first.
@@ -120,11 +120,11 @@ class Engine final : private Link {
   // Waits with the lock held (by `lock`) until pred() or the timeout; progresses the engine itself
   // when it has no progress thread. False on timeout.
   bool waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs, const std::function<bool()>& pred);
-  Code expectLocked(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+  Status expectLocked(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
                     const char* trafficClass, uint64_t* xfer);
-  Code sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+  Status sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
                   uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
-  Code releaseLocked(uint64_t xfer) { return proto_->release(xfer); }
+  Status releaseLocked(uint64_t xfer) { return proto_->release(xfer); }
   const Transfer* find(uint64_t xfer) const { return proto_->find(xfer); }
   void markGroupChunk(uint64_t xfer) { proto_->markGroupChunk(xfer); }
 
@@ -148,9 +148,9 @@ class Engine final : private Link {
   enum class TimerKind : uint8_t { kHandshake };
 
   Engine(const EngineConfig& config, const Params& params);
-  Code init();
+  Status init();
   void shutdown();
-  Code checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
+  Status checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
 
   // ---- the Link of the protocol, and the contexts and lanes under it (routes.cpp) ----
   std::string reach(uint64_t peer, size_t route) override;
@@ -158,7 +158,7 @@ class Engine final : private Link {
   void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src, uint64_t n,
                  uint64_t xfer) override;
   void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) override;
-  Code openContexts();
+  Status openContexts();
   // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
   size_t routeFor(const char* trafficClass) const;
   unsigned progressWorkers();
@@ -186,10 +186,10 @@ class Engine final : private Link {
   // ---- connections (peers.cpp) ----
   int acceptConnections();
   int pollPeers();
-  Code startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id);
-  Code onHello(Peer& p, const Hello& hello);
-  Code onProof(Peer& p, const Proof& proof);
-  Code connectEndpoint(Peer& p);
+  Status startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id);
+  Status onHello(Peer& p, const Hello& hello);
+  Status onProof(Peer& p, const Proof& proof);
+  Status connectEndpoint(Peer& p);
   void sendHandshake(Peer& p, const Control& m);
   void refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, const std::string& why);
   void peerLost(Peer& p, const std::string& why);

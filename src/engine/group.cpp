@@ -17,18 +17,18 @@ void Group::releaseAll() {
   xfers_.clear();
 }
 
-Code Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
+Status Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
                  std::span<const BlockRef> recv, uint64_t deadlineUs) {
   std::lock_guard lock(engine_.mutex());
   if (!xfers_.empty())
-    return fail(Code::kBusy, "group " + std::to_string(groupId_) + ": the previous step is not waited for");
+    return fail(Status::kBusy, "group " + std::to_string(groupId_) + ": the previous step is not waited for");
   const auto chunkKey = [&](uint64_t src, uint64_t dst) {
     return TransferKey{groupId_, src << 32 | dst, epoch, generation};
   };
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     uint64_t id = 0;
-    Code c = engine_.expectLocked(chunkKey(r, myRank_), recv.subspan(r, 1), deadlineUs, "A2A", &id);
-    if (c != Code::kOk) {
+    Status c = engine_.expectLocked(chunkKey(r, myRank_), recv.subspan(r, 1), deadlineUs, "A2A", &id);
+    if (c != Status::kOk) {
       releaseAll();
       return fail(c, "group step, chunk from rank " + std::to_string(r) + ": " + lastError());
     }
@@ -37,20 +37,20 @@ Code Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> 
   }
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     uint64_t id = 0;
-    Code c = engine_.sendLocked(peers_[r], chunkKey(myRank_, r), send.subspan(r, 1), deadlineUs,
+    Status c = engine_.sendLocked(peers_[r], chunkKey(myRank_, r), send.subspan(r, 1), deadlineUs,
                                 "A2A", &id);
-    if (c != Code::kOk) {
+    if (c != Status::kOk) {
       releaseAll();
       return fail(c, "group step, chunk to rank " + std::to_string(r) + ": " + lastError());
     }
     xfers_.push_back(id);
   }
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Group::wait(int timeoutMs) {
+Status Group::wait(int timeoutMs) {
   std::unique_lock lock(engine_.mutex());
-  if (xfers_.empty()) return fail(Code::kNotFound, "group: no step started");
+  if (xfers_.empty()) return fail(Status::kNotFound, "group: no step started");
   const bool done = engine_.waitFor(lock, timeoutMs, [&] {
     for (uint64_t id : xfers_) {
       const Transfer* x = engine_.find(id);
@@ -58,19 +58,19 @@ Code Group::wait(int timeoutMs) {
     }
     return true;
   });
-  if (!done) return fail(Code::kTimedOut, "group step not final after " + std::to_string(timeoutMs) + " ms");
-  Code result = Code::kOk;
+  if (!done) return fail(Status::kTimeout, "group step not final after " + std::to_string(timeoutMs) + " ms");
+  Status result = Status::kOk;
   std::string why;
-  for (size_t i = 0; i < xfers_.size() && result == Code::kOk; ++i) {
+  for (size_t i = 0; i < xfers_.size() && result == Status::kOk; ++i) {
     const Transfer* x = engine_.find(xfers_[i]);
-    if (x != nullptr && x->result != Code::kOk) {
+    if (x != nullptr && x->result != Status::kOk) {
       result = x->result;
       why = std::string(i < peers_.size() ? "chunk from rank " : "chunk to rank ") +
-            std::to_string(i % peers_.size()) + ": " + codeName(x->result);
+            std::to_string(i % peers_.size()) + ": " + statusName(x->result);
     }
   }
   releaseAll();
-  return result == Code::kOk ? Code::kOk : fail(result, "group step failed, " + why);
+  return result == Status::kOk ? Status::kOk : fail(result, "group step failed, " + why);
 }
 
 }  // namespace pact::engine

@@ -22,11 +22,11 @@ class Group {
   Group& operator=(const Group&) = delete;
 
   size_t ranks() const { return peers_.size(); }
-  Code step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
+  Status step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
             std::span<const BlockRef> recv, uint64_t deadlineUs);
   // Blocks until every transfer of the step is final: kOk when all committed, else the first
   // failure (receives first). The step's transfers are released either way.
-  Code wait(int timeoutMs);
+  Status wait(int timeoutMs);
 
  private:
   void releaseAll();

@@ -11,8 +11,6 @@
 
 namespace pact::engine {
 
-// The engine Code for a core Status (engine-private).
-Code fromStatus(Status s);
 
 // One connection to another engine (or to this one): the control socket (handshake, then
 // liveness), the control endpoint (to the peer's CTRL context) and, per engine class used to

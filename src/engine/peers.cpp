@@ -13,14 +13,14 @@
 namespace pact::engine {
 
 
-Code Engine::address(std::string* out) {
+Status Engine::address(std::string* out) {
   std::lock_guard lock(mu_);
-  if (!listening_) return fail(Code::kNotFound, "engine " + config_.name + " does not listen");
+  if (!listening_) return fail(Status::kNotFound, "engine " + config_.name + " does not listen");
   *out = transport::formatAddress(listener_.addr);
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id) {
+Status Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id) {
   auto p = std::make_unique<Peer>();
   p->id = nextId_++;
   p->outbound = outbound;
@@ -33,35 +33,35 @@ Code Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t*
               key.enabled() ? uint8_t{1} : uint8_t{0}, p->nonce, {}};
   for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
   if (p->socket.send(wire::encodeEngine(encode(Control(hello)))) == Status::kRemoteError)
-    return fail(Code::kPeerLost, "connection refused or reset before the handshake");
+    return fail(Status::kRemoteError, "connection refused or reset before the handshake");
   timers_.add(now() + params_.peer_timeout, p->id, TimerKind::kHandshake);
   *id = p->id;
   peers_.emplace(p->id, std::move(p));
   ++handshaking_;
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer) {
+Status Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer) {
   auto handle = transport::parseAddress(address);
-  if (!handle.ok()) return fail(Code::kInvalidArg, handle.error().message);
+  if (!handle.ok()) return fail(Status::kInvalidArgument, handle.error().message);
   std::unique_lock lock(mu_);
   auto socket = transport::ControlSocket::connectTo(*handle);
-  if (!socket.ok()) return fail(fromStatus(socket.status()), socket.error().message);
+  if (!socket.ok()) return fail(socket.status(), socket.error().message);
   uint64_t id = 0;
-  if (Code c = startPeer(std::move(*socket), true, &id); c != Code::kOk) return c;
+  if (Status c = startPeer(std::move(*socket), true, &id); c != Status::kOk) return c;
   Peer& p = *peers_.at(id);
   if (!waitFor(lock, timeoutMs, [&] { return p.phase != Peer::Phase::kHandshake; })) {
     peerLost(p, "handshake timed out");
-    return fail(Code::kTimedOut, "connect " + address + ": no handshake within " +
+    return fail(Status::kTimeout, "connect " + address + ": no handshake within " +
                                      std::to_string(timeoutMs) + " ms");
   }
   if (p.phase == Peer::Phase::kLost)
-    return fail(p.refused ? Code::kRefused : Code::kPeerLost, "connect " + address + ": " + p.lostReason);
+    return fail(p.refused ? Status::kRefused : Status::kRemoteError, "connect " + address + ": " + p.lostReason);
   *peer = id;
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::waitPeer(const std::string& name, int timeoutMs, uint64_t* peer) {
+Status Engine::waitPeer(const std::string& name, int timeoutMs, uint64_t* peer) {
   std::unique_lock lock(mu_);
   uint64_t found = 0;
   waitFor(lock, timeoutMs, [&] {
@@ -74,24 +74,24 @@ Code Engine::waitPeer(const std::string& name, int timeoutMs, uint64_t* peer) {
     return false;
   });
   if (found == 0)
-    return fail(Code::kTimedOut, "no peer named '" + name + "' within " + std::to_string(timeoutMs) + " ms");
+    return fail(Status::kTimeout, "no peer named '" + name + "' within " + std::to_string(timeoutMs) + " ms");
   *peer = found;
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::checkPeer(uint64_t peer) {
+Status Engine::checkPeer(uint64_t peer) {
   std::lock_guard lock(mu_);
   auto it = peers_.find(peer);
-  if (it == peers_.end()) return fail(Code::kNotFound, "peer " + std::to_string(peer) + ": unknown");
+  if (it == peers_.end()) return fail(Status::kNotFound, "peer " + std::to_string(peer) + ": unknown");
   if (it->second->phase != Peer::Phase::kReady)
-    return fail(Code::kPeerLost, "peer " + it->second->name + ": " +
+    return fail(Status::kRemoteError, "peer " + it->second->name + ": " +
                                      (it->second->lostReason.empty() ? "not connected" : it->second->lostReason));
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
+Status Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
   std::lock_guard lock(mu_);
-  if (peers_.count(peer) == 0) return fail(Code::kNotFound, "peer " + std::to_string(peer) + ": unknown");
+  if (peers_.count(peer) == 0) return fail(Status::kNotFound, "peer " + std::to_string(peer) + ": unknown");
   return proto_->peerCredit(peer, budget, inUse);
 }
 
@@ -106,7 +106,7 @@ int Engine::acceptConnections() {
     }
     if (!fd->valid()) return n;
     uint64_t id = 0;
-    if (startPeer(transport::ControlSocket(std::move(*fd)), false, &id) == Code::kOk) ++n;
+    if (startPeer(transport::ControlSocket(std::move(*fd)), false, &id) == Status::kOk) ++n;
   }
 }
 
@@ -157,14 +157,14 @@ int Engine::pollPeers() {
         break;
       }
       if (const auto* proof = std::get_if<Proof>(&*m)) {
-        if (onProof(p, *proof) != Code::kOk) break;
+        if (onProof(p, *proof) != Status::kOk) break;
         continue;
       }
       if (!std::holds_alternative<Hello>(*m)) {
         peerLost(p, "handshake: expected hello");
         break;
       }
-      if (onHello(p, std::get<Hello>(*m)) != Code::kOk) break;
+      if (onHello(p, std::get<Hello>(*m)) != Status::kOk) break;
     }
     ++it;
   }
@@ -182,7 +182,7 @@ void Engine::refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, 
   peerLost(p, "refused: " + why);
 }
 
-Code Engine::onHello(Peer& p, const Hello& hello) {
+Status Engine::onHello(Peer& p, const Hello& hello) {
   p.name = hello.name;
   p.remoteToken = hello.token;
   p.peerWorker = hello.workerAddress;
@@ -194,23 +194,23 @@ Code Engine::onHello(Peer& p, const Hello& hello) {
     refuse(p, wire::Field::kAuth, ours, hello.auth,
            std::string("authentication: PACT_AUTH_KEY_FILE is set on ") +
                (ours ? "this side only" : "the peer only"));
-    return Code::kRefused;
+    return Status::kRefused;
   }
   if (!key.enabled()) return connectEndpoint(p);
   // Prove we know the key (over the peer's challenge); the endpoint waits for the peer's proof.
   sendHandshake(p, Proof{auth::mac(key.secret, kProofLabel, p.peerNonce, p.nonce)});
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Engine::onProof(Peer& p, const Proof& proof) {
+Status Engine::onProof(Peer& p, const Proof& proof) {
   const auth::Key& key = params_.auth_key;
   if (!key.enabled() || p.peerWorker.empty()) {
     peerLost(p, "handshake: unexpected proof");
-    return Code::kRefused;
+    return Status::kRefused;
   }
   if (!auth::verify(key.secret, kProofLabel, p.nonce, p.peerNonce, proof.mac)) {
     refuse(p, wire::Field::kAuth, 1, 0, "authentication: the peer's proof does not verify (another key)");
-    return Code::kRefused;
+    return Status::kRefused;
   }
   return connectEndpoint(p);
 }
@@ -219,13 +219,13 @@ void Engine::sendHandshake(Peer& p, const Control& m) {
   ignore(p.socket.send(wire::encodeEngine(encode(m))));
 }
 
-Code Engine::connectEndpoint(Peer& p) {
+Status Engine::connectEndpoint(Peer& p) {
   auto& rail = contexts_[routes_[ctrlRoute_].context].dev->rail(0);
   auto ep = ucx::Endpoint::create(rail.worker.get(), p.peerWorker, &Engine::onEndpointError,
                                   &p, &rail.peerFailureSupported);
   if (!ep.ok()) {
     peerLost(p, ep.error().message);
-    return Code::kPeerLost;
+    return Status::kRemoteError;
   }
   p.ctrl = std::make_shared<transport::Lanes>();
   p.ctrl->configure(routes_[ctrlRoute_].channel);
@@ -235,7 +235,7 @@ Code Engine::connectEndpoint(Peer& p) {
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
             p.outbound ? "connected" : "accepted");
   proto_->peerReady(p.id, p.name);
-  return Code::kOk;
+  return Status::kOk;
 }
 
 void Engine::peerLost(Peer& p, const std::string& why) {

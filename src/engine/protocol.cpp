@@ -32,21 +32,21 @@ void Protocol::peerReady(uint64_t id, const std::string& name) {
 void Protocol::peerLost(uint64_t id) {
   forEachLive([&](const Transfer& x) { return x.peer == id; }, [&](Transfer& x) {
     if (x.role == Role::kReceiver) {
-      receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
+      receiverAbort(x, Event::kFatalError, Status::kRemoteError, Reason::kPeerLost);
     } else {
-      settle(x, Event::kFatalError, Code::kPeerLost);
+      settle(x, Event::kFatalError, Status::kRemoteError);
     }
   });
   std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == id; });
   peers_.erase(id);
 }
 
-Code Protocol::peerCredit(uint64_t id, uint64_t* budget, uint64_t* inUse) const {
+Status Protocol::peerCredit(uint64_t id, uint64_t* budget, uint64_t* inUse) const {
   auto it = peers_.find(id);
-  if (it == peers_.end()) return fail(Code::kNotFound, "peer " + std::to_string(id) + ": unknown");
+  if (it == peers_.end()) return fail(Status::kNotFound, "peer " + std::to_string(id) + ": unknown");
   *budget = it->second.creditBudget;
   *inUse = it->second.creditInUse;
-  return Code::kOk;
+  return Status::kOk;
 }
 
 void Protocol::onControl(uint64_t from, const Control& m) {
@@ -70,9 +70,9 @@ void Protocol::onControl(uint64_t from, const Control& m) {
 void Protocol::abortAll() {
   forEachLive([](const Transfer&) { return true; }, [&](Transfer& x) {
     if (x.role == Role::kReceiver) {
-      receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kShutdown);
+      receiverAbort(x, Event::kFatalError, Status::kRemoteError, Reason::kShutdown);
     } else {
-      senderWithdraw(x, Code::kPeerLost, false);
+      senderWithdraw(x, Status::kRemoteError, false);
     }
   });
 }
@@ -81,12 +81,12 @@ bool Protocol::busy() const {
   return std::any_of(xfers_.begin(), xfers_.end(), [](auto& kv) { return kv.second->pendingOps > 0; });
 }
 
-Code Protocol::query(uint64_t xfer, XferInfo* info) const {
+Status Protocol::query(uint64_t xfer, XferInfo* info) const {
   const Transfer* x = find(xfer);
   if (x == nullptr)
-    return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
+    return fail(Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
   *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
-  return Code::kOk;
+  return Status::kOk;
 }
 
 Stats Protocol::stats() const {
@@ -108,9 +108,9 @@ int Protocol::fireTimers() {
     if (timer.kind != TimerKind::kDeadline && timer.attempt != x.attempt) return false;
     if (timer.kind == TimerKind::kDeadline) {
       if (x.role == Role::kReceiver) {
-        receiverAbort(x, Event::kDeadline, Code::kDeadline, Reason::kDeadline);
+        receiverAbort(x, Event::kDeadline, Status::kDeadline, Reason::kDeadline);
       } else {
-        settle(x, Event::kDeadline, Code::kDeadline);
+        settle(x, Event::kDeadline, Status::kDeadline);
       }
     } else if (timer.kind == TimerKind::kMissing) {
       checkMissing(x);
@@ -170,7 +170,7 @@ bool Protocol::step(Transfer& x, Event e) {
 
 // Ends the transfer: COMMITTED (e == kCommit) or ABORTED with result. Gives back the sender's
 // credit view; the receiver's credit goes back in releaseCredit.
-void Protocol::settle(Transfer& x, Event e, Code result) {
+void Protocol::settle(Transfer& x, Event e, Status result) {
   if (!x.live()) return;
   if (!step(x, e)) {
     // e.g. a deadline in a state the table has no edge for: every live state can abort fatally.
@@ -178,7 +178,7 @@ void Protocol::settle(Transfer& x, Event e, Code result) {
   }
   x.settled = true;
   x.result = result;
-  if (result == Code::kOk) {
+  if (result == Status::kOk) {
     ++stats_.committed;
   } else {
     ++stats_.aborted;
@@ -241,21 +241,21 @@ void Protocol::rememberCanceled(const TransferKey& k) {
 
 // A released transfer stays queryable until it is final (then the engine frees it): so the
 // application can wait for an aborted transfer's blocks to be free again.
-Code Protocol::release(uint64_t xfer) {
+Status Protocol::release(uint64_t xfer) {
   auto it = xfers_.find(xfer);
   if (it == xfers_.end() || it->second->userReleased)
-    return fail(Code::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
+    return fail(Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
   Transfer& x = *it->second;
   x.userReleased = true;
   if (!x.live()) {
     maybeFinish(x);
   } else if (x.role == Role::kReceiver) {  // settling frees it once nothing touches its blocks
     if (!x.matched) rememberCanceled(x.key);
-    receiverAbort(x, Event::kFatalError, Code::kCanceled, Reason::kCanceled);
+    receiverAbort(x, Event::kFatalError, Status::kCanceled, Reason::kCanceled);
   } else {
-    senderWithdraw(x, Code::kCanceled, true);
+    senderWithdraw(x, Status::kCanceled, true);
   }
-  return find(xfer) == nullptr ? Code::kOk : Code::kInProgress;
+  return find(xfer) == nullptr ? Status::kOk : Status::kInProgress;
 }
 
 }  // namespace pact::engine

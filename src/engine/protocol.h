@@ -48,21 +48,21 @@ class Protocol {
   Protocol& operator=(const Protocol&) = delete;
 
   // ---- the application's calls (blocks already checked against the registrations) ----
-  Code expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+  Status expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
               size_t route, uint64_t* xfer);
-  Code send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+  Status send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
             uint64_t deadlineUs, size_t route, uint64_t* xfer);
   // kOk: gone; kInProgress: final later (query/wait keep working on it until then).
-  Code release(uint64_t xfer);
-  Code query(uint64_t xfer, XferInfo* info) const;
+  Status release(uint64_t xfer);
+  Status query(uint64_t xfer, XferInfo* info) const;
   const Transfer* find(uint64_t xfer) const;
   void markGroupChunk(uint64_t xfer) { xfers_.at(xfer)->groupChunk = true; }
-  Code setEpoch(uint64_t epoch);
+  Status setEpoch(uint64_t epoch);
   uint64_t epoch() const { return epoch_; }
   void setCommitHook(CommitHook hook) { hook_ = std::move(hook); }
   // peer 0: the total budget.
-  Code setCredit(uint64_t peer, uint64_t budget);
-  Code peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) const;
+  Status setCredit(uint64_t peer, uint64_t budget);
+  Status peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) const;
   Stats stats() const;
   size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max) {
     return trace_.read(cursor, out, max);
@@ -128,7 +128,7 @@ class Protocol {
   Transfer& newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
                         size_t route, uint64_t peer, uint64_t deadlineUs);
   bool step(Transfer& x, Event e);
-  void settle(Transfer& x, Event e, Code result);
+  void settle(Transfer& x, Event e, Status result);
   void maybeFinish(Transfer& x);
   void opDone(uint64_t xferId);
   Transfer* openReceiver(const TransferKey& key);
@@ -149,7 +149,7 @@ class Protocol {
   void checkMissing(Transfer& x);
   void tryComplete(Transfer& x);
   bool retryAttempt(Transfer& x, Event why, Reason reason);
-  void receiverAbort(Transfer& x, Event e, Code result, Reason r);
+  void receiverAbort(Transfer& x, Event e, Status result, Reason r);
   void releaseCredit(Transfer& x);
   void rememberCanceled(const TransferKey& k);
 
@@ -160,7 +160,7 @@ class Protocol {
   // The sender's application gave the transfer up: before its Done left the receiver is told
   // (Cancel) and never commits; after, the verdict still settles it (a release cannot un-commit).
   // waitVerdict: a release (the transfer stays open until its verdict); a destroy settles now.
-  void senderWithdraw(Transfer& x, Code result, bool waitVerdict);
+  void senderWithdraw(Transfer& x, Status result, bool waitVerdict);
   void postPieces(Transfer& x);
   void sendDone(Transfer& x);
 

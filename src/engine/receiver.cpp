@@ -38,8 +38,8 @@ Transfer* Protocol::openReceiver(const TransferKey& key) {
   return x == xfers_.end() ? nullptr : x->second.get();
 }
 
-Code Protocol::setEpoch(uint64_t epoch) {
-  if (epoch == epoch_) return Code::kOk;
+Status Protocol::setEpoch(uint64_t epoch) {
+  if (epoch == epoch_) return Status::kOk;
   PACT_INFO("engine %s: model epoch %lu -> %lu", config_.name.c_str(),
             static_cast<unsigned long>(epoch_), static_cast<unsigned long>(epoch));
   epoch_ = epoch;
@@ -48,7 +48,7 @@ Code Protocol::setEpoch(uint64_t epoch) {
   forEachLive(
       [&](const Transfer& x) { return x.role == Role::kReceiver && x.key.modelEpoch != epoch; },
       [&](Transfer& x) {
-        receiverAbort(x, Event::kEpochMismatch, Code::kEpochMismatch, Reason::kEpochMismatch);
+        receiverAbort(x, Event::kEpochMismatch, Status::kEpochMismatch, Reason::kEpochMismatch);
       });
   for (auto it = offers_.begin(); it != offers_.end();) {
     if (it->second.offer.key.modelEpoch != epoch) {
@@ -60,12 +60,12 @@ Code Protocol::setEpoch(uint64_t epoch) {
     }
   }
   for (auto& [id, p] : peers_) link_.sendControl(id, EpochChange{epoch});
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Protocol::setCredit(uint64_t to, uint64_t budget) {
+Status Protocol::setCredit(uint64_t to, uint64_t budget) {
   if (to != 0 && peer(to) == nullptr)
-    return fail(Code::kNotFound, "set_credit: unknown peer " + std::to_string(to));
+    return fail(Status::kNotFound, "set_credit: unknown peer " + std::to_string(to));
   creditSet_ = true;
   if (to == 0) {
     credits_.setTotal(budget);
@@ -75,18 +75,18 @@ Code Protocol::setCredit(uint64_t to, uint64_t budget) {
     link_.sendControl(to, CreditUpdate{credits_.grantFor(to)});  // share or the total
   }
   advertiseWaiting();
-  return Code::kOk;
+  return Status::kOk;
 }
 
-Code Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+Status Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
                       size_t route, uint64_t* xfer) {
   if (key.modelEpoch != epoch_)
-    return fail(Code::kEpochMismatch, "expect " + keyText(key) + ": the receiver is on epoch " +
+    return fail(Status::kEpochMismatch, "expect " + keyText(key) + ": the receiver is on epoch " +
                                           std::to_string(epoch_));
   if (committed_.contains(key) || openReceiver(key))
-    return fail(Code::kDuplicate, "expect " + keyText(key) + ": already committed or open");
+    return fail(Status::kDuplicate, "expect " + keyText(key) + ": already committed or open");
   if (generations_.isStale(key))
-    return fail(Code::kStale, "expect " + keyText(key) + ": a newer generation was expected already");
+    return fail(Status::kStale, "expect " + keyText(key) + ": a newer generation was expected already");
   Transfer& x = newTransfer(Role::kReceiver, key, blocks, route, 0, deadlineUs);
   generations_.note(key);
   if (canceled_.erase(key) != 0)  // expected anew
@@ -101,13 +101,13 @@ Code Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks, 
       if (pending.offer.bytes != x.bytes) {
         sendVerdict(pending.peer, key, Outcome::kAborted, Reason::kSizeMismatch);
         x.peer = pending.peer;
-        settle(x, Event::kFatalError, Code::kInvalidArg);
+        settle(x, Event::kFatalError, Status::kInvalidArgument);
       } else {
         match(x, pending.peer, pending.offer.deadlineUs);
       }
     }
   }
-  return Code::kOk;
+  return Status::kOk;
 }
 
 void Protocol::onOffer(uint64_t from, const Offer& m) {
@@ -153,8 +153,7 @@ void Protocol::onOffer(uint64_t from, const Offer& m) {
   if (m.bytes != x->bytes) {
     sendVerdict(from, k, Outcome::kAborted, Reason::kSizeMismatch);
     x->peer = from;
-    fail(Code::kInvalidArg, "");
-    settle(*x, Event::kFatalError, Code::kInvalidArg);
+    settle(*x, Event::kFatalError, Status::kInvalidArgument);
     return;
   }
   match(*x, from, m.deadlineUs);
@@ -245,7 +244,7 @@ void Protocol::sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reaso
   if (peer(to) != nullptr) link_.sendControl(to, Verdict{key, o, r, attempt});
 }
 
-void Protocol::receiverAbort(Transfer& x, Event e, Code result, Reason r) {
+void Protocol::receiverAbort(Transfer& x, Event e, Status result, Reason r) {
   if (!x.live()) return;
   if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, r);
   settle(x, e, result);
@@ -279,7 +278,7 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
     PACT_WARN("engine %s: %s piece block %u offset %lu length %zu outside the advertised blocks",
               config_.name.c_str(), keyText(x->key).c_str(), h.block,
               static_cast<unsigned long>(h.offset), length);
-    receiverAbort(*x, Event::kFatalError, Code::kOutOfRange, Reason::kOutOfRange);
+    receiverAbort(*x, Event::kFatalError, Status::kOutOfRange, Reason::kOutOfRange);
     return PieceVerdict::kRefuse;
   }
   if (!x->landed.insert({h.block, h.offset}).second) {
@@ -307,7 +306,7 @@ void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uin
   Transfer& x = *it->second;
   if (!x.live() || x.attempt != attempt) return;
   if (!ok) {
-    receiverAbort(x, Event::kFatalError, Code::kPeerLost, Reason::kPeerLost);
+    receiverAbort(x, Event::kFatalError, Status::kRemoteError, Reason::kPeerLost);
     return;
   }
   landed(x, dst, length);
@@ -344,7 +343,7 @@ void Protocol::checkMissing(Transfer& x) {
             static_cast<unsigned long>(x.bytes));
   if (x.state == State::kPosted) step(x, Event::kSend);
   if (!retryAttempt(x, Event::kTimeout, Reason::kIncomplete))
-    receiverAbort(x, Event::kFatalError, Code::kIncomplete, Reason::kIncomplete);
+    receiverAbort(x, Event::kFatalError, Status::kIncomplete, Reason::kIncomplete);
 }
 
 void Protocol::onCancel(uint64_t from, const Cancel& m) {
@@ -353,7 +352,7 @@ void Protocol::onCancel(uint64_t from, const Cancel& m) {
   if (x == nullptr || x->peer != from || !x->live()) return;
   PACT_INFO("engine %s: %s canceled by the sender %s", config_.name.c_str(), keyText(x->key).c_str(),
             peers_[from].name.c_str());
-  settle(*x, Event::kFatalError, Code::kCanceled);
+  settle(*x, Event::kFatalError, Status::kCanceled);
 }
 
 void Protocol::onDone(uint64_t from, const Done& m) {
@@ -387,11 +386,11 @@ void Protocol::tryComplete(Transfer& x) {
   if (x.state != State::kInFlight) return;
   step(x, Event::kRemoteDone);
   if (x.done.bytes != x.bytes) {
-    receiverAbort(x, Event::kFatalError, Code::kInvalidArg, Reason::kSizeMismatch);
+    receiverAbort(x, Event::kFatalError, Status::kInvalidArgument, Reason::kSizeMismatch);
     return;
   }
   if (x.key.modelEpoch != epoch_) {
-    receiverAbort(x, Event::kEpochMismatch, Code::kEpochMismatch, Reason::kEpochMismatch);
+    receiverAbort(x, Event::kEpochMismatch, Status::kEpochMismatch, Reason::kEpochMismatch);
     return;
   }
   if (x.verify != Verify::kNone) {
@@ -402,7 +401,7 @@ void Protocol::tryComplete(Transfer& x) {
       PACT_INFO("engine %s: %s checksum mismatch (attempt %u)", config_.name.c_str(),
                 keyText(x.key).c_str(), x.attempt);
       if (!retryAttempt(x, Event::kVerifyFailed, Reason::kChecksum))
-        receiverAbort(x, Event::kFatalError, Code::kChecksum, Reason::kChecksum);
+        receiverAbort(x, Event::kFatalError, Status::kChecksum, Reason::kChecksum);
       return;
     }
   }
@@ -414,12 +413,12 @@ void Protocol::tryComplete(Transfer& x) {
   const bool accepted = !refused && (x.groupChunk || !hook_ || hook_(id, x.key, x.peer, table));
   if (!accepted) {
     if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, Reason::kRejected);
-    settle(x, Event::kRejected, Code::kRejected);
+    settle(x, Event::kRejected, Status::kRejected);
     return;
   }
   committed_.insert(x.key);
   sendVerdict(x.peer, x.key, Outcome::kCommitted, Reason::kNone);
-  settle(x, Event::kCommit, Code::kOk);
+  settle(x, Event::kCommit, Status::kOk);
 }
 
 }  // namespace pact::engine

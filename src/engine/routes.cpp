@@ -26,10 +26,10 @@ transport::ChannelConfig channelOf(const Profile& p) {
 
 }  // namespace
 
-Code Engine::openContexts() {
+Status Engine::openContexts() {
   auto fabric = transport::Fabric::create(params_, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
                                           "engine " + config_.name);
-  if (!fabric.ok()) return fail(fromStatus(fabric.status()), fabric.error().message);
+  if (!fabric.ok()) return fail(fabric.status(), fabric.error().message);
   fabric_ = std::move(fabric.value());
   // One device: several are fused into a virtual one, a rail each (an unordered class spreads
   // its lanes over them); none matched: UCX's own choice.
@@ -38,7 +38,7 @@ Code Engine::openContexts() {
     std::vector<int> all;
     for (int i = 0; i < fabric_->deviceCount(); ++i) all.push_back(i);
     if (fabric_->makeVDevice(all, &dev) != Status::kOk)
-      return fail(Code::kInvalidArg, "PACT_NET_DEVICES: cannot fuse the devices into rails");
+      return fail(Status::kInvalidArgument, "PACT_NET_DEVICES: cannot fuse the devices into rails");
   }
   std::vector<std::string> names{"DEFAULT"};
   for (const auto& n : ClassTable::engineClassNames()) names.push_back(n);
@@ -47,22 +47,22 @@ Code Engine::openContexts() {
     r.channel = channelOf(r.profile);
     auto d = fabric_->open(dev, r.profile, name);
     if (!d.ok())
-      return fail(fromStatus(d.status()), "engine " + config_.name + ": " + d.error().message);
+      return fail(d.status(), "engine " + config_.name + ": " + d.error().message);
     auto it = std::find_if(contexts_.begin(), contexts_.end(),
                            [&](const Context& c) { return c.dev == *d; });
     if (it == contexts_.end()) {
       if (contexts_.size() == kMaxContexts)
-        return fail(Code::kInternal, "more than " + std::to_string(kMaxContexts) + " contexts");
+        return fail(Status::kInternal, "more than " + std::to_string(kMaxContexts) + " contexts");
       Context c{*d, {}};
       for (size_t i = 0; i < c.dev->rails(); ++i) {
         ucx::Worker& w = c.dev->worker(i);
         auto fd = w.eventFd();
-        if (!fd.ok()) return fail(fromStatus(fd.status()), fd.error().message);
+        if (!fd.ok()) return fail(fd.status(), fd.error().message);
         c.eventFds.push_back(*fd);
         amSources_.push_back(std::make_unique<AmSource>(AmSource{this, &w}));
         if (w.setAmHandler(kAmControl, &Engine::onControlAm, amSources_.back().get()) != Status::kOk ||
             w.setAmHandler(kAmPiece, &Engine::onPieceAm, amSources_.back().get()) != Status::kOk)
-          return fail(Code::kInternal, "engine " + config_.name + ": cannot route active messages");
+          return fail(Status::kInternal, "engine " + config_.name + ": cannot route active messages");
       }
       contexts_.push_back(std::move(c));
       it = contexts_.end() - 1;
@@ -74,7 +74,7 @@ Code Engine::openContexts() {
     if (name == "CTRL") ctrlRoute_ = routes_.size();
     routes_.push_back(std::move(r));
   }
-  return Code::kOk;
+  return Status::kOk;
 }
 
 size_t Engine::routeFor(const char* trafficClass) const {
@@ -147,9 +147,9 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
     return c.service == dev.serviceKey();
   });
   if (remote == p.contexts.end()) {
-    fail(Code::kRefused, "peer " + p.name + " has no context for service " + dev.serviceKey() +
+    ignore(fail(Status::kRefused, "peer " + p.name + " has no context for service " + dev.serviceKey() +
                              " of class " + route.name + " (set PACT_TC_" + route.name +
-                             " alike on both sides)");
+                             " alike on both sides)"));
     return nullptr;
   }
   auto lanes = std::make_shared<transport::Lanes>();
@@ -162,8 +162,8 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
     auto ep = ucx::Endpoint::create(rail.worker.get(), remote->rails[k], &Engine::onEndpointError,
                                     &p, &rail.peerFailureSupported);
     if (!ep.ok()) {
-      fail(fromStatus(ep.status()), "class " + route.name + " lane " + std::to_string(i) +
-                                        " to " + p.name + ": " + ep.error().message);
+      ignore(fail(ep.status(), "class " + route.name + " lane " + std::to_string(i) + " to " +
+                                   p.name + ": " + ep.error().message));
       return nullptr;
     }
     lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));

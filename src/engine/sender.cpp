@@ -15,33 +15,33 @@ Checksum wireKind(Verify v) {
   return v == Verify::kCrc32c ? Checksum::kCrc32c : v == Verify::kXxh3 ? Checksum::kXxh3 : Checksum::kNone;
 }
 
-Code codeFor(Reason r) {
+Status codeFor(Reason r) {
   switch (r) {
-    case Reason::kEpochMismatch: return Code::kEpochMismatch;
-    case Reason::kChecksum: return Code::kChecksum;
-    case Reason::kDeadline: return Code::kDeadline;
-    case Reason::kRejected: return Code::kRejected;
-    case Reason::kDuplicate: return Code::kDuplicate;
-    case Reason::kOutOfRange: return Code::kOutOfRange;
-    case Reason::kPeerLost: case Reason::kShutdown: return Code::kPeerLost;
-    case Reason::kStale: return Code::kStale;
-    case Reason::kSizeMismatch: return Code::kInvalidArg;
-    case Reason::kIncomplete: return Code::kIncomplete;
-    case Reason::kCanceled: return Code::kCanceled;
+    case Reason::kEpochMismatch: return Status::kEpochMismatch;
+    case Reason::kChecksum: return Status::kChecksum;
+    case Reason::kDeadline: return Status::kDeadline;
+    case Reason::kRejected: return Status::kRejected;
+    case Reason::kDuplicate: return Status::kDuplicate;
+    case Reason::kOutOfRange: return Status::kOutOfRange;
+    case Reason::kPeerLost: case Reason::kShutdown: return Status::kRemoteError;
+    case Reason::kStale: return Status::kStale;
+    case Reason::kSizeMismatch: return Status::kInvalidArgument;
+    case Reason::kIncomplete: return Status::kIncomplete;
+    case Reason::kCanceled: return Status::kCanceled;
     case Reason::kNone: break;
   }
-  return Code::kInternal;
+  return Status::kInternal;
 }
 
 }  // namespace
 
-Code Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
+Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
                     uint64_t deadlineUs, size_t route, uint64_t* xfer) {
-  if (peer(to) == nullptr) return fail(Code::kNotFound, "send: unknown peer " + std::to_string(to));
+  if (peer(to) == nullptr) return fail(Status::kNotFound, "send: unknown peer " + std::to_string(to));
   if (sending_.count({to, key}) != 0)
-    return fail(Code::kDuplicate, "send " + keyText(key) + ": already open to this peer");
+    return fail(Status::kDuplicate, "send " + keyText(key) + ": already open to this peer");
   if (std::string why = link_.reach(to, route); !why.empty())
-    return fail(Code::kRefused, "send " + keyText(key) + ": " + why);
+    return fail(Status::kRefused, "send " + keyText(key) + ": " + why);
   TransferKey k = key;
   if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
     k.modelEpoch += fault_.epochSkew;
@@ -55,7 +55,7 @@ Code Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRe
         1, std::chrono::duration_cast<std::chrono::microseconds>(x.deadline - now()).count()));
   link_.sendControl(to, Offer{k, x.bytes, left});
   *xfer = x.id;
-  return Code::kOk;
+  return Status::kOk;
 }
 
 void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
@@ -69,7 +69,7 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
     PACT_WARN("engine %s: %s advertised %lu bytes, sending %lu", config_.name.c_str(),
               keyText(x.key).c_str(), static_cast<unsigned long>(total),
               static_cast<unsigned long>(x.bytes));
-    settle(x, Event::kFatalError, Code::kInvalidArg);
+    settle(x, Event::kFatalError, Status::kInvalidArgument);
     return;
   }
   for (const Block& b : m.blocks) x.remoteBlocks.push_back(b.length);
@@ -90,7 +90,7 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
 // them to the link (the class's lanes: one lane in order, several steered).
 void Protocol::postPieces(Transfer& x) {
   if (peer(x.peer) == nullptr) {
-    settle(x, Event::kFatalError, Code::kPeerLost);
+    settle(x, Event::kFatalError, Status::kRemoteError);
     return;
   }
   step(x, Event::kSend);
@@ -125,7 +125,7 @@ void Protocol::pieceSent(uint64_t xferId, bool ok) {
   Transfer& x = *it->second;
   if (!ok && x.live()) {
     PACT_INFO("engine %s: %s piece send failed", config_.name.c_str(), keyText(x.key).c_str());
-    settle(x, Event::kFatalError, Code::kPeerLost);
+    settle(x, Event::kFatalError, Status::kRemoteError);
   }
   opDone(xferId);  // may free x
   it = xfers_.find(xferId);
@@ -168,9 +168,9 @@ void Protocol::onVerdict(uint64_t from, const Verdict& m) {
       if (x.state == State::kInFlight) {
         step(x, Event::kRemoteDone);
         step(x, Event::kVerified);
-        settle(x, Event::kCommit, Code::kOk);
+        settle(x, Event::kCommit, Status::kOk);
       } else {
-        settle(x, Event::kFatalError, Code::kDuplicate);  // an earlier send of the key committed
+        settle(x, Event::kFatalError, Status::kDuplicate);  // an earlier send of the key committed
       }
       return;
     case Outcome::kRetry:
@@ -193,7 +193,7 @@ void Protocol::onVerdict(uint64_t from, const Verdict& m) {
   }
 }
 
-void Protocol::senderWithdraw(Transfer& x, Code result, bool waitVerdict) {
+void Protocol::senderWithdraw(Transfer& x, Status result, bool waitVerdict) {
   if (!x.live()) return;
   if (x.doneSent) {
     // The receiver may commit on that Done: only its verdict (or the deadline, or the peer's
@@ -210,7 +210,7 @@ void Protocol::onEpochChange(uint64_t from, const EpochChange& m) {
       [&](const Transfer& x) {
         return x.role == Role::kSender && x.peer == from && x.key.modelEpoch != m.newEpoch;
       },
-      [&](Transfer& x) { settle(x, Event::kEpochMismatch, Code::kEpochMismatch); });
+      [&](Transfer& x) { settle(x, Event::kEpochMismatch, Status::kEpochMismatch); });
 }
 
 }  // namespace pact::engine

@@ -16,13 +16,6 @@
 
 namespace pact::engine {
 
-// The engine's status codes: the values of pact_status_t (include/pact/pact.h), frozen.
-enum class Code : int {
-  kOk = 0, kInProgress = 1, kInvalidArg = -1, kNoMemory = -2, kNotFound = -3, kTimedOut = -4,
-  kEpochMismatch = -5, kPeerLost = -6, kRefused = -7, kChecksum = -8, kRejected = -9,
-  kDeadline = -10, kDuplicate = -11, kOutOfRange = -12, kStale = -13, kBusy = -14, kSystem = -15,
-  kInternal = -16, kIncomplete = -17, kCanceled = -18,
-};
 
 struct Registration;
 
@@ -41,7 +34,7 @@ struct Transfer {
   Role role = Role::kReceiver;
   TransferKey key;
   State state = State::kAllocated;
-  Code result = Code::kInProgress;
+  Status result = Status::kInProgress;
   uint64_t peer = 0;              // the other side; receiver: 0 until an offer matched
   std::vector<Extent> blocks;     // local memory, in order
   uint64_t bytes = 0;             // sum of blocks' lengths

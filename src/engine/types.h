@@ -20,8 +20,7 @@ namespace pact::engine {
 // Message of the last failing engine call on this thread.
 const std::string& lastError();
 // Records msg as this thread's last error and returns c.
-Code fail(Code c, std::string msg);
-const char* codeName(Code c);
+Status fail(Status c, std::string msg);
 
 struct Registration {
   uint8_t* addr = nullptr;
@@ -41,7 +40,7 @@ struct BlockRef {
 
 struct XferInfo {
   State state = State::kAllocated;
-  Code result = Code::kInProgress;
+  Status result = Status::kInProgress;
   bool final = false;
   uint32_t retries = 0;
   TransferKey key;

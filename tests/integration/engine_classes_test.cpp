@@ -56,8 +56,8 @@ TEST(EngineClasses, DifferentServicesGetTheirOwnContextsAndPiecesLandThere) {
   EXPECT_NE(a2a.context, def.context);
   EXPECT_EQ(routeOf(routes, "CTRL").context, def.context);
   EXPECT_NE(kv.service.find("rc|"), std::string::npos) << kv.service;
-  EXPECT_EQ(p.move("KV", 1, 0, 2 << 20), std::make_pair(Code::kOk, Code::kOk));
-  EXPECT_EQ(p.move("A2A", 2, 2 << 20, 2 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.move("KV", 1, 0, 2 << 20), std::make_pair(Status::kOk, Status::kOk));
+  EXPECT_EQ(p.move("A2A", 2, 2 << 20, 2 << 20), std::make_pair(Status::kOk, Status::kOk));
   EXPECT_EQ(p.tx->laneStats(p.peer, "KV").size(), 1u);
   EXPECT_EQ(p.tx->laneStats(p.peer, "A2A").size(), 1u);
 }
@@ -66,7 +66,7 @@ TEST(EngineClasses, FallbackFailWithoutRdmaRefusesTheEngineNamingTheClass) {
   EngineConfig c;
   c.name = "strict";
   std::unique_ptr<Engine> e;
-  EXPECT_EQ(Engine::create(c, paramsOf({{"PACT_TC_KV", "rc,fallback=fail"}}), &e), Code::kInvalidArg);
+  EXPECT_EQ(Engine::create(c, paramsOf({{"PACT_TC_KV", "rc,fallback=fail"}}), &e), Status::kUnsupported);
   EXPECT_EQ(e, nullptr);
   EXPECT_NE(lastError().find("traffic class KV asked for service=rc"), std::string::npos) << lastError();
   EXPECT_NE(lastError().find("fallback=fail"), std::string::npos) << lastError();
@@ -77,7 +77,7 @@ TEST(EngineClasses, UnorderedClassSpreadsItsPiecesOverItsLanes) {
   Pair p(env, env, 8 << 20);
   ASSERT_TRUE(p.rx && p.tx);
   EXPECT_EQ(routeOf(p.tx->routes(), "KV").lanes, 2);
-  EXPECT_EQ(p.move("KV", 1, 0, 8 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.move("KV", 1, 0, 8 << 20), std::make_pair(Status::kOk, Status::kOk));
   const auto lanes = p.tx->laneStats(p.peer, "KV");
   ASSERT_EQ(lanes.size(), 2u);
   EXPECT_EQ(lanes[0].pieces + lanes[1].pieces, (8u << 20) / (64u << 10));
@@ -85,7 +85,7 @@ TEST(EngineClasses, UnorderedClassSpreadsItsPiecesOverItsLanes) {
   EXPECT_GT(lanes[1].pieces, 0u);
   EXPECT_EQ(lanes[0].bytes + lanes[1].bytes, 8u << 20);
   // DEFAULT stays ordered on the control endpoint: one lane.
-  EXPECT_EQ(p.move("DEFAULT", 2, 0, 1 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.move("DEFAULT", 2, 0, 1 << 20), std::make_pair(Status::kOk, Status::kOk));
   EXPECT_EQ(p.tx->laneStats(p.peer, "DEFAULT").size(), 1u);
 }
 
@@ -93,7 +93,7 @@ TEST(EngineClasses, ChunkIsThePieceSize) {
   const EnvMap env{{"PACT_TC_KV", "chunk=128K"}};
   Pair p(env, env, 1 << 20);
   ASSERT_TRUE(p.rx && p.tx);
-  EXPECT_EQ(p.move("KV", 1, 0, 1 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.move("KV", 1, 0, 1 << 20), std::make_pair(Status::kOk, Status::kOk));
   const auto lanes = p.tx->laneStats(p.peer, "KV");
   ASSERT_EQ(lanes.size(), 1u);
   EXPECT_EQ(lanes[0].pieces, 8u);
@@ -109,16 +109,16 @@ TEST(EngineClasses, ClassCreditsBoundWhatOneSenderStages) {
     fillPattern(p.src.data() + (i << 20), 1 << 20, 10 + i);
     const TransferKey key{10 + i, 1, 0, 0};
     const BlockRef to{p.dstMr, i << 20, 1 << 20}, from{p.srcMr, i << 20, 1 << 20};
-    ASSERT_EQ(p.rx->expect(key, std::span(&to, 1), 0, "KV", &rxIds[i]), Code::kOk);
-    ASSERT_EQ(p.tx->send(p.peer, key, std::span(&from, 1), 0, "KV", &txIds[i]), Code::kOk);
+    ASSERT_EQ(p.rx->expect(key, std::span(&to, 1), 0, "KV", &rxIds[i]), Status::kOk);
+    ASSERT_EQ(p.tx->send(p.peer, key, std::span(&from, 1), 0, "KV", &txIds[i]), Status::kOk);
   }
   for (uint64_t i = 0; i < 4; ++i) {
     XferInfo info;
-    ASSERT_EQ(p.rx->wait(rxIds[i], 20000, &info), Code::kOk);
-    EXPECT_EQ(info.result, Code::kOk);
+    ASSERT_EQ(p.rx->wait(rxIds[i], 20000, &info), Status::kOk);
+    EXPECT_EQ(info.result, Status::kOk);
     EXPECT_EQ(firstMismatch(p.dst.data() + (i << 20), 1 << 20, 10 + i), -1);
-    ASSERT_EQ(p.tx->wait(txIds[i], 20000, &info), Code::kOk);
-    EXPECT_EQ(info.result, Code::kOk);
+    ASSERT_EQ(p.tx->wait(txIds[i], 20000, &info), Status::kOk);
+    EXPECT_EQ(info.result, Status::kOk);
   }
   EXPECT_EQ(p.rx->stats().peakStagedBytes, 1u << 20);
   for (uint64_t i = 0; i < 4; ++i) {
@@ -130,11 +130,11 @@ TEST(EngineClasses, ClassCreditsBoundWhatOneSenderStages) {
 TEST(EngineClasses, ASendToAPeerWithoutTheClassContextIsRefusedNamingTheService) {
   Pair p({}, {{"PACT_TC_KV", "service=rc"}}, 1 << 20);
   ASSERT_TRUE(p.rx && p.tx);
-  EXPECT_EQ(p.move("KV", 1, 0, 1 << 20).second, Code::kRefused);
+  EXPECT_EQ(p.move("KV", 1, 0, 1 << 20).second, Status::kRefused);
   EXPECT_NE(p.sendError.find("has no context for service rc|"), std::string::npos) << p.sendError;
   EXPECT_NE(p.sendError.find("PACT_TC_KV"), std::string::npos) << p.sendError;
   // Other classes to the same peer still work.
-  EXPECT_EQ(p.move("A2A", 2, 0, 1 << 20), std::make_pair(Code::kOk, Code::kOk));
+  EXPECT_EQ(p.move("A2A", 2, 0, 1 << 20), std::make_pair(Status::kOk, Status::kOk));
 }
 
 }  // namespace

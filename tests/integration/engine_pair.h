@@ -33,8 +33,8 @@ inline std::unique_ptr<Engine> makeEngine(const std::string& name, const EnvMap&
   if (listen) c.listenIp = "127.0.0.1";
   c.progressThread = true;
   std::unique_ptr<Engine> e;
-  const Code code = Engine::create(c, paramsOf(env), &e);
-  EXPECT_EQ(code, Code::kOk) << lastError();
+  const Status code = Engine::create(c, paramsOf(env), &e);
+  EXPECT_EQ(code, Status::kOk) << lastError();
   return e;
 }
 
@@ -52,38 +52,38 @@ struct Pair {
     tx = makeEngine("tx", txEnv, false);
     if (!rx || !tx) return;
     std::string address;
-    EXPECT_EQ(rx->address(&address), Code::kOk);
-    EXPECT_EQ(tx->connect(address, 10000, &peer), Code::kOk) << lastError();
-    EXPECT_EQ(tx->registerMemory(src.data(), src.size(), &srcMr), Code::kOk);
-    EXPECT_EQ(rx->registerMemory(dst.data(), dst.size(), &dstMr), Code::kOk);
+    EXPECT_EQ(rx->address(&address), Status::kOk);
+    EXPECT_EQ(tx->connect(address, 10000, &peer), Status::kOk) << lastError();
+    EXPECT_EQ(tx->registerMemory(src.data(), src.size(), &srcMr), Status::kOk);
+    EXPECT_EQ(rx->registerMemory(dst.data(), dst.size(), &dstMr), Status::kOk);
   }
   ~Pair() {
     if (rx) ignore(rx->deregister(dstMr));
     if (tx) ignore(tx->deregister(srcMr));
   }
-  static void ignore(Code) {}
+  static void ignore(Status) {}
 
   // Moves [offset, offset + length) of the buffers as one transfer of class cls; both results.
-  std::pair<Code, Code> move(const char* cls, uint64_t request, uint64_t offset, uint64_t length) {
+  std::pair<Status, Status> move(const char* cls, uint64_t request, uint64_t offset, uint64_t length) {
     fillPattern(src.data() + offset, length, request);
     std::memset(dst.data() + offset, 0, length);
     const TransferKey key{request, 1, 0, 0};
     const BlockRef to{dstMr, offset, length};
     const BlockRef from{srcMr, offset, length};
     uint64_t rxId = 0, txId = 0;
-    EXPECT_EQ(rx->expect(key, std::span(&to, 1), 0, cls, &rxId), Code::kOk) << lastError();
-    const Code sent = tx->send(peer, key, std::span(&from, 1), 0, cls, &txId);
-    if (sent != Code::kOk) {
+    EXPECT_EQ(rx->expect(key, std::span(&to, 1), 0, cls, &rxId), Status::kOk) << lastError();
+    const Status sent = tx->send(peer, key, std::span(&from, 1), 0, cls, &txId);
+    if (sent != Status::kOk) {
       sendError = lastError();
       ignore(rx->release(rxId));
       return {sent, sent};
     }
     XferInfo a, b;
-    EXPECT_EQ(rx->wait(rxId, 20000, &a), Code::kOk);
-    EXPECT_EQ(tx->wait(txId, 20000, &b), Code::kOk);
+    EXPECT_EQ(rx->wait(rxId, 20000, &a), Status::kOk);
+    EXPECT_EQ(tx->wait(txId, 20000, &b), Status::kOk);
     ignore(rx->release(rxId));
     ignore(tx->release(txId));
-    if (a.result == Code::kOk) {
+    if (a.result == Status::kOk) {
       EXPECT_EQ(firstMismatch(dst.data() + offset, length, request), -1);
     }
     return {a.result, b.result};

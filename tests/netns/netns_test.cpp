@@ -865,7 +865,7 @@ EngineKvReport runEngineKv(const EngineKvRun& run) {
     enterNamespace(side.ns, side.link);
     env->set("UCX_TLS", "tcp");
     env->set("PACT_NET_DEVICES", devices);
-    if (run.pinUcx) env->set("UCX_NET_DEVICES", devices);
+    env->set("UCX_NET_DEVICES", run.pinUcx ? std::optional<std::string>(devices) : std::nullopt);
     env->set("PACT_TC_KV", run.kvClass);
   };
   const auto engine = [](const char* name, const char* ip) {

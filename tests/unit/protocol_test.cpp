@@ -21,7 +21,7 @@ constexpr uint64_t kBytes = 3 * kChunk;  // three pieces
 constexpr uint64_t kEpoch = 5;
 
 struct Result {
-  Code rx = Code::kInProgress, tx = Code::kInProgress;
+  Status rx = Status::kInProgress, tx = Status::kInProgress;
   bool rxFinal = false, txFinal = false;
   int commits = 0;        // commit hook calls
   bool exact = false;     // the receiver's bytes are the sender's
@@ -64,15 +64,15 @@ struct Exchange {
   void start() {
     const TransferKey key{1, 2, kEpoch, 0};
     const BlockRef to{&dstMr, 0, kBytes}, from{&srcMr, 0, kBytes};
-    ASSERT_EQ(a->expect(key, std::span(&to, 1), 0, 0, &rx), Code::kOk) << lastError();
-    ASSERT_EQ(b->send(MemNet::kPeerOfB, key, std::span(&from, 1), 0, 0, &tx), Code::kOk) << lastError();
+    ASSERT_EQ(a->expect(key, std::span(&to, 1), 0, 0, &rx), Status::kOk) << lastError();
+    ASSERT_EQ(b->send(MemNet::kPeerOfB, key, std::span(&from, 1), 0, 0, &tx), Status::kOk) << lastError();
   }
   Result finish() {
     net.run();
     Result r;
     XferInfo i;
-    if (a->query(rx, &i) == Code::kOk) r.rx = i.result, r.rxFinal = i.final;
-    if (b->query(tx, &i) == Code::kOk) r.tx = i.result, r.txFinal = i.final;
+    if (a->query(rx, &i) == Status::kOk) r.rx = i.result, r.rxFinal = i.final;
+    if (b->query(tx, &i) == Status::kOk) r.tx = i.result, r.txFinal = i.final;
     r.commits = commits;
     r.exact = pact::test::firstMismatch(dst.data(), kBytes, 77) == -1;
     (void)a->release(rx);
@@ -85,21 +85,21 @@ struct Exchange {
 };
 
 // The invariants every run must keep, whatever happened to it.
-void expectSound(const Result& r, const std::string& what, const std::set<Code>& allowedFailures) {
+void expectSound(const Result& r, const std::string& what, const std::set<Status>& allowedFailures) {
   SCOPED_TRACE(what + "\n" + r.log);
   EXPECT_TRUE(r.rxFinal) << "receiver not final";
   EXPECT_TRUE(r.txFinal) << "sender not final";
   EXPECT_EQ(r.open, 0u) << "a transfer stayed open";
   EXPECT_LE(r.commits, 1) << "committed twice";
-  if (r.rx == Code::kOk) {
+  if (r.rx == Status::kOk) {
     EXPECT_EQ(r.commits, 1);
     EXPECT_TRUE(r.exact) << "committed bytes differ";
-    EXPECT_EQ(r.tx, Code::kOk) << "receiver committed, sender says " << codeName(r.tx);
+    EXPECT_EQ(r.tx, Status::kOk) << "receiver committed, sender says " << statusName(r.tx);
   } else {
     EXPECT_EQ(r.commits, 0) << "the hook ran for a transfer that did not commit";
-    EXPECT_TRUE(allowedFailures.count(r.rx)) << "receiver: " << codeName(r.rx);
-    EXPECT_NE(r.tx, Code::kOk) << "sender committed, receiver says " << codeName(r.rx);
-    EXPECT_TRUE(allowedFailures.count(r.tx)) << "sender: " << codeName(r.tx);
+    EXPECT_TRUE(allowedFailures.count(r.rx)) << "receiver: " << statusName(r.rx);
+    EXPECT_NE(r.tx, Status::kOk) << "sender committed, receiver says " << statusName(r.rx);
+    EXPECT_TRUE(allowedFailures.count(r.tx)) << "sender: " << statusName(r.tx);
   }
 }
 
@@ -108,8 +108,8 @@ size_t cleanRunMessages(bool rendezvous) {
   Exchange run(rendezvous);
   run.start();
   const Result r = run.finish();
-  EXPECT_EQ(r.rx, Code::kOk);
-  EXPECT_EQ(r.tx, Code::kOk);
+  EXPECT_EQ(r.rx, Status::kOk);
+  EXPECT_EQ(r.tx, Status::kOk);
   EXPECT_EQ(r.commits, 1);
   EXPECT_TRUE(r.exact);
   return run.net.sent();
@@ -130,8 +130,8 @@ TEST_P(ProtocolFaults, EverySingleFaultOfEveryMessageEndsCommittedOnceOrInASpeci
       const Result r = run.finish();
       // A lost offer or advertisement leaves nothing to retry: the deadline ends both sides.
       expectSound(r, std::string(faultName(f)) + " of message " + std::to_string(seq),
-                  {Code::kDeadline});
-      (r.rx == Code::kOk ? committed : failed) += 1;
+                  {Status::kDeadline});
+      (r.rx == Status::kOk ? committed : failed) += 1;
     }
   }
   // Duplicates, reorders, delays and the loss of a piece, a Done or a verdict are all repaired.
@@ -149,23 +149,23 @@ TEST_P(ProtocolFaults, AnEpochSwitchAtEveryStepNeverCommitsAStaleTransfer) {
     run.net.afterEach = [&](size_t seq) {
       if (seq + 1 == at && commitsAtSwitch < 0) {
         commitsAtSwitch = run.commits;
-        ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Code::kOk);
+        ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Status::kOk);
       }
     };
     if (at == 0) {
-      ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Code::kOk);  // before anything: expect refuses
+      ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Status::kOk);  // before anything: expect refuses
       const TransferKey key{1, 2, kEpoch, 0};
       const BlockRef to{&run.dstMr, 0, kBytes};
       uint64_t id = 0;
-      EXPECT_EQ(run.a->expect(key, std::span(&to, 1), 0, 0, &id), Code::kEpochMismatch);
+      EXPECT_EQ(run.a->expect(key, std::span(&to, 1), 0, 0, &id), Status::kEpochMismatch);
       continue;
     }
     run.start();
     const Result r = run.finish();
     const std::string what = "epoch switch after message " + std::to_string(at - 1);
-    expectSound(r, what, {Code::kEpochMismatch});
+    expectSound(r, what, {Status::kEpochMismatch});
     // Committed only if it had committed before the switch.
-    EXPECT_EQ(r.rx == Code::kOk, commitsAtSwitch == 1) << what << "\n" << r.log;
+    EXPECT_EQ(r.rx == Status::kOk, commitsAtSwitch == 1) << what << "\n" << r.log;
   }
 }
 
@@ -192,15 +192,15 @@ TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
       XferInfo other;
       Protocol& survivor = side == 0 ? *run.b : *run.a;
       const uint64_t otherId = side == 0 ? run.tx : run.rx;
-      ASSERT_EQ(survivor.query(otherId, &other), Code::kOk);
+      ASSERT_EQ(survivor.query(otherId, &other), Status::kOk);
       EXPECT_TRUE(other.final) << "the other side was not told";
       EXPECT_LE(run.commits, 1);
-      if (other.result == Code::kOk) {
+      if (other.result == Status::kOk) {
         EXPECT_TRUE(pact::test::firstMismatch(run.dst.data(), kBytes, 77) == -1);
         // A receiver's release cannot commit; a sender's only once its Done had left.
         EXPECT_TRUE(side == 1 || commitsAtRelease == 1);
       } else {
-        EXPECT_EQ(other.result, Code::kCanceled) << codeName(other.result);
+        EXPECT_EQ(other.result, Status::kCanceled) << statusName(other.result);
         EXPECT_EQ(run.commits, commitsAtRelease < 0 ? 0 : commitsAtRelease);
       }
       (void)survivor.release(otherId);
