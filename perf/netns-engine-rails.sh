@@ -144,11 +144,11 @@ run_case() {
   local t0=$SECONDS rx_rc=0 tx_rc=0
   port=$((port + 1))
   # In the background and waited for, so that a signal to this script is handled at once.
-  ip netns exec pactA env "${env_a[@]}" "PACT_TC_KV=$profile" \
+  ip netns exec pactA env -u UCX_NET_DEVICES "${env_a[@]}" "PACT_TC_KV=$profile" \
     timeout -k 10 "$RUN_TIMEOUT" "$BIN" recv --listen "10.77.0.1:$port" --count "$COUNT" \
     --size "$SIZE" --tc KV --links pa0,pa1 --timeout-ms "$app_timeout_ms" >"$rx_log" 2>&1 &
   rx_pid=$!
-  ip netns exec pactB env "${env_b[@]}" "PACT_TC_KV=$profile" \
+  ip netns exec pactB env -u UCX_NET_DEVICES "${env_b[@]}" "PACT_TC_KV=$profile" \
     timeout -k 10 "$RUN_TIMEOUT" "$BIN" send --connect "10.77.0.1:$port" --count "$COUNT" \
     --size "$SIZE" --tc KV --window "$WINDOW" --timeout-ms "$app_timeout_ms" >"$tx_log" 2>&1 &
   tx_pid=$!
