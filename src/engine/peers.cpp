@@ -32,8 +32,9 @@ Status Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_
   Hello hello{config_.name, p->id, proto_->epoch(), ctrl.worker(0).address(),
               key.enabled() ? uint8_t{1} : uint8_t{0}, p->nonce, {}};
   for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
-  if (p->socket.send(wire::encodeEngine(encode(Control(hello)))) == Status::kRemoteError)
-    return fail(Status::kRemoteError, "connection refused or reset before the handshake");
+  if (Status s = p->socket.send(wire::encodeEngine(encode(Control(hello)))); isError(s))
+    return fail(s, s == Status::kRefused ? "connection refused: nothing listens at that address"
+                                         : "connection reset before the handshake");
   timers_.add(now() + params_.peer_timeout, p->id, TimerKind::kHandshake);
   *id = p->id;
   peers_.emplace(p->id, std::move(p));
@@ -118,8 +119,10 @@ int Engine::pollPeers() {
       ++it;
       continue;
     }
-    if (p.socket.flush() == Status::kRemoteError) {
-      peerLost(p, "control connection reset");
+    if (Status s = p.socket.flush(); isError(s)) {
+      p.refused = s == Status::kRefused;
+      peerLost(p, p.refused ? "connection refused: nothing listens at that address"
+                            : "control connection reset");
       ++it;
       ++n;
       continue;

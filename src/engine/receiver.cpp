@@ -170,6 +170,15 @@ void Protocol::match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
       addTimer(x.deadline, x.id, TimerKind::kDeadline);
     }
   }
+  // Larger than the budget its sender is held to: it waits until the application raises the
+  // budget (a decode worker grants credit as pages free up), or until its deadline. Said once,
+  // so that a wait without a deadline is never silent.
+  const uint64_t limit = std::min(credits_.grantFor(from), credits_.total());
+  if (limit != kUnlimited && x.bytes > limit)
+    PACT_INFO("engine %s: %s (%lu bytes) waits for credit: the budget is %lu bytes%s",
+              config_.name.c_str(), keyText(x.key).c_str(), static_cast<unsigned long>(x.bytes),
+              static_cast<unsigned long>(limit),
+              x.deadline == TimePoint::max() ? " and the transfer has no deadline" : "");
   waitingCredit_.push_back(x.id);
   advertiseWaiting();
 }

@@ -77,7 +77,7 @@ Status ControlSocket::flush() {
     if (n < 0) {
       if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINPROGRESS || errno == ENOTCONN)
         return Status::kInProgress;
-      return Status::kRemoteError;
+      return errno == ECONNREFUSED ? Status::kRefused : Status::kRemoteError;  // nothing listens
     }
     connected_ = true;
     out_.erase(out_.begin(), out_.begin() + n);

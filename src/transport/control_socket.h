@@ -31,7 +31,8 @@ class ControlSocket {
   int fd() const { return fd_.get(); }
   // Queues bytes and writes as much as the socket takes now.
   Status send(const std::vector<uint8_t>& bytes);
-  // Writes queued bytes; kOk when all are out, kInProgress when some remain.
+  // Writes queued bytes; kOk when all are out, kInProgress when some remain, kRefused when nothing
+  // listens (ECONNREFUSED), kRemoteError when the connection failed otherwise.
   Status flush();
   // Reads what is available; returns a frame once one is complete. Error on EOF (the message says
   // "closed"), on a socket error, or on a malformed header (the codec's message).

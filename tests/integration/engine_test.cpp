@@ -229,6 +229,18 @@ TEST(Engine, BadArgumentsAreRefusedWithAMessage) {
         EXPECT_EQ(pact_xfer_query(r.engine, x, &info), PACT_ERR_NOT_FOUND);
         EXPECT_EQ(pact_connect(r.engine, "127.0.0.1", 100, &r.peer), PACT_ERR_INVALID_ARG);
         EXPECT_NE(std::string(pact_last_error()).find("expected ip:port"), std::string::npos);
+        // Nothing listens on port 1: refused, not a lost peer.
+        pact_peer_t none = 0;
+        EXPECT_EQ(pact_connect(r.engine, "127.0.0.1:1", 2000, &none), PACT_ERR_REFUSED);
+        EXPECT_NE(std::string(pact_last_error()).find("nothing listens"), std::string::npos)
+            << pact_last_error();
+        // A group checks its peers when it is created, not at its first step.
+        const pact_peer_t peers[2] = {r.peer, 999};
+        pact_group_t g = nullptr;
+        EXPECT_EQ(pact_group_create(r.engine, 1, peers, 2, 0, &g), PACT_ERR_NOT_FOUND);
+        EXPECT_NE(std::string(pact_last_error()).find("peers[1]"), std::string::npos)
+            << pact_last_error();
+        EXPECT_EQ(g, nullptr);
         r.note(1);
       },
       [&](Side& s) { EXPECT_TRUE(s.await(1)); });

@@ -94,6 +94,8 @@ class MemNet {
   void attach(Protocol* a, Protocol* b) { protocols_[0] = a, protocols_[1] = b; }
   // Pieces arrive as rendezvous (fetched through the link) instead of eager copies.
   void setRendezvous(bool on) { rendezvous_ = on; }
+  // Virtual time each delivered message takes (0: none).
+  void setLatency(std::chrono::microseconds l) { latency_ = l; }
   // The fault to apply to the message with this sequence number (0 = the first one sent).
   void setFault(size_t seq, Fault f) { faultSeq_ = seq, fault_ = f; }
   // Called after each message has been handled (or dropped): its sequence number.
@@ -114,6 +116,7 @@ class MemNet {
       if (!queue_.empty()) {
         Queued q = std::move(queue_.front());
         queue_.pop_front();
+        virtualTime() += latency_;
         handle(std::move(q));
         ++handled;
         continue;
@@ -234,6 +237,7 @@ class MemNet {
   size_t faultSeq_ = SIZE_MAX;
   Fault fault_ = Fault::kNone;
   bool rendezvous_ = false;
+  std::chrono::microseconds latency_{0};
 };
 
 }  // namespace pact::engine::test

@@ -37,7 +37,7 @@ struct Exchange {
   uint64_t rx = 0, tx = 0;
   int commits = 0;
 
-  explicit Exchange(bool rendezvous, int retries = 2) {
+  explicit Exchange(bool rendezvous, int retries = 2, const char* senderFault = nullptr) {  // NOLINT
     Profile p;
     p.chunk = kChunk;
     p.retries = retries;
@@ -45,6 +45,7 @@ struct Exchange {
     p.timeout = std::chrono::seconds(2);
     ProtocolConfig ca{"A", kEpoch, 0, {p}, 1024, {}, &virtualNow};
     ProtocolConfig cb{"B", kEpoch, 0, {p}, 1024, {}, &virtualNow};
+    if (senderFault != nullptr) cb.fault = *FaultParser::parse(senderFault);
     a = std::make_unique<Protocol>(ca, net.link(0));
     b = std::make_unique<Protocol>(cb, net.link(1));
     net.attach(a.get(), b.get());
@@ -207,6 +208,34 @@ TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
       run.net.run();
       EXPECT_EQ(run.a->openTransfers() + run.b->openTransfers(), 0u);
     }
+  }
+}
+
+// Every piece of every attempt lost (PACT_FAULT drop=1 at the sender): the receiver waits the
+// 20 ms straggler grace once per attempt, however often the sender repeats its Done, then asks
+// for the next attempt; after `retries` attempts it gives up (INCOMPLETE on both sides).
+TEST(ProtocolPacing, EachRetryWaitsTheStragglerGraceOnce) {
+  constexpr int kRetries = 30;  // past 200 ms: the sender repeats its Done meanwhile
+  Exchange run(false, kRetries, "drop=1,seed=1");
+  run.net.setLatency(std::chrono::microseconds(700));  // so the repeats fall between attempts
+  std::vector<TimePoint> verdicts;  // when the receiver's verdicts (retry, then abort) arrived
+  run.net.afterEach = [&](size_t seq) {
+    if (run.net.log()[seq].find("A->B verdict") != std::string::npos) verdicts.push_back(virtualNow());
+  };
+  const TimePoint t0 = virtualNow();
+  run.start();
+  const Result r = run.finish();
+  EXPECT_EQ(r.rx, Status::kIncomplete) << statusName(r.rx);
+  EXPECT_EQ(r.tx, Status::kIncomplete) << statusName(r.tx);
+  EXPECT_EQ(r.commits, 0);
+  EXPECT_EQ(r.open, 0u);
+  EXPECT_EQ(run.a->stats().retried, static_cast<uint64_t>(kRetries));
+  ASSERT_EQ(verdicts.size(), static_cast<size_t>(kRetries + 1)) << r.log;
+  // One grace per attempt: no timer of an earlier attempt cuts one short.
+  TimePoint previous = t0;
+  for (TimePoint t : verdicts) {
+    EXPECT_GE(t - previous, std::chrono::milliseconds(20)) << r.log;
+    previous = t;
   }
 }
 
