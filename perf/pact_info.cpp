@@ -14,6 +14,7 @@
 #include "common/params.h"
 #include "pact_config.h"
 #include "net/net.h"
+#include "telemetry/counters.h"
 #include "transport/service.h"
 
 namespace {
@@ -76,6 +77,23 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
   return ok;
 }
 
+// Every counter pact keeps (the registry's catalogs), and the live sets of this process.
+void printCounters() {
+  using namespace pact::telemetry;
+  std::printf("counters (the registry; live through pact_stats, pact_comm_stats, pact_plugin_resources):\n");
+  for (const Catalog* c : Registry::catalogs()) {
+    std::printf("  %s:\n", scopeName(c->scope));
+    for (const CounterInfo& i : c->counters)
+      std::printf("    %-24s %-5s %s\n", i.name, i.gauge ? "gauge" : "count", i.doc);
+  }
+  Registry::process().forEach(nullptr, [](const CounterSet& s) {
+    std::printf("  live %s %s:", scopeName(s.catalog().scope), s.object().c_str());
+    for (size_t i = 0; i < s.catalog().counters.size(); ++i)
+      std::printf(" %s=%llu", s.catalog().counters[i].name, static_cast<unsigned long long>(s.get(i)));
+    std::printf("\n");
+  });
+}
+
 void printDevices(pact::net::Net& net) {
   std::printf("devices: %d\n", net.deviceCount());
   for (int d = 0; d < net.deviceCount(); ++d) {
@@ -103,13 +121,20 @@ int main(int argc, char** argv) {
   bool paramsMd = false;
   bool noDevices = false;
   bool noProbe = false;
+  bool counters = false;
   app.add_flag("--params-md", paramsMd, "print docs/params.md (generated from the registry) and exit");
   app.add_flag("--no-devices", noDevices, "skip device discovery (and the traffic-class services)");
   app.add_flag("--no-probe", noProbe, "do not probe the transports UCX selects for each class");
+  app.add_flag("--counters", counters, "print every counter pact keeps (per scope) and exit");
   CLI11_PARSE(app, argc, argv);
 
   if (paramsMd) {
     std::cout << pact::Params::markdown();
+    return 0;
+  }
+  if (counters) {
+    pact::telemetry::processCounters();  // the process set is live in every process
+    printCounters();
     return 0;
   }
   const auto& params = pact::Params::global();

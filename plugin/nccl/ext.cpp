@@ -11,17 +11,18 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
   if (c == nullptr || out == nullptr || c->magic != pact::net::Comm::kMagic) return -1;
   std::lock_guard lock(c->dev().mutex());
   *out = pact_comm_stats_t{};
-  const auto& s = c->stats();
-  out->messages = s.messages;
-  out->pieces = s.pieces;
-  out->pieces_out_of_order = s.piecesOutOfOrder;
-  out->messages_out_of_order = s.messagesOutOfOrder;
+  using namespace pact::telemetry;
+  const CounterSet& s = c->counters();
+  out->messages = s.get(kMessages);
+  out->pieces = s.get(kPieces);
+  out->pieces_out_of_order = s.get(kPiecesOutOfOrder);
+  out->messages_out_of_order = s.get(kMessagesOutOfOrder);
   out->unordered = c->channel().ordered ? 0 : 1;
   out->lanes = c->channel().ordered ? 1 : c->channel().lanes;
   out->chunk = c->channel().chunk;
-  out->faults_injected = s.faultsInjected;
-  out->retransmits = s.retransmits;
-  out->duplicates_filtered = s.duplicatesFiltered;
+  out->faults_injected = s.get(kCommFaultsInjected);
+  out->retransmits = s.get(kRetransmits);
+  out->duplicates_filtered = s.get(kDuplicatesFiltered);
   if (c->isSend()) {
     const auto& lanes = static_cast<pact::net::SendComm*>(c)->lanes();
     for (size_t i = 0; i < lanes.size() && i < PACT_MAX_LANES; ++i) {
@@ -33,7 +34,7 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
 }
 
 extern "C" __attribute__((visibility("default"))) uint64_t pact_faults_injected(void) {
-  return pact::net::faultsInjectedInProcess();
+  return pact::telemetry::processCounters().get(pact::telemetry::kPluginFaultsInjected);
 }
 
 extern "C" __attribute__((visibility("default"))) int pact_plugin_resources(pact_plugin_resources_t* out) {

@@ -26,6 +26,11 @@ struct pact_group {
 static_assert(sizeof(pact_block_t) == sizeof(BlockRef));
 static_assert(offsetof(pact_block_t, offset) == offsetof(BlockRef, offset));
 static_assert(offsetof(pact_block_t, length) == offsetof(BlockRef, length));
+// pact_stats_t holds the engine's counters in catalog order (telemetry/counters.h).
+static_assert(sizeof(pact_stats_t) == pact::telemetry::kEngineCounters * sizeof(uint64_t));
+static_assert(offsetof(pact_stats_t, committed) == pact::telemetry::kCommitted * sizeof(uint64_t));
+static_assert(offsetof(pact_stats_t, credit_stall_ns) == pact::telemetry::kCreditStallNs * sizeof(uint64_t));
+static_assert(offsetof(pact_stats_t, faults_injected) == pact::telemetry::kFaultsInjected * sizeof(uint64_t));
 static_assert(PACT_STATE_ABORTED == static_cast<int>(pact::engine::State::kAborted));
 
 namespace {
@@ -360,12 +365,9 @@ void pact_group_destroy(pact_group_t group) {
 pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats) {
   return guarded([&] {
     if (engine == nullptr || stats == nullptr) return bad("stats: NULL argument");
-    const pact::engine::Stats s = engine->engine->stats();
-    *stats = pact_stats_t{s.committed, s.aborted, s.retried, s.duplicatesDropped, s.staleRejected,
-                          s.outOfRange, s.checksumFailures, s.openRegistrations,
-                          s.openTransfers, s.stagedBytes,
-                          s.peakStagedBytes, s.creditBudget, s.creditStallNs, s.bytesReceived,
-                          s.bytesSent, s.faultsInjected};
+    // pact_stats_t is the engine catalog, field for counter, in order (checked above).
+    const std::vector<uint64_t> v = engine->engine->stats();
+    std::memcpy(stats, v.data(), sizeof *stats);
     return PACT_OK;
   });
 }

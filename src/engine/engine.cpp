@@ -341,6 +341,7 @@ Status Engine::registerMemory(void* addr, size_t length, Registration** out) {
   }
   *out = r.get();
   registrations_.push_back(std::move(r));
+  proto_->countRegistrations(registrations_.size());
   return Status::kOk;
 }
 
@@ -354,14 +355,13 @@ Status Engine::deregister(Registration* mr) {
     return fail(Status::kBusy, "mem_deregister: " + std::to_string(mr->users) +
                                  " unreleased transfers use the registration");
   registrations_.erase(it);
+  proto_->countRegistrations(registrations_.size());
   return Status::kOk;
 }
 
-Stats Engine::stats() {
+std::vector<uint64_t> Engine::stats() {
   std::lock_guard lock(mu_);
-  Stats s = proto_->stats();
-  s.openRegistrations = registrations_.size();
-  return s;
+  return proto_->counters().values();
 }
 
 size_t Engine::traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max) {

@@ -108,7 +108,8 @@ class Engine final : private Link {
   Status wait(uint64_t xfer, int timeoutMs, XferInfo* info);
   Status release(uint64_t xfer);
 
-  Stats stats();
+  // The engine's counters in telemetry::kEngineCatalog order (index with telemetry::EngineCounter).
+  std::vector<uint64_t> stats();
   // Every engine class and the context it runs on, DEFAULT first.
   std::vector<ClassRouteInfo> routes() const;
   // Pieces sent so far on each lane of a class to a peer (empty before its first send).

@@ -11,8 +11,10 @@ namespace pact::engine {
 Protocol::Protocol(const ProtocolConfig& config, Link& link)
     : config_(config), link_(link), epoch_(config.epoch),
       credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
-      trace_(config.traceEvents), fault_(config.fault) {
+      counters_(telemetry::kEngineCatalog, "engine " + config.name), trace_(config.traceEvents),
+      fault_(config.fault) {
   creditSet_ = config.creditBudget != 0;
+  syncCredit();
   if (fault_.active()) {
     static uint64_t protocols = 0;  // each engine of a process draws its own sequence
     dice_ = FaultDice(fault_.seed, ++protocols);
@@ -89,12 +91,10 @@ Status Protocol::query(uint64_t xfer, XferInfo* info) const {
   return Status::kOk;
 }
 
-Stats Protocol::stats() const {
-  Stats s = stats_;
-  s.stagedBytes = credits_.staged();
-  s.peakStagedBytes = credits_.peak();
-  s.creditBudget = credits_.total();
-  return s;
+void Protocol::syncCredit() {
+  counters_.set(telemetry::kStagedBytes, credits_.staged());
+  counters_.set(telemetry::kPeakStagedBytes, credits_.peak());
+  counters_.set(telemetry::kCreditBudget, credits_.total());
 }
 
 int Protocol::fireTimers() {
@@ -147,7 +147,7 @@ Transfer& Protocol::newTransfer(Role role, const TransferKey& key, std::span<con
   if (budget.count() > 0) x->deadline = x->created + budget;
   Transfer& ref = *x;
   xfers_.emplace(ref.id, std::move(x));
-  ++stats_.openTransfers;
+  counters_.add(telemetry::kOpenTransfers);
   addTimer(ref.deadline, ref.id, TimerKind::kDeadline);
   trace_.record({telemetry::monotonicNs(), key, peer, static_cast<uint8_t>(role),
                  static_cast<uint8_t>(State::kAllocated), 0xff});
@@ -179,9 +179,9 @@ void Protocol::settle(Transfer& x, Event e, Status result) {
   x.settled = true;
   x.result = result;
   if (result == Status::kOk) {
-    ++stats_.committed;
+    counters_.add(telemetry::kCommitted);
   } else {
-    ++stats_.aborted;
+    counters_.add(telemetry::kAborted);
   }
   if (x.role == Role::kSender) {
     sending_.erase({x.peer, x.key});
@@ -201,7 +201,7 @@ void Protocol::maybeFinish(Transfer& x) {
   if (!x.final() || !x.userReleased) return;
   step(x, Event::kRelease);
   for (Extent& b : x.blocks) --b.mr->users;
-  --stats_.openTransfers;
+  counters_.sub(telemetry::kOpenTransfers);
   xfers_.erase(x.id);
 }
 

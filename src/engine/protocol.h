@@ -26,6 +26,7 @@
 #include "engine/link.h"
 #include "engine/timers.h"
 #include "engine/types.h"
+#include "telemetry/counters.h"
 #include "telemetry/trace.h"
 #include "transport/profile.h"
 
@@ -63,7 +64,8 @@ class Protocol {
   // peer 0: the total budget.
   Status setCredit(uint64_t peer, uint64_t budget);
   Status peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) const;
-  Stats stats() const;
+  // This engine's counters (telemetry::kEngineCatalog; registered in the process registry).
+  const telemetry::CounterSet& counters() const { return counters_; }
   size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max) {
     return trace_.read(cursor, out, max);
   }
@@ -90,6 +92,7 @@ class Protocol {
   // Whether a UCX operation still reads or writes a transfer's blocks.
   bool busy() const;
   size_t openTransfers() const { return xfers_.size(); }
+  void countRegistrations(size_t n) { counters_.set(telemetry::kOpenRegistrations, n); }
 
   static std::string keyText(const TransferKey& k);
 
@@ -115,7 +118,7 @@ class Protocol {
   // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
   bool inject(double p) {
     if (!fault_.active() || !dice_.roll(p)) return false;
-    ++stats_.faultsInjected;
+    counters_.add(telemetry::kFaultsInjected);
     return true;
   }
   PeerView* peer(uint64_t id);
@@ -151,6 +154,8 @@ class Protocol {
   bool retryAttempt(Transfer& x, Event why, Reason reason);
   void receiverAbort(Transfer& x, Event e, Status result, Reason r);
   void releaseCredit(Transfer& x);
+  // The credit gauges (staged, peak, budget) follow the ledger.
+  void syncCredit();
   void rememberCanceled(const TransferKey& k);
 
   // ---- sender (sender.cpp) ----
@@ -195,7 +200,7 @@ class Protocol {
   // Sender: open transfers by (peer, key).
   std::map<std::pair<uint64_t, TransferKey>, uint64_t, BySendIdentity> sending_;
 
-  Stats stats_;
+  telemetry::CounterSet counters_;
   telemetry::TraceRing trace_;
   FaultSpec fault_;
   FaultDice dice_{1, 0};

@@ -52,7 +52,7 @@ Status Protocol::setEpoch(uint64_t epoch) {
       });
   for (auto it = offers_.begin(); it != offers_.end();) {
     if (it->second.offer.key.modelEpoch != epoch) {
-      ++stats_.staleRejected;
+      counters_.add(telemetry::kStaleRejected);
       sendVerdict(it->second.peer, it->second.offer.key, Outcome::kAborted, Reason::kEpochMismatch);
       it = offers_.erase(it);
     } else {
@@ -69,6 +69,7 @@ Status Protocol::setCredit(uint64_t to, uint64_t budget) {
   creditSet_ = true;
   if (to == 0) {
     credits_.setTotal(budget);
+    syncCredit();
     for (auto& [id, p] : peers_) link_.sendControl(id, CreditUpdate{credits_.grantFor(id)});
   } else {
     credits_.setShare(to, budget);
@@ -113,18 +114,18 @@ Status Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks
 void Protocol::onOffer(uint64_t from, const Offer& m) {
   const TransferKey& k = m.key;
   if (k.modelEpoch != epoch_) {
-    ++stats_.staleRejected;
+    counters_.add(telemetry::kStaleRejected);
     sendVerdict(from, k, Outcome::kAborted, Reason::kEpochMismatch);
     return;
   }
   // A newer generation is expected already: stale, even if this one once committed.
   if (generations_.isStale(k)) {
-    ++stats_.staleRejected;
+    counters_.add(telemetry::kStaleRejected);
     sendVerdict(from, k, Outcome::kAborted, Reason::kStale);
     return;
   }
   if (committed_.contains(k)) {
-    ++stats_.duplicatesDropped;
+    counters_.add(telemetry::kDuplicatesDropped);
     sendVerdict(from, k, Outcome::kCommitted, Reason::kDuplicate);
     return;
   }
@@ -135,7 +136,7 @@ void Protocol::onOffer(uint64_t from, const Offer& m) {
   }
   if (x == nullptr) {
     if (offers_.count(k) != 0 || offers_.size() >= (1u << 16)) {
-      ++stats_.duplicatesDropped;
+      counters_.add(telemetry::kDuplicatesDropped);
       sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
       return;
     }
@@ -146,7 +147,7 @@ void Protocol::onOffer(uint64_t from, const Offer& m) {
     return;
   }
   if (x->matched) {
-    ++stats_.duplicatesDropped;  // a second offer of an open transfer
+    counters_.add(telemetry::kDuplicatesDropped);  // a second offer of an open transfer
     if (x->peer != from) sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
     return;
   }
@@ -221,8 +222,9 @@ void Protocol::advertise(Transfer& x) {
   x.advertised = true;
   credits_.take(x.peer, x.bytes);
   classStaged_[{x.peer, x.route}] += x.bytes;
-  stats_.creditStallNs += static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count());
+  counters_.add(telemetry::kCreditStallNs, static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count()));
+  syncCredit();
   step(x, Event::kAdvertise);
   Advertise m;
   m.key = x.key;
@@ -242,6 +244,7 @@ void Protocol::releaseCredit(Transfer& x) {
   if (!x.advertised) return;
   x.advertised = false;
   credits_.give(x.peer, x.bytes);
+  syncCredit();
   auto staged = classStaged_.find({x.peer, x.route});
   if (staged != classStaged_.end() && (staged->second -= std::min(staged->second, x.bytes)) == 0)
     classStaged_.erase(staged);
@@ -271,19 +274,19 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
       x->key.modelEpoch != h.key.modelEpoch) {
     // Not (or no longer) open here: revoked, committed, or never advertised.
     if (committed_.contains(h.key)) {
-      ++stats_.duplicatesDropped;
+      counters_.add(telemetry::kDuplicatesDropped);
     } else {
-      ++stats_.staleRejected;
+      counters_.add(telemetry::kStaleRejected);
     }
     return drop;
   }
   if (h.attempt != x->attempt) {
-    ++stats_.staleRejected;  // a piece of an earlier attempt
+    counters_.add(telemetry::kStaleRejected);  // a piece of an earlier attempt
     return drop;
   }
   if (h.block >= x->blocks.size() || h.offset > x->blocks[h.block].length ||
       length > x->blocks[h.block].length - h.offset || length == 0) {
-    ++stats_.outOfRange;
+    counters_.add(telemetry::kOutOfRange);
     PACT_WARN("engine %s: %s piece block %u offset %lu length %zu outside the advertised blocks",
               config_.name.c_str(), keyText(x->key).c_str(), h.block,
               static_cast<unsigned long>(h.offset), length);
@@ -291,7 +294,7 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
     return PieceVerdict::kRefuse;
   }
   if (!x->landed.insert({h.block, h.offset}).second) {
-    ++stats_.duplicatesDropped;  // the same piece twice
+    counters_.add(telemetry::kDuplicatesDropped);  // the same piece twice
     return drop;
   }
   if (x->state == State::kPosted) step(*x, Event::kSend);
@@ -324,7 +327,7 @@ void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uin
 void Protocol::landed(Transfer& x, uint8_t* dst, uint64_t length) {
   if (inject(fault_.corrupt)) dst[dice_.next() % length] ^= 0x10;
   x.landedBytes += length;
-  stats_.bytesReceived += length;
+  counters_.add(telemetry::kBytesReceived, length);
   tryComplete(x);
 }
 
@@ -333,7 +336,7 @@ bool Protocol::retryAttempt(Transfer& x, Event why, Reason reason) {
   if (x.retriesLeft <= 0 || now() >= x.deadline) return false;
   --x.retriesLeft;
   ++x.retries;
-  ++stats_.retried;
+  counters_.add(telemetry::kRetried);
   step(x, why);
   step(x, Event::kRetry);
   ++x.attempt;
@@ -368,7 +371,7 @@ void Protocol::onDone(uint64_t from, const Done& m) {
   Transfer* x = openReceiver(m.key);
   if (x == nullptr || x->peer != from) {
     if (committed_.contains(m.key)) {
-      ++stats_.duplicatesDropped;  // our verdict was lost: say it again
+      counters_.add(telemetry::kDuplicatesDropped);  // our verdict was lost: say it again
       sendVerdict(from, m.key, Outcome::kCommitted, Reason::kDuplicate);
     }
     return;
@@ -406,7 +409,7 @@ void Protocol::tryComplete(Transfer& x) {
     Digest digest(x.verify);
     for (const Extent& b : x.blocks) digest.update(b.addr, b.length);
     if (x.done.checksumKind != wireKind(x.verify) || digest.value() != x.done.checksum) {
-      ++stats_.checksumFailures;
+      counters_.add(telemetry::kChecksumFailures);
       PACT_INFO("engine %s: %s checksum mismatch (attempt %u)", config_.name.c_str(),
                 keyText(x.key).c_str(), x.attempt);
       if (!retryAttempt(x, Event::kVerifyFailed, Reason::kChecksum))

@@ -45,7 +45,7 @@ Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const Block
   TransferKey k = key;
   if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
     k.modelEpoch += fault_.epochSkew;
-    ++stats_.faultsInjected;
+    counters_.add(telemetry::kFaultsInjected);
   }
   Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
   sending_[{to, k}] = x.id;
@@ -106,7 +106,7 @@ void Protocol::postPieces(Transfer& x) {
     const int copies = inject(fault_.drop) ? 0 : inject(fault_.dup) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       ++x.pendingOps;
-      stats_.bytesSent += n;
+      counters_.add(telemetry::kBytesSent, n);
       link_.sendPiece(x.peer, x.route,
                       PieceHeader{0, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
                       x.blocks[src].addr + srcOff, n, id);
@@ -180,7 +180,7 @@ void Protocol::onVerdict(uint64_t from, const Verdict& m) {
       x.attempt = m.attempt;
       x.doneSent = false;
       ++x.retries;
-      ++stats_.retried;
+      counters_.add(telemetry::kRetried);
       postPieces(x);
       return;
     case Outcome::kAborted: {

@@ -48,12 +48,6 @@ struct XferInfo {
   uint64_t bytes = 0;
 };
 
-struct Stats {
-  uint64_t committed = 0, aborted = 0, retried = 0, duplicatesDropped = 0, staleRejected = 0,
-           outOfRange = 0, checksumFailures = 0, openRegistrations = 0,
-           openTransfers = 0, stagedBytes = 0, peakStagedBytes = 0, creditBudget = 0,
-           creditStallNs = 0, bytesReceived = 0, bytesSent = 0, faultsInjected = 0;
-};
 
 // Called once per verified transfer with the application's destination blocks; true commits.
 using CommitHook = std::function<bool(uint64_t xfer, const TransferKey& key, uint64_t from,

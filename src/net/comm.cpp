@@ -15,7 +15,6 @@ constexpr auto kDrainLimit = std::chrono::milliseconds(200);
 
 // Salt of each comm's fault dice: comms created in the same order draw the same faults.
 std::atomic<uint64_t> commsCreated{0};
-std::atomic<uint64_t> faultsInjected{0};
 
 void completePart(Part* p, ucs_status_t st, size_t length) {
   p->ucxRequest = nullptr;
@@ -74,21 +73,20 @@ void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
 
 }  // namespace
 
-uint64_t faultsInjectedInProcess() { return faultsInjected.load(std::memory_order_relaxed); }
-void countInjectedFault() { faultsInjected.fetch_add(1, std::memory_order_relaxed); }
 
 Comm::Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, bool isSend,
            std::string peer, const ChannelConfig& cfg)
     : dev_(std::move(dev)), sock_(std::move(sock)), pool_(std::make_unique<RequestPool>(poolSize)),
-      isSend_(isSend), peer_(std::move(peer)), cfg_(cfg) {
-  dev_->liveComms++;
+      isSend_(isSend), peer_(std::move(peer)), cfg_(cfg),
+      counters_(telemetry::kCommCatalog, std::string(isSend ? "send" : "recv") + " comm to " + peer_) {
+  dev_->counters().addShared(telemetry::kLiveComms);
   enableKeepalive(sock_.fd(), dev_->params().peer_timeout);
   if (cfg_.fault.onPieces()) dice_.emplace(cfg_.fault.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));
 }
 
 Comm::~Comm() {
   magic = 0;
-  dev_->liveComms--;
+  dev_->counters().subShared(telemetry::kLiveComms);
 }
 
 void Comm::fail(Status s, const std::string& why) {
@@ -163,14 +161,14 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
     if (r->multiPart()) progressComm(r);
     if (!ready()) return notReady();
   }
-  if (!cfg_.ordered && earlierInFlight(r)) ++stats_.messagesOutOfOrder;
+  if (!cfg_.ordered && earlierInFlight(r)) counters_.add(telemetry::kMessagesOutOfOrder);
   Status result = finish(r, sizes);
   release(r);
   if (result != Status::kOk) {
     (void)failure();  // a failed comm found here is withdrawn like anywhere else
     return result == Status::kCanceled ? Status::kRemoteError : result;
   }
-  ++stats_.messages;
+  counters_.add(telemetry::kMessages);
   *done = true;
   return Status::kOk;
 }
@@ -282,7 +280,7 @@ bool SendComm::lostAttempt(Part* p) {
   const FaultSpec& f = cfg_.fault;
   // A duplicate is discarded where a reliable transport discards it (sequence numbers below
   // tag matching): counted, and the receive sees one copy.
-  if (inject(f.dup)) ++stats_.duplicatesFiltered;
+  if (inject(f.dup)) counters_.add(telemetry::kDuplicatesFiltered);
   const char* how = inject(f.drop)      ? "lost"
                     : inject(f.corrupt) ? "corrupted (discarded by the link checksum)"
                                         : nullptr;
@@ -295,7 +293,7 @@ bool SendComm::lostAttempt(Part* p) {
     completePart(p, UCS_ERR_IO_ERROR, 0);
     return true;
   }
-  ++stats_.retransmits;
+  counters_.add(telemetry::kRetransmits);
   // 2, 4, 8 ... ms, at most about 2 s (retries may be up to 100).
   retransmit_.emplace_back(now() + kRetransmitBackoff * (1 << std::min(p->attempts - 1, 10)), p);
   return true;
@@ -345,7 +343,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
 }
 
 void SendComm::partDone(Part* p) {
-  ++stats_.pieces;
+  counters_.add(telemetry::kPieces);
   lanes_.completed(*p);
 }
 
@@ -471,9 +469,9 @@ static const Part* landed(const Request& r, int buffer, uint32_t piece) {
 
 void RecvComm::partDone(Part* p) {
   if (p->canceled || p->status != Status::kOk) return;
-  ++stats_.pieces;
+  counters_.add(telemetry::kPieces);
   Request* r = p->owner;
-  if (p->piece != r->doneCount[p->buffer]) ++stats_.piecesOutOfOrder;
+  if (p->piece != r->doneCount[p->buffer]) counters_.add(telemetry::kPiecesOutOfOrder);
   ++r->doneCount[p->buffer];
   r->landedBytes[p->buffer] += p->size;
   if (p->last) r->lastPiece[p->buffer] = p->piece;
@@ -544,7 +542,7 @@ void RecvComm::shutdown() {
   // side progresses (seen on UCX 1.13 shared memory with two lanes: the sender's last pieces never
   // completed after the receiver closed; a worker flush does not cover it). So progress until
   // the sender says goodbye or hangs up, bounded like the rest of close.
-  if (stats_.messages > 0) progressWhile([this] { return !peerGone(); });
+  if (counters_.get(telemetry::kMessages) > 0) progressWhile([this] { return !peerGone(); });
 }
 
 }  // namespace pact::net

@@ -21,6 +21,7 @@
 #include "transport/device_ctx.h"
 #include "transport/lanes.h"
 #include "net/tags.h"
+#include "telemetry/counters.h"
 #include "net/request.h"
 
 namespace pact::net {
@@ -52,20 +53,7 @@ struct MemHandle {
   ~MemHandle() { magic = 0; }
 };
 
-struct CommStats {
-  uint64_t messages = 0;             // requests completed
-  uint64_t pieces = 0;               // UCX operations completed
-  uint64_t piecesOutOfOrder = 0;     // receive: a piece landed before a lower piece of its message
-  uint64_t messagesOutOfOrder = 0;   // a message completed while an earlier one was in flight
-  uint64_t faultsInjected = 0;       // PACT_FAULT decisions applied to this comm
-  uint64_t retransmits = 0;          // send: lost attempts sent again
-  uint64_t duplicatesFiltered = 0;   // send: injected duplicates discarded below tag matching
-};
 
-// PACT_FAULT decisions applied by every comm of this process, closed ones included (a lost
-// goodbye happens at close, when the comm's own counters are gone).
-uint64_t faultsInjectedInProcess();
-void countInjectedFault();
 
 class Comm {
  public:
@@ -82,7 +70,8 @@ class Comm {
   bool isSend() const { return isSend_; }
   Status error() const { return error_; }
   const ChannelConfig& channel() const { return cfg_; }
-  const CommStats& stats() const { return stats_; }
+  // The comm's counters (telemetry::kCommCatalog), in the process registry while it lives.
+  const telemetry::CounterSet& counters() const { return counters_; }
   // Records the first failure (sticky) and logs it once, naming the peer. Safe inside UCX callbacks.
   void fail(Status s, const std::string& why);
   // fail() for a reason the peer cannot see, and tells the peer (an abort frame), so that both
@@ -149,8 +138,9 @@ class Comm {
   // One PACT_FAULT decision: true (and counted) with probability p. No dice: never.
   bool inject(double p) {
     if (!dice_ || !dice_->roll(p)) return false;
-    ++stats_.faultsInjected;
-    countInjectedFault();
+    counters_.add(telemetry::kCommFaultsInjected);
+    // The process counts too: a lost goodbye happens at close, when the comm's own are gone.
+    telemetry::processCounters().addShared(telemetry::kPluginFaultsInjected);
     return true;
   }
 
@@ -160,7 +150,7 @@ class Comm {
   bool isSend_;
   std::string peer_;
   ChannelConfig cfg_;
-  CommStats stats_;
+  telemetry::CounterSet counters_;
   Status error_ = Status::kOk;
   bool aborted_ = false;
   bool byeReceived_ = false;

@@ -59,8 +59,8 @@ Result<uint32_t> Net::allocTagSpace(const DeviceCtx& d) {
 Net::Resources Net::resources() const {
   Resources r;
   for (const auto& d : fabric_->opened()) {
-    r.comms += d->liveComms;
-    r.registrations += d->liveMemHandles;
+    r.comms += static_cast<int64_t>(d->counters().get(telemetry::kLiveComms));
+    r.registrations += static_cast<int64_t>(d->counters().get(telemetry::kLiveMemHandles));
     std::lock_guard devLock(d->mutex());
     r.orphanedRequests += static_cast<int64_t>(d->orphanedRequests());
   }
@@ -120,7 +120,7 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
   }
   auto* mh = new MemHandle{MemHandle::kMagic, comm->devPtr(), std::move(regions),
                           reinterpret_cast<uintptr_t>(data), size};
-  comm->dev().liveMemHandles++;
+  comm->dev().counters().addShared(telemetry::kLiveMemHandles);
   *out = mh;
   return Status::kOk;
 }
@@ -134,7 +134,7 @@ Status Net::deregMr(Comm* comm, MemHandle* mh) {
     std::lock_guard lock(comm->dev().mutex());
     comm->drainRange(mh->base, mh->size);
   }
-  mh->dev->liveMemHandles--;
+  mh->dev->counters().subShared(telemetry::kLiveMemHandles);
   delete mh;  // the region unmaps when its last handle is gone
   return Status::kOk;
 }

@@ -14,6 +14,7 @@
 #include "common/params.h"
 #include "ucx/devices.h"
 #include "ucx/reg_cache.h"
+#include "telemetry/counters.h"
 #include "ucx/worker.h"
 
 namespace pact::transport {
@@ -82,15 +83,18 @@ class DeviceCtx {
   // Operations of closed owners that UCX still holds. Device mutex must be held.
   size_t orphanedRequests();
 
-  std::atomic<int64_t> liveComms{0};
-  std::atomic<int64_t> liveMemHandles{0};
+  // Open comms and registrations on this context (telemetry::kDeviceCatalog).
+  telemetry::CounterSet& counters() { return counters_; }
 
  private:
-  DeviceCtx(ucx::DeviceInfo info, const Params& params) : info_(std::move(info)), params_(params) {}
+  DeviceCtx(ucx::DeviceInfo info, const Params& params)
+      : info_(std::move(info)), params_(params),
+        counters_(telemetry::kDeviceCatalog, "device " + info_.name) {}
 
   ucx::DeviceInfo info_;
   Params params_;
   std::string serviceKey_;
+  telemetry::CounterSet counters_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Orphan>> orphans_;  // outlives the workers (declared first)
   std::vector<std::unique_ptr<Rail>> rails_;

@@ -97,7 +97,7 @@ TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost
   ASSERT_TRUE(p.rx && p.tx);
   const uint64_t rx = expectWhole(p, 1, kBytes);
   const uint64_t tx = sendWhole(p, 1, kBytes);
-  ASSERT_TRUE(spinUntil([&] { return p.rx->stats().bytesReceived > 0; }));
+  ASSERT_TRUE(spinUntil([&] { return p.rx->stats()[telemetry::kBytesReceived] > 0; }));
   const Status released = p.rx->release(rx);
   EXPECT_TRUE(released == Status::kOk || released == Status::kInProgress);
   int64_t ms = 0;
@@ -142,7 +142,7 @@ TEST(EngineAborts, SenderReleaseRacingItsTransferNeverHalfCommits) {
   for (int i = 0; i < kRounds; ++i) {
     const uint64_t request = 100 + static_cast<uint64_t>(i);
     std::memset(p.dst.data(), 0, kBytes);
-    const uint64_t sentBefore = p.tx->stats().bytesSent;
+    const uint64_t sentBefore = p.tx->stats()[telemetry::kBytesSent];
     const uint64_t rx = expectWhole(p, request, kBytes);
     const uint64_t tx = sendWhole(p, request, kBytes);
     // Race point i: after i/(kRounds-2) of the bytes were handed to UCX (the last round: after
@@ -152,7 +152,7 @@ TEST(EngineAborts, SenderReleaseRacingItsTransferNeverHalfCommits) {
       XferInfo done;
       ASSERT_EQ(p.tx->wait(tx, 20000, &done), Status::kOk);
     } else {
-      ASSERT_TRUE(spinUntil([&] { return p.tx->stats().bytesSent - sentBefore >= std::min(at, kBytes); }));
+      ASSERT_TRUE(spinUntil([&] { return p.tx->stats()[telemetry::kBytesSent] - sentBefore >= std::min(at, kBytes); }));
     }
     const Status released = p.tx->release(tx);
     ASSERT_TRUE(released == Status::kOk || released == Status::kInProgress) << statusName(released);
@@ -166,7 +166,7 @@ TEST(EngineAborts, SenderReleaseRacingItsTransferNeverHalfCommits) {
       EXPECT_EQ(got.result, Status::kCanceled) << "round " << i << ": " << statusName(got.result);
     }
     Pair::ignore(p.rx->release(rx));
-    ASSERT_TRUE(spinUntil([&] { return p.tx->stats().openTransfers == 0 && p.rx->stats().openTransfers == 0; }))
+    ASSERT_TRUE(spinUntil([&] { return p.tx->stats()[telemetry::kOpenTransfers] == 0 && p.rx->stats()[telemetry::kOpenTransfers] == 0; }))
         << "round " << i << ": a transfer stayed open";
   }
   std::printf("[   INFO   ] %d rounds: %d committed, %d canceled\n", kRounds, committed, canceled);

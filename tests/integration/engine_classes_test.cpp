@@ -120,7 +120,7 @@ TEST(EngineClasses, ClassCreditsBoundWhatOneSenderStages) {
     ASSERT_EQ(p.tx->wait(txIds[i], 20000, &info), Status::kOk);
     EXPECT_EQ(info.result, Status::kOk);
   }
-  EXPECT_EQ(p.rx->stats().peakStagedBytes, 1u << 20);
+  EXPECT_EQ(p.rx->stats()[telemetry::kPeakStagedBytes], 1u << 20);
   for (uint64_t i = 0; i < 4; ++i) {
     Pair::ignore(p.rx->release(rxIds[i]));
     Pair::ignore(p.tx->release(txIds[i]));

@@ -36,6 +36,13 @@ else
   echo "ok: engine class contexts: KV $kv, A2A $a2a, DEFAULT and CTRL $def"
 fi
 
+# The counter registry: every scope's catalog, documented, and the process set live.
+out=$("$info" --counters 2>&1); rc=$?
+for want in "engine:" "committed " "credit_stall_ns" "comm:" "retransmits" "device:" "process:" \
+    "live process process: plugin_faults_injected=0"; do
+  case "$out" in *"$want"*) ;; *) echo "FAIL: --counters: missing '$want' (rc=$rc)"; fail=1 ;; esac
+done
+
 help=$("$info" --help 2>&1)
 for want in PACT_NET_DEVICES PACT_EPOCH PACT_TC_DEFAULT PACT_FAULT PACT_AUTH_KEY_FILE PACT_TRACE_EVENTS "steer"; do
   case "$help" in *"$want"*) ;; *) echo "FAIL: --help does not document $want"; fail=1 ;; esac

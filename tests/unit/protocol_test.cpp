@@ -229,7 +229,7 @@ TEST(ProtocolPacing, EachRetryWaitsTheStragglerGraceOnce) {
   EXPECT_EQ(r.tx, Status::kIncomplete) << statusName(r.tx);
   EXPECT_EQ(r.commits, 0);
   EXPECT_EQ(r.open, 0u);
-  EXPECT_EQ(run.a->stats().retried, static_cast<uint64_t>(kRetries));
+  EXPECT_EQ(run.a->counters().get(telemetry::kRetried), static_cast<uint64_t>(kRetries));
   ASSERT_EQ(verdicts.size(), static_cast<size_t>(kRetries + 1)) << r.log;
   // One grace per attempt: no timer of an earlier attempt cuts one short.
   TimePoint previous = t0;

@@ -1,0 +1,129 @@
+#include "telemetry/counters.h"
+
+#include <algorithm>
+
+namespace pact::telemetry {
+
+namespace {
+
+constexpr CounterInfo kEngineInfo[] = {
+    {"committed", "transfers committed"},
+    {"aborted", "transfers ended in an error"},
+    {"retried", "attempts started again (checksum, missing pieces)"},
+    {"duplicates_dropped", "duplicate offers, pieces, Dones and committed keys dropped"},
+    {"stale_rejected", "pieces, offers and chunks of another epoch, attempt or older generation"},
+    {"out_of_range", "pieces or blocks refused for lying outside their range"},
+    {"checksum_failures", "attempts whose payload check failed"},
+    {"open_registrations", "registered memory regions", true},
+    {"open_transfers", "transfers not yet freed", true},
+    {"staged_bytes", "receiver: bytes advertised and not yet final", true},
+    {"peak_staged_bytes", "receiver: the most bytes ever staged at once", true},
+    {"credit_budget", "receiver: the total credit budget", true},
+    {"credit_stall_ns", "receiver: time matched transfers waited for credit"},
+    {"bytes_received", "payload bytes landed"},
+    {"bytes_sent", "payload bytes handed to the transport"},
+    {"faults_injected", "PACT_FAULT faults this engine applied"},
+};
+static_assert(std::size(kEngineInfo) == kEngineCounters);
+
+constexpr CounterInfo kCommInfo[] = {
+    {"messages", "requests completed"},
+    {"pieces", "UCX operations completed"},
+    {"pieces_out_of_order", "receive: a piece landed before a lower piece of its message"},
+    {"messages_out_of_order", "a message completed while an earlier one was in flight"},
+    {"faults_injected", "PACT_FAULT decisions applied to this comm"},
+    {"retransmits", "send: lost attempts sent again"},
+    {"duplicates_filtered", "send: injected duplicates discarded below tag matching"},
+};
+static_assert(std::size(kCommInfo) == kCommCounters);
+
+constexpr CounterInfo kDeviceInfo[] = {
+    {"comms", "open comms on this device context", true},
+    {"registrations", "open memory registrations on this device context", true},
+};
+static_assert(std::size(kDeviceInfo) == kDeviceCounters);
+
+constexpr CounterInfo kProcessInfo[] = {
+    {"plugin_faults_injected", "PACT_FAULT decisions the plugin applied, closed comms included"},
+};
+static_assert(std::size(kProcessInfo) == kProcessCounters);
+
+}  // namespace
+
+const Catalog kEngineCatalog{Scope::kEngine, kEngineInfo};
+const Catalog kCommCatalog{Scope::kComm, kCommInfo};
+const Catalog kDeviceCatalog{Scope::kDevice, kDeviceInfo};
+const Catalog kProcessCatalog{Scope::kProcess, kProcessInfo};
+
+const char* scopeName(Scope s) {
+  switch (s) {
+    case Scope::kProcess: return "process";
+    case Scope::kDevice: return "device";
+    case Scope::kClass: return "class";
+    case Scope::kComm: return "comm";
+    case Scope::kPeer: return "peer";
+    case Scope::kEngine: return "engine";
+  }
+  return "?";
+}
+
+CounterSet::CounterSet(const Catalog& catalog, std::string object)
+    : catalog_(catalog), object_(std::move(object)),
+      values_(std::make_unique<std::atomic<uint64_t>[]>(catalog.counters.size())) {
+  for (size_t i = 0; i < catalog.counters.size(); ++i) values_[i].store(0, std::memory_order_relaxed);
+  Registry::process().add(this);
+}
+
+CounterSet::~CounterSet() { Registry::process().remove(this); }
+
+void CounterSet::raise(size_t i, uint64_t v) {
+  uint64_t cur = values_[i].load(std::memory_order_relaxed);
+  while (cur < v && !values_[i].compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+}
+
+std::vector<uint64_t> CounterSet::values() const {
+  std::vector<uint64_t> out(catalog_.counters.size());
+  for (size_t i = 0; i < out.size(); ++i) out[i] = get(i);
+  return out;
+}
+
+Registry& Registry::process() {
+  static Registry r;
+  return r;
+}
+
+void Registry::add(CounterSet* s) {
+  std::lock_guard lock(mu_);
+  sets_.push_back(s);
+}
+
+void Registry::remove(CounterSet* s) {
+  std::lock_guard lock(mu_);
+  std::erase(sets_, s);
+}
+
+void Registry::forEach(const Scope* scope, const std::function<void(const CounterSet&)>& f) const {
+  std::lock_guard lock(mu_);
+  for (const CounterSet* s : sets_)
+    if (scope == nullptr || s->catalog().scope == *scope) f(*s);
+}
+
+uint64_t Registry::total(Scope scope, size_t i) const {
+  uint64_t sum = 0;
+  forEach(&scope, [&](const CounterSet& s) { sum += s.get(i); });
+  return sum;
+}
+
+std::span<const Catalog* const> Registry::catalogs() {
+  static const Catalog* const all[] = {&kProcessCatalog, &kDeviceCatalog, &kCommCatalog,
+                                       &kEngineCatalog};
+  return all;
+}
+
+CounterSet& processCounters() {
+  static CounterSet s(kProcessCatalog, "process");
+  return s;
+}
+
+}  // namespace pact::telemetry

@@ -1,0 +1,118 @@
+// The counter registry: every counter of the process, by scope (process, device, class, comm,
+// peer, engine) and object, in one place. An object that counts (an engine, a comm, a device)
+// owns a CounterSet: its scope's catalog (a fixed table of named, documented counters) and their
+// values, registered from construction to destruction. Writers bump a counter by its index:
+// add/sub/set for a set whose writers the owner serializes (its lock: a plain load and store, no
+// atomic read-modify-write on the data path), addShared/subShared where threads race; readers
+// (pact_stats,
+// pact_comm_stats, pact_plugin_resources, pact-info, the exporters to come) find live sets by
+// scope and read them by index or name. Catalogs are the documentation: pact-info prints them.
+//
+// Thread-safe. A CounterSet must not outlive the process registry (a function-local static).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace pact::telemetry {
+
+enum class Scope : uint8_t { kProcess, kDevice, kClass, kComm, kPeer, kEngine };
+const char* scopeName(Scope s);
+
+struct CounterInfo {
+  const char* name;  // snake_case, as the C structs and exporters name it
+  const char* doc;
+  bool gauge = false;  // a level that goes up and down (else a count that only grows)
+};
+
+// The counters of one scope, in the order of that scope's index enum.
+struct Catalog {
+  Scope scope;
+  std::span<const CounterInfo> counters;
+};
+
+class CounterSet {
+ public:
+  // object: what it counts ("engine prefill-0", "comm 0x55.. to 10.0.0.2", "device mlx5_0").
+  CounterSet(const Catalog& catalog, std::string object);
+  ~CounterSet();
+  CounterSet(const CounterSet&) = delete;
+  CounterSet& operator=(const CounterSet&) = delete;
+
+  // One writer at a time (the owner's lock).
+  void add(size_t i, uint64_t n = 1) { set(i, get(i) + n); }
+  void sub(size_t i, uint64_t n = 1) { set(i, get(i) - n); }
+  // Writers on several threads.
+  void addShared(size_t i, uint64_t n = 1) { values_[i].fetch_add(n, std::memory_order_relaxed); }
+  void subShared(size_t i, uint64_t n = 1) { values_[i].fetch_sub(n, std::memory_order_relaxed); }
+  void set(size_t i, uint64_t v) { values_[i].store(v, std::memory_order_relaxed); }
+  // set(max(get(i), v)): a peak.
+  void raise(size_t i, uint64_t v);
+  uint64_t get(size_t i) const { return values_[i].load(std::memory_order_relaxed); }
+  // Every value in catalog order.
+  std::vector<uint64_t> values() const;
+
+  const Catalog& catalog() const { return catalog_; }
+  const std::string& object() const { return object_; }
+
+ private:
+  const Catalog& catalog_;
+  std::string object_;
+  std::unique_ptr<std::atomic<uint64_t>[]> values_;
+};
+
+// Every live CounterSet of the process.
+class Registry {
+ public:
+  static Registry& process();
+  // Calls f(set) for each live set of scope (any scope when null), under the registry's lock:
+  // f must not create or destroy sets.
+  void forEach(const Scope* scope, const std::function<void(const CounterSet&)>& f) const;
+  // The sum of counter i over the live sets of a scope.
+  uint64_t total(Scope scope, size_t i) const;
+  // Every catalog that exists, for documentation (pact-info --counters).
+  static std::span<const Catalog* const> catalogs();
+
+ private:
+  friend class CounterSet;
+  void add(CounterSet* s);
+  void remove(CounterSet* s);
+
+  mutable std::mutex mu_;
+  std::vector<CounterSet*> sets_;
+};
+
+// ---- the catalogs of the scopes that count today ------------------------------------------------
+
+// An engine (pact_stats_t, in this order: pact_stats copies them one to one).
+enum EngineCounter : size_t {
+  kCommitted, kAborted, kRetried, kDuplicatesDropped, kStaleRejected, kOutOfRange,
+  kChecksumFailures, kOpenRegistrations, kOpenTransfers, kStagedBytes, kPeakStagedBytes,
+  kCreditBudget, kCreditStallNs, kBytesReceived, kBytesSent, kFaultsInjected, kEngineCounters
+};
+extern const Catalog kEngineCatalog;
+
+// A comm of the NCCL plugin.
+enum CommCounter : size_t {
+  kMessages, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
+  kDuplicatesFiltered, kCommCounters
+};
+extern const Catalog kCommCatalog;
+
+// A device context (one per device and service) of the plugin.
+enum DeviceCounter : size_t { kLiveComms, kLiveMemHandles, kDeviceCounters };
+extern const Catalog kDeviceCatalog;
+
+// The plugin's process-wide counters.
+enum ProcessCounter : size_t { kPluginFaultsInjected, kProcessCounters };
+extern const Catalog kProcessCatalog;
+// The process-wide set (created on first use, lives as long as the registry).
+CounterSet& processCounters();
+
+}  // namespace pact::telemetry
