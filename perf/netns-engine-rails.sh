@@ -112,29 +112,24 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# up OPTIONS... under the suite's lock; down releases it.
-rails_up() {
-  exec {lockfd}>"$LOCK"
-  flock -w "$LOCK_WAIT" "$lockfd" || die "$LOCK is held by another run for more than $LOCK_WAIT s"
-  built=1
-  local out
-  out=$(timeout 60 "$NETNS" up --pairs 2 "$@" 2>&1) || die "ci/netns.sh up --pairs 2 $*: $out"
-}
-rails_down() {
-  local out
-  out=$(timeout 60 "$NETNS" down 2>&1) || die "ci/netns.sh down: $out"
-  built=0
-  exec {lockfd}>&-
-  lockfd=""
-}
-
-# Only what the cases set: no PACT_* / UCX_* from the caller's environment.
-while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(PACT|UCX)_' || true)
-export UCX_TLS=tcp
+# shellcheck source=perf/netns-rails-lib.sh
+source "$here/perf/netns-rails-lib.sh"
+clean_env
 
 failed=0
 port=$PORT
 app_timeout_ms=$(((RUN_TIMEOUT - 10) * 1000))  # inside the `timeout` of each side
+# run_pair ROUND CASE1 PROFILE1 RAILS1 CASE2 PROFILE2 RAILS2: both cases, in an order that
+# alternates with the round.
+run_pair() {
+  local r=$1
+  if ((r % 2)); then
+    run_case "$2" "$r" "$3" "$4"; run_case "$5" "$r" "$6" "$7"
+  else
+    run_case "$5" "$r" "$6" "$7"; run_case "$2" "$r" "$3" "$4"
+  fi
+}
+
 # run_case CASE ROUND PROFILE one|two: one receiver + sender pair; RESULT lines to $work/results.
 run_case() {
   local name=$1 round=$2 profile=$3 rails=$4
@@ -190,22 +185,10 @@ for ((r = 1; r <= ROUNDS; r++)); do
     break
   fi
   rails_up --rate "$RATE"
-  if ((r % 2)); then
-    run_case a "$r" "$ordered" one
-    run_case b "$r" "$two,steer=adaptive" two
-  else
-    run_case b "$r" "$two,steer=adaptive" two
-    run_case a "$r" "$ordered" one
-  fi
+  run_pair "$r" a "$ordered" one b "$two,steer=adaptive" two
   rails_down
   rails_up --rate "$RATE" --slow-rate "$SLOW_RATE"
-  if ((r % 2)); then
-    run_case c "$r" "$two,steer=adaptive" two
-    run_case d "$r" "$two,steer=roundrobin" two
-  else
-    run_case d "$r" "$two,steer=roundrobin" two
-    run_case c "$r" "$two,steer=adaptive" two
-  fi
+  run_pair "$r" c "$two,steer=adaptive" two d "$two,steer=roundrobin" two
   rails_down
   rounds_done=$r
 done

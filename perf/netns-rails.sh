@@ -110,25 +110,9 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# up OPTIONS... under the suite's lock; down releases it.
-rails_up() {
-  exec {lockfd}>"$LOCK"
-  flock -w "$LOCK_WAIT" "$lockfd" || die "$LOCK is held by another run for more than $LOCK_WAIT s"
-  built=1
-  local out
-  out=$(timeout 60 "$NETNS" up --pairs 2 "$@" 2>&1) || die "ci/netns.sh up --pairs 2 $*: $out"
-}
-rails_down() {
-  local out
-  out=$(timeout 60 "$NETNS" down 2>&1) || die "ci/netns.sh down: $out"
-  built=0
-  exec {lockfd}>&-
-  lockfd=""
-}
-
-# Only what the cases set: no PACT_* / UCX_* from the caller's environment.
-while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(PACT|UCX)_' || true)
-export UCX_TLS=tcp
+# shellcheck source=perf/netns-rails-lib.sh
+source "$here/perf/netns-rails-lib.sh"
+clean_env
 
 failed=0
 # run_case CASE ROUND PROFILE DEVICE-ARGS...: one pact-perf run; JSON in $work/CASE-rROUND.json.

@@ -165,7 +165,10 @@ Status Net::test(Request* r, bool* done, int* sizes) {
   return comm->test(r, done, sizes);
 }
 
-Status Net::closeSend(SendComm* comm) {
+namespace {
+// Shuts a comm down and frees it, under its device's mutex (kept alive past the delete).
+template <typename C>
+Status closeComm(C* comm) {
   if (comm == nullptr) return Status::kOk;
   if (!valid(comm)) return Status::kInvalidArgument;
   auto dev = comm->devPtr();
@@ -174,15 +177,9 @@ Status Net::closeSend(SendComm* comm) {
   delete comm;
   return Status::kOk;
 }
+}  // namespace
 
-Status Net::closeRecv(RecvComm* comm) {
-  if (comm == nullptr) return Status::kOk;
-  if (!valid(comm)) return Status::kInvalidArgument;
-  auto dev = comm->devPtr();
-  std::lock_guard lock(dev->mutex());
-  comm->shutdown();
-  delete comm;
-  return Status::kOk;
-}
+Status Net::closeSend(SendComm* comm) { return closeComm(comm); }
+Status Net::closeRecv(RecvComm* comm) { return closeComm(comm); }
 
 }  // namespace pact::net

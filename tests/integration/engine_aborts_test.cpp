@@ -72,7 +72,9 @@ TEST(EngineAborts, ReceiverReleaseBeforeTheOfferIsCanceledAtTheSender) {
   expectStillWorks(p, 2);
 }
 
-TEST(EngineAborts, ReceiverReleaseWhileWaitingForCreditIsCanceledAtTheSender) {
+// A transfer matched but waiting for credit (the receiver grants nothing); one side releases it:
+// the other side's transfer ends CANCELED at once, and the pair works on afterwards.
+void releaseWhileWaitingForCredit(bool receiverReleases) {
   Pair p({}, {}, 1 << 20);
   ASSERT_TRUE(p.rx && p.tx);
   ASSERT_EQ(p.rx->setCredit(0, 0), Status::kOk);  // grants nothing: the offer waits for credit
@@ -82,13 +84,19 @@ TEST(EngineAborts, ReceiverReleaseWhileWaitingForCreditIsCanceledAtTheSender) {
     XferInfo i;
     return p.rx->query(rx, &i) == Status::kOk && i.peer != 0;
   }));
-  EXPECT_EQ(p.rx->release(rx), Status::kOk);
+  Engine& releaser = receiverReleases ? *p.rx : *p.tx;
+  Engine& other = receiverReleases ? *p.tx : *p.rx;
+  EXPECT_EQ(releaser.release(receiverReleases ? rx : tx), Status::kOk);
   int64_t ms = 0;
-  EXPECT_EQ(waitFinal(*p.tx, tx, &ms).result, Status::kCanceled);
+  EXPECT_EQ(waitFinal(other, receiverReleases ? tx : rx, &ms).result, Status::kCanceled);
   EXPECT_LT(ms, kBound.count());
-  Pair::ignore(p.tx->release(tx));
+  Pair::ignore(other.release(receiverReleases ? tx : rx));
   ASSERT_EQ(p.rx->setCredit(0, kUnlimited), Status::kOk);
   expectStillWorks(p, 2);
+}
+
+TEST(EngineAborts, ReceiverReleaseWhileWaitingForCreditIsCanceledAtTheSender) {
+  releaseWhileWaitingForCredit(true);
 }
 
 TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost) {
@@ -111,22 +119,7 @@ TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost
 }
 
 TEST(EngineAborts, SenderReleaseBeforeItsDoneIsCanceledAtTheReceiver) {
-  Pair p({}, {}, 1 << 20);
-  ASSERT_TRUE(p.rx && p.tx);
-  ASSERT_EQ(p.rx->setCredit(0, 0), Status::kOk);  // the receiver matches but does not advertise
-  const uint64_t rx = expectWhole(p, 1, 1 << 20);
-  const uint64_t tx = sendWhole(p, 1, 1 << 20);
-  ASSERT_TRUE(spinUntil([&] {  // the offer matched: the receiver knows its peer
-    XferInfo i;
-    return p.rx->query(rx, &i) == Status::kOk && i.peer != 0;
-  }));
-  EXPECT_EQ(p.tx->release(tx), Status::kOk);
-  int64_t ms = 0;
-  EXPECT_EQ(waitFinal(*p.rx, rx, &ms).result, Status::kCanceled);
-  EXPECT_LT(ms, kBound.count());
-  Pair::ignore(p.rx->release(rx));
-  ASSERT_EQ(p.rx->setCredit(0, kUnlimited), Status::kOk);
-  expectStillWorks(p, 2);
+  releaseWhileWaitingForCredit(false);  // before an advertisement, so before any Done
 }
 
 // The race of a sender's release with its own transfer, at 40 points from "just sent" to "long

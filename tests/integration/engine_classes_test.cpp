@@ -89,14 +89,21 @@ TEST(EngineClasses, UnorderedClassSpreadsItsPiecesOverItsLanes) {
   EXPECT_EQ(p.tx->laneStats(p.peer, "DEFAULT").size(), 1u);
 }
 
-TEST(EngineClasses, ChunkIsThePieceSize) {
-  const EnvMap env{{"PACT_TC_KV", "chunk=128K"}};
+// chunk is the stripe unit of an unordered class (one lane here, to count its pieces); an ordered
+// class sends each block as one piece (up to 4 MiB).
+TEST(EngineClasses, ChunkIsThePieceSizeOfAnUnorderedClass) {
+  const EnvMap env{{"PACT_TC_KV", "unordered,lanes=1,chunk=128K"}, {"PACT_TC_A2A", "chunk=128K"}};
   Pair p(env, env, 1 << 20);
   ASSERT_TRUE(p.rx && p.tx);
   EXPECT_EQ(p.move("KV", 1, 0, 1 << 20), std::make_pair(Status::kOk, Status::kOk));
   const auto lanes = p.tx->laneStats(p.peer, "KV");
   ASSERT_EQ(lanes.size(), 1u);
   EXPECT_EQ(lanes[0].pieces, 8u);
+  // One-lane classes on one context share the control endpoint: count A2A's pieces as the growth.
+  EXPECT_EQ(p.move("A2A", 2, 0, 1 << 20), std::make_pair(Status::kOk, Status::kOk));
+  const auto ordered = p.tx->laneStats(p.peer, "A2A");
+  ASSERT_EQ(ordered.size(), 1u);
+  EXPECT_EQ(ordered[0].pieces - lanes[0].pieces, 1u);
 }
 
 TEST(EngineClasses, ClassCreditsBoundWhatOneSenderStages) {
