@@ -11,8 +11,8 @@ namespace pact::engine {
 
 namespace {
 
-// The largest piece of an ordered class: one active message (bounded so one piece never holds a
-// lane for long; over tcp, 4 MiB pieces move 14% more KV goodput than 512 KiB ones).
+// The largest piece of an ordered class: one active message, bounded so that one piece never
+// holds its lane for long.
 constexpr uint64_t kMaxOrderedPiece = 4ull << 20;
 
 Checksum wireKind(Verify v) {
