@@ -14,7 +14,7 @@ libs=(-lsodium)  # auth.cpp (PACT_AUTH_KEY_FILE)
 declare -A srcs=(
   [wire_fuzz]="src/transport/wire.cpp"
   [control_fuzz]="src/engine/control.cpp"
-  [params_fuzz]="src/common/params.cpp src/common/profile.cpp src/common/fault.cpp src/common/auth.cpp"
+  [params_fuzz]="src/transport/params.cpp src/transport/profile.cpp src/common/parse.cpp src/common/fault.cpp src/common/auth.cpp"
 )
 status=0
 for t in wire_fuzz control_fuzz params_fuzz; do

@@ -11,7 +11,7 @@
 #include <map>
 #include <sstream>
 
-#include "common/params.h"
+#include "transport/params.h"
 #include "pact_config.h"
 #include "net/net.h"
 #include "telemetry/counters.h"

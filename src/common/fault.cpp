@@ -7,7 +7,7 @@
 #include <mutex>
 #include <thread>
 
-#include "common/params.h"
+#include "common/parse.h"
 
 namespace pact {
 

@@ -37,7 +37,7 @@
 #include <thread>
 #include <vector>
 
-#include "common/params.h"
+#include "transport/params.h"
 #include "common/scoped_fd.h"
 #include "engine/protocol.h"
 #include "engine/timers.h"

@@ -23,7 +23,7 @@ Protocol::Protocol(const ProtocolConfig& config, Link& link)
 
 Protocol::PeerView* Protocol::peer(uint64_t id) {
   auto it = peers_.find(id);
-  return it == peers_.end() ? nullptr : &it->second;
+  return it == peers_.end() || it->second.lost ? nullptr : &it->second;
 }
 
 void Protocol::peerReady(uint64_t id, const std::string& name) {
@@ -40,7 +40,7 @@ void Protocol::peerLost(uint64_t id) {
     }
   });
   std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == id; });
-  peers_.erase(id);
+  if (auto it = peers_.find(id); it != peers_.end()) it->second.lost = true;  // its credit view stays readable
 }
 
 Status Protocol::peerCredit(uint64_t id, uint64_t* budget, uint64_t* inUse) const {

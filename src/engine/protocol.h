@@ -105,6 +105,7 @@ class Protocol {
     std::string name;
     uint64_t creditBudget = 0;  // 0 = unlimited
     uint64_t creditInUse = 0;
+    bool lost = false;          // gone; what it was granted stays readable (pact_peer_credit)
   };
   // Open sends are per receiver: (peer, key), ordered by the key's identity.
   struct BySendIdentity {
@@ -121,6 +122,7 @@ class Protocol {
     counters_.add(telemetry::kFaultsInjected);
     return true;
   }
+  // A connected peer, or nullptr (unknown or lost).
   PeerView* peer(uint64_t id);
   void addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt = 0) {
     timers_.add(at, id, kind, attempt);

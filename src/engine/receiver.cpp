@@ -220,6 +220,8 @@ bool Protocol::classCreditFits(const Transfer& x) const {
 
 void Protocol::advertise(Transfer& x) {
   x.advertised = true;
+  // Room for the pieces once: blocks cut at 64 KiB on average (it grows if they are smaller).
+  x.landed.reserve(std::min<size_t>(x.blocks.size() + x.bytes / (64 << 10), 1 << 16));
   credits_.take(x.peer, x.bytes);
   classStaged_[{x.peer, x.route}] += x.bytes;
   counters_.add(telemetry::kCreditStallNs, static_cast<uint64_t>(
@@ -293,7 +295,7 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
     receiverAbort(*x, Event::kFatalError, Status::kOutOfRange, Reason::kOutOfRange);
     return PieceVerdict::kRefuse;
   }
-  if (!x->landed.insert({h.block, h.offset}).second) {
+  if (!x->noteLanded(h.block, h.offset)) {
     counters_.add(telemetry::kDuplicatesDropped);  // the same piece twice
     return drop;
   }

@@ -3,9 +3,9 @@
 // transition table (state.h) and records the event in the trace.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
-#include <set>
 #include <utility>
 #include <vector>
 
@@ -54,7 +54,17 @@ struct Transfer {
   bool matched = false;           // an offer for the key arrived (peer is set)
   TimePoint matchedAt;            // start of the wait for credit
   bool advertised = false;        // credit is held (staged bytes)
-  std::set<std::pair<uint32_t, uint64_t>> landed;  // (block, offset) of pieces in, this attempt
+  // (block, offset) of the pieces in, this attempt, sorted: a duplicate is found by binary
+  // search, and the vector keeps its capacity across attempts (no allocation per piece).
+  std::vector<std::pair<uint32_t, uint64_t>> landed;
+  // Notes a piece; false when it is in already (a duplicate).
+  bool noteLanded(uint32_t block, uint64_t offset) {
+    const std::pair<uint32_t, uint64_t> at{block, offset};
+    auto it = std::lower_bound(landed.begin(), landed.end(), at);
+    if (it != landed.end() && *it == at) return false;
+    landed.insert(it, at);
+    return true;
+  }
   uint64_t landedBytes = 0;
   bool doneSeen = false;
   bool missingArmed = false;      // the grace timer for missing pieces runs (this attempt)

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "common/params.h"
+#include "transport/params.h"
 #include "net/comm.h"
 #include "transport/fabric.h"
 

@@ -89,8 +89,10 @@ std::vector<uint64_t> CounterSet::values() const {
 }
 
 Registry& Registry::process() {
-  static Registry r;
-  return r;
+  // Never destroyed: sets owned by static objects (the plugin's Net, its device contexts) are
+  // destroyed at exit in an order the registry cannot know, and each unregisters itself then.
+  static Registry* const r = new Registry;
+  return *r;
 }
 
 void Registry::add(CounterSet* s) {

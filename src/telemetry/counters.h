@@ -8,7 +8,7 @@
 // pact_comm_stats, pact_plugin_resources, pact-info, the exporters to come) find live sets by
 // scope and read them by index or name. Catalogs are the documentation: pact-info prints them.
 //
-// Thread-safe. A CounterSet must not outlive the process registry (a function-local static).
+// Thread-safe. The process registry is never destroyed, so a set may be owned by a static.
 #pragma once
 
 #include <atomic>

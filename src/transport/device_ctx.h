@@ -11,7 +11,7 @@
 #include <mutex>
 #include <vector>
 
-#include "common/params.h"
+#include "transport/params.h"
 #include "ucx/devices.h"
 #include "ucx/reg_cache.h"
 #include "telemetry/counters.h"

@@ -18,7 +18,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/params.h"
+#include "transport/params.h"
 #include "transport/device_ctx.h"
 #include "transport/service.h"
 #include "ucx/devices.h"

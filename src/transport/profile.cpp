@@ -4,7 +4,7 @@
 #include <bit>
 #include <cctype>
 
-#include "common/params.h"
+#include "common/parse.h"
 
 namespace pact {
 
@@ -140,7 +140,7 @@ Error tokenError(std::string_view token, const std::string& allowed) {
 std::vector<std::string> registryClassSuffixes() {
   std::vector<std::string> out;
 #define PACT_TC_CLASS(suffix, doc) out.emplace_back(suffix);
-#include "common/params.def"
+#include "transport/params.def"
 #undef PACT_TC_CLASS
   return out;
 }

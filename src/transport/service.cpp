@@ -7,7 +7,7 @@
 #include <sstream>
 
 #include "common/clock.h"
-#include "common/params.h"
+#include "transport/params.h"
 #include "ucx/ucx_status.h"
 #include "ucx/worker.h"
 

@@ -9,7 +9,7 @@
 
 #include "common/clock.h"
 #include "common/log.h"
-#include "common/params.h"
+#include "common/parse.h"
 #include "ucx/ucx_status.h"
 
 namespace pact::ucx {

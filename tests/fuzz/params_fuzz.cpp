@@ -4,7 +4,7 @@
 #include <map>
 #include <string>
 
-#include "common/params.h"
+#include "transport/params.h"
 #include "tests/fuzz/fuzz_main.h"
 
 std::vector<std::vector<uint8_t>> pact::fuzz::seeds() {

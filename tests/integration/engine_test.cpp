@@ -388,6 +388,10 @@ TEST(Engine, DuplicateDeliveryCommitsOnce) {
 TEST(Engine, EpochSwitchMidTransferAbortsRevokesAndTellsTheSender) {
   PairOptions o;
   o.progressThread = false;
+  // 64 KiB pieces (66 of them): far more than the receiver's last progress call before the
+  // switch can land, so late pieces are certain (with the ordered class's 3 pieces of up to
+  // 4 MiB, all of them sometimes landed first under load, and there was nothing late to count).
+  o.receiverEnv = o.senderEnv = {{"PACT_TC_DEFAULT", "unordered,chunk=64K"}};
   const std::vector<uint64_t> layout = {16384, 16384, 4 << 20};
   runPair(
       o,

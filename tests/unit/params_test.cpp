@@ -4,7 +4,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "common/params.h"
+#include "transport/params.h"
 
 namespace pact {
 namespace {

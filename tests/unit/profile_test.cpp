@@ -4,7 +4,7 @@
 
 #include <ostream>
 
-#include "common/params.h"
+#include "transport/params.h"
 #include "transport/profile.h"
 
 namespace pact {

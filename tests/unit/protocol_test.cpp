@@ -39,6 +39,7 @@ struct Exchange {
 
   explicit Exchange(bool rendezvous, int retries = 2, const char* senderFault = nullptr) {  // NOLINT
     Profile p;
+    p.order = Order::kUnordered;  // cut at the chunk: three pieces
     p.chunk = kChunk;
     p.retries = retries;
     p.verify = Verify::kCrc32c;

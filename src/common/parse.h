@@ -1,6 +1,6 @@
-// Params: the effective value of every PACT_* variable, parsed once from the environment by the
-// single registry in params.def. An absent variable means its default; a present but malformed
-// value is an error whose message names the variable, the value and what is allowed.
+// Parsing helpers of the PACT_* registry and the profile grammar: a value parser per kind
+// (value_type, parse(), allowed()), the shared unsigned/whitespace/duration helpers, and the
+// process environment. A leaf: it depends on nothing of pact but Status and the log levels.
 #pragma once
 
 #include <chrono>
@@ -10,10 +10,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/auth.h"
-#include "common/fault.h"
 #include "common/log.h"
-#include "transport/profile.h"
 #include "common/status.h"
 
 namespace pact {
@@ -78,41 +75,8 @@ Result<int> CountParser<kMin, kMax>::parse(std::string_view s) {
 using RecvCountParser = CountParser<1, 8>;
 using TraceEventsParser = CountParser<16, (1 << 24)>;
 
-// ---- the registry ------------------------------------------------------------------------------
-struct ParamInfo {
-  const char* name;
-  const char* defaultValue;
-  const char* allowed;
-  const char* doc;
-};
-
 // Environment snapshot: PACT_* name -> value.
 using EnvMap = std::map<std::string, std::string>;
-
-struct Params {
-#define PACT_PARAM(field, name, parser, def, doc) typename parser::value_type field{};
-#include "common/params.def"
-#undef PACT_PARAM
-  // The PACT_TC_* family: every traffic class and its resolved service profile.
-  ClassTable classes;
-
-  // Parses every registered variable from env, then the PACT_TC_* family. Unknown PACT_* names
-  // are returned in *unknown (the caller warns: a typo check); a PACT_TC_* name is never unknown
-  // (a class that does not exist is an error).
-  static Result<Params> load(const EnvMap& env, std::vector<std::string>* unknown = nullptr);
-  // Parsed once from the process environment, on first use; later calls return the same result.
-  static const Result<Params>& global();
-  // Every registered variable, in registry order, then one row per PACT_TC_CLASS entry.
-  static const std::vector<ParamInfo>& table();
-  // Effective value of each registered variable, as text (for pact-info and logs), in table()
-  // order; the PACT_TC_<n> row expands to each configured PACT_TC_<n> (ClassTable::effective).
-  std::vector<std::pair<std::string, std::string>> effective() const;
-  // The profile grammar and every profile key, for --help.
-  static std::string profileHelp();
-  // docs/params.md, generated from the registry.
-  static std::string markdown();
-};
-
 // All PACT_* variables of the process environment.
 EnvMap processPactEnv();
 // Whether a (non-PACT) variable such as UCX_NET_DEVICES is set in the process environment, and
