@@ -46,7 +46,9 @@ typedef enum pact_status {
   PACT_ERR_TIMED_OUT = -4,        /**< a blocking call's timeout passed (the operation goes on) */
   PACT_ERR_EPOCH_MISMATCH = -5,   /**< the receiver is on another model epoch */
   PACT_ERR_PEER_LOST = -6,        /**< the peer died or closed */
-  PACT_ERR_REFUSED = -7,          /**< the peer refused the connection (version, epoch) */
+  PACT_ERR_REFUSED = -7,          /**< the peer refused the connection (version, epoch, auth),
+                                     nothing listens at the address, or the peer has no context
+                                     for the transfer's class */
   PACT_ERR_CHECKSUM = -8,         /**< payload check failed and no retry was left */
   PACT_ERR_REJECTED = -9,         /**< the receiver's commit hook rejected the block table */
   PACT_ERR_DEADLINE = -10,        /**< the transfer's deadline passed */
@@ -103,7 +105,9 @@ pact_status_t pact_progress(pact_engine_t engine, int timeout_ms);
 /* ---- peers -------------------------------------------------------------------------------- */
 
 /** Connects to the engine listening at address ("ip:port"); the handshake exchanges names,
- * epochs and UCX addresses. Blocking up to timeout_ms. PACT_ERR_REFUSED names the field. */
+ * epochs and UCX addresses. Blocking up to timeout_ms. PACT_ERR_REFUSED: the handshake was
+ * refused (the message names the field) or nothing listens at the address; PACT_ERR_PEER_LOST:
+ * the connection was reset; PACT_ERR_TIMED_OUT: no handshake within timeout_ms. */
 pact_status_t pact_connect(pact_engine_t engine, const char* address, int timeout_ms,
                            pact_peer_t* peer);
 /** Waits for a peer (connected or accepted) with the given name. Blocking up to timeout_ms. */
@@ -154,15 +158,20 @@ pact_status_t pact_set_commit_hook(pact_engine_t engine, pact_commit_fn hook, vo
 /** Credit budget in bytes: peer 0 sets the engine's total, a peer id that peer's share.
  * PACT_CREDIT_UNLIMITED removes the limit (the default for both); 0 grants nothing (new
  * transfers wait). Lowering it never cancels what is advertised; new transfers wait until they
- * fit. Senders are told their grant. */
+ * fit. Senders are told their grant. A transfer larger than its budget waits until the budget
+ * grows or its deadline passes: without a deadline (and without a class timeout) it waits as long
+ * as both engines live (the receiver logs once that it waits). When the application never sets a
+ * budget, each class's `credits` bounds what one sender has staged in that class. */
 pact_status_t pact_set_credit(pact_engine_t engine, pact_peer_t peer, uint64_t budget);
 
 /** Expects the transfer key into blocks (the destination; each block inside its registration).
  * The transfer is advertised to the sender (credit granted, destination published) once the
  * sender's matching offer arrived and the bytes fit the credit budget. deadline_us: time budget
  * from now, 0 = the class default or none. traffic_class: NULL = "DEFAULT" (PACT_TC_*: verify,
- * timeout, retries). PACT_ERR_DUPLICATE when the key is open or committed already;
- * PACT_ERR_EPOCH_MISMATCH when key->model_epoch is not the current epoch. */
+ * timeout, retries, credits, and its context, lanes and piece size). PACT_ERR_DUPLICATE when the
+ * key is open or committed already; PACT_ERR_EPOCH_MISMATCH when key->model_epoch is not the
+ * current epoch; PACT_ERR_STALE when a newer generation of (request_id, transfer_id) was
+ * expected already. */
 pact_status_t pact_expect(pact_engine_t engine, const pact_key_t* key, const pact_block_t* blocks,
                           size_t count, uint64_t deadline_us, const char* traffic_class,
                           pact_xfer_t* xfer);
@@ -203,20 +212,27 @@ typedef struct pact_xfer_info {
 } pact_xfer_info_t;
 
 pact_status_t pact_xfer_query(pact_engine_t engine, pact_xfer_t xfer, pact_xfer_info_t* info);
-/** Blocking until the transfer is final or timeout_ms passed (PACT_ERR_TIMED_OUT). */
+/** Blocking until the transfer is final or timeout_ms passed (PACT_ERR_TIMED_OUT; the transfer
+ * goes on). PACT_OK means final, whatever the outcome: the outcome is info->result (PACT_OK
+ * committed, else why not). */
 pact_status_t pact_xfer_wait(pact_engine_t engine, pact_xfer_t xfer, int timeout_ms,
                              pact_xfer_info_t* info);
 /** Ends the caller's interest: an open transfer is aborted first. PACT_OK: the transfer is gone
  * and its blocks are free. PACT_IN_PROGRESS: a UCX operation still touches its blocks;
  * pact_xfer_query/pact_xfer_wait keep working on the id until it is final (wait for that before
- * reusing the blocks). The id becomes invalid once
- * final (the engine keeps what it needs until then). */
+ * reusing the blocks). The id becomes invalid once final (the engine keeps what it needs until
+ * then). The other side is told at once: a receiver's release ends the sender's transfer with
+ * PACT_ERR_CANCELED (also when its offer comes after the release); a sender's release before its
+ * Done left ends the receiver's with PACT_ERR_CANCELED and it is never committed. A sender's
+ * release after its Done left withdraws nothing: the receiver may commit, and the sender's
+ * transfer stays open (PACT_IN_PROGRESS) until the verdict settles it. */
 pact_status_t pact_xfer_release(pact_engine_t engine, pact_xfer_t xfer);
 
 /* ---- all-to-all groups -------------------------------------------------------------------- */
 
 /** A group of ranks: peers[r] is the connection to rank r (peers[my_rank] is a connection to this
- * engine itself). group_id must be the same on every rank and unique among groups. */
+ * engine itself). group_id must be the same on every rank and unique among groups. Every peer id
+ * is checked here: PACT_ERR_NOT_FOUND (unknown) or PACT_ERR_PEER_LOST names peers[r]. */
 pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const pact_peer_t* peers,
                                 size_t ranks, uint32_t my_rank, pact_group_t* group);
 /** Starts step (model_epoch, generation): sends send[r] to rank r and expects recv[r] from it

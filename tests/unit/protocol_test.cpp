@@ -117,6 +117,19 @@ size_t cleanRunMessages(bool rendezvous) {
   return run.net.sent();
 }
 
+// Every trace event of the sender names its receiver, ALLOCATED included (it carried 0).
+TEST(ProtocolTrace, TheSendersEventsNameItsPeerFromTheFirst) {
+  Exchange run(false);
+  run.start();
+  run.net.run();
+  uint64_t cursor = 0;
+  telemetry::TraceEvent events[32];
+  const size_t n = run.b->traceRead(&cursor, events, 32);
+  ASSERT_GT(n, 3u);
+  EXPECT_EQ(events[0].state, static_cast<uint8_t>(State::kAllocated));
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(events[i].peer, MemNet::kPeerOfB) << "event " << i;
+}
+
 class ProtocolFaults : public ::testing::TestWithParam<bool> {};
 
 TEST_P(ProtocolFaults, EverySingleFaultOfEveryMessageEndsCommittedOnceOrInASpecificError) {
