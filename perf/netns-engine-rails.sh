@@ -55,7 +55,9 @@ PORT=${PORT:-17000}
 LOCK=/run/lock/pact-netns.lock
 KEEP=""
 
-die() { echo "netns-engine-rails.sh: $*" >&2; exit "${2:-1}"; }
+die() { echo "netns-engine-rails.sh: $1" >&2; exit "${2:-1}"; }
+# shellcheck source=perf/netns-rails-lib.sh
+source "$here/perf/netns-rails-lib.sh"
 while (($#)); do
   case $1 in
     --keep) KEEP=${2:?--keep needs a directory}; shift 2 ;;
@@ -64,14 +66,7 @@ while (($#)); do
   esac
 done
 
-# RATE/4 with the same unit (1gbit -> 250000kbit), unless SLOW_RATE is given.
-if [[ -z ${SLOW_RATE:-} ]]; then
-  [[ $RATE =~ ^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit)$ ]] ||
-    die "bad RATE '$RATE' (e.g. 1gbit, 400mbit)" 2
-  SLOW_RATE=$(awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
-    m["bit"] = 1; m["kbit"] = 1e3; m["mbit"] = 1e6; m["gbit"] = 1e9
-    printf "%dkbit\n", n * m[u] / 4 / 1000 }')
-fi
+[[ -n ${SLOW_RATE:-} ]] || SLOW_RATE=$(quarter_rate "$RATE") || exit 2  # RATE/4 by default
 for v in ROUNDS COUNT RUN_TIMEOUT PORT; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'" 2
 done
@@ -112,8 +107,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# shellcheck source=perf/netns-rails-lib.sh
-source "$here/perf/netns-rails-lib.sh"
 clean_env
 
 failed=0

@@ -23,3 +23,11 @@ clean_env() {
   while read -r v; do unset "$v"; done < <(compgen -e | grep -E '^(PACT|UCX)_' || true)
   export UCX_TLS=tcp
 }
+
+# RATE/4 in the same unit (1gbit -> 250000kbit): the default SLOW_RATE.
+quarter_rate() {
+  [[ $1 =~ ^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit)$ ]] || die "bad RATE '$1' (e.g. 1gbit, 400mbit)" 2
+  awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
+    m["bit"] = 1; m["kbit"] = 1e3; m["mbit"] = 1e6; m["gbit"] = 1e9
+    printf "%dkbit\n", n * m[u] / 4 / 1000 }'
+}

@@ -58,7 +58,9 @@ LOCK_WAIT=${LOCK_WAIT:-300}
 LOCK=/run/lock/pact-netns.lock
 JSON_DIR=""
 
-die() { echo "netns-rails.sh: $*" >&2; exit "${2:-1}"; }
+die() { echo "netns-rails.sh: $1" >&2; exit "${2:-1}"; }
+# shellcheck source=perf/netns-rails-lib.sh
+source "$here/perf/netns-rails-lib.sh"
 while (($#)); do
   case $1 in
     --json) JSON_DIR=${2:?--json needs a directory}; shift 2 ;;
@@ -67,14 +69,7 @@ while (($#)); do
   esac
 done
 
-# RATE/4 with the same unit (1gbit -> 250mbit), unless SLOW_RATE is given.
-if [[ -z ${SLOW_RATE:-} ]]; then
-  [[ $RATE =~ ^([0-9]+(\.[0-9]+)?)(bit|kbit|mbit|gbit)$ ]] ||
-    die "bad RATE '$RATE' (e.g. 1gbit, 400mbit)" 2
-  SLOW_RATE=$(awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
-    m["bit"] = 1; m["kbit"] = 1e3; m["mbit"] = 1e6; m["gbit"] = 1e9
-    printf "%dkbit\n", n * m[u] / 4 / 1000 }')
-fi
+[[ -n ${SLOW_RATE:-} ]] || SLOW_RATE=$(quarter_rate "$RATE") || exit 2  # RATE/4 by default
 [[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, got '$ROUNDS'" 2
 [[ -x $PERF ]] || die "no $PERF (build first: meson setup $BUILD && ninja -C $BUILD)" 2
 [[ -r $PLUGIN ]] || die "no plugin $PLUGIN" 2
@@ -110,8 +105,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# shellcheck source=perf/netns-rails-lib.sh
-source "$here/perf/netns-rails-lib.sh"
 clean_env
 
 failed=0
