@@ -137,7 +137,7 @@ int main(int argc, char** argv) {
     printCounters();
     return 0;
   }
-  const auto& params = pact::Params::global();
+  const auto params = pact::Params::fromProcessEnv();
   if (!params.ok()) {
     std::fprintf(stderr, "pact-info: %s\n", params.error().message.c_str());
     return 2;

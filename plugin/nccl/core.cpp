@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -17,6 +18,7 @@ using net::Net;
 // when the library is unloaded (v8..v10 have no finalize).
 struct Global {
   std::mutex mu;
+  std::optional<Result<Params>> params;  // PACT_*, read at the first init and passed down
   std::shared_ptr<Net> net;
   int refs = 0;
   ncclDebugLogger_t logger = nullptr;
@@ -99,7 +101,8 @@ ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger) {
   return guard("init", [&] {
     Global& g = global();
     std::lock_guard lock(g.mu);
-    const auto& params = Params::global();
+    if (!g.params) g.params = Params::fromProcessEnv();
+    const Result<Params>& params = *g.params;
     if (!params.ok()) {
       // The one-line error names the variable, its value and what is allowed.
       if (logger) logger(NCCL_LOG_WARN, NCCL_NET | NCCL_INIT, __FILE__, __LINE__, "NET/PACT %s",

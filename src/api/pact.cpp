@@ -159,7 +159,7 @@ pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine
     c.creditBudget = config->credit_budget;
     c.progressThread = config->progress_thread != 0;
     // The PACT_* configuration is read once per process, here at the C API's edge.
-    const auto& params = pact::Params::global();
+    static const pact::Result<pact::Params> params = pact::Params::fromProcessEnv();
     if (!params.ok()) return st(pact::engine::fail(Status::kInvalidArgument, params.error().message));
     auto handle = std::make_unique<pact_engine>();
     if (Status code = Engine::create(c, *params, &handle->engine); code != Status::kOk) return st(code);

@@ -34,14 +34,23 @@ class ByteWriter {
 };
 
 // { u32 magic, u16 version, u16 type, u32 body length } + body: the framing of every pact codec.
+inline constexpr size_t kFrameHeader = 12;
+// Writing a frame in place: beginFrame leaves room for the header in w (clearing it, keeping its
+// capacity), the body is written after it, endFrame fills the header in.
+inline void beginFrame(ByteWriter& w) { w.out.assign(kFrameHeader, 0); }
+inline void endFrame(ByteWriter& w, uint32_t magic, uint16_t version, uint16_t type) {
+  const uint64_t fields[] = {magic, version, type, w.out.size() - kFrameHeader};
+  const int widths[] = {4, 2, 2, 4};
+  size_t at = 0;
+  for (int f = 0; f < 4; ++f)
+    for (int i = 0; i < widths[f]; ++i) w.out[at++] = static_cast<uint8_t>(fields[f] >> (8 * i));
+}
 inline std::vector<uint8_t> frame(uint32_t magic, uint16_t version, uint16_t type,
                                   const ByteWriter& body) {
   ByteWriter w;
-  w.u32(magic);
-  w.u16(version);
-  w.u16(type);
-  w.u32(static_cast<uint32_t>(body.out.size()));
+  beginFrame(w);
   w.out.insert(w.out.end(), body.out.begin(), body.out.end());
+  endFrame(w, magic, version, type);
   return w.out;
 }
 

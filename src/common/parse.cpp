@@ -7,10 +7,6 @@ extern char** environ;
 
 namespace pact {
 
-namespace {
-constexpr std::string_view kPrefix = "PACT_";
-}  // namespace
-
 std::string_view trimSpace(std::string_view s) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.remove_prefix(1);
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.remove_suffix(1);
@@ -109,7 +105,7 @@ EnvMap processPactEnv() {
   EnvMap env;
   for (char** e = environ; e && *e; ++e) {
     std::string_view kv(*e);
-    if (kv.compare(0, kPrefix.size(), kPrefix) != 0) continue;
+    if (kv.compare(0, kPactPrefix.size(), kPactPrefix) != 0) continue;
     auto eq = kv.find('=');
     if (eq == std::string_view::npos) continue;
     env.emplace(std::string(kv.substr(0, eq)), std::string(kv.substr(eq + 1)));

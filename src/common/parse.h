@@ -75,6 +75,8 @@ Result<int> CountParser<kMin, kMax>::parse(std::string_view s) {
 using RecvCountParser = CountParser<1, 8>;
 using TraceEventsParser = CountParser<16, (1 << 24)>;
 
+// What every pact variable starts with.
+inline constexpr std::string_view kPactPrefix = "PACT_";
 // Environment snapshot: PACT_* name -> value.
 using EnvMap = std::map<std::string, std::string>;
 // All PACT_* variables of the process environment.

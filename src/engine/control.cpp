@@ -223,18 +223,11 @@ std::vector<uint8_t> encode(const Control& m) {
 }
 
 void encodeInto(const Control& m, std::vector<uint8_t>* out) {
-  // The header is written in place once the body's length is known; out keeps its capacity.
-  ByteWriter w;
+  ByteWriter w;  // written in place in out's buffer, which keeps its capacity
   w.out.swap(*out);
-  w.out.assign(kControlHeader, 0);
-  Type t = std::visit(Encoder{w}, m);
-  auto put = [&](size_t at, uint64_t v, int n) {
-    for (int i = 0; i < n; ++i) w.out[at + static_cast<size_t>(i)] = static_cast<uint8_t>(v >> (8 * i));
-  };
-  put(0, kControlMagic, 4);
-  put(4, kControlVersion, 2);
-  put(6, static_cast<uint16_t>(t), 2);
-  put(8, w.out.size() - kControlHeader, 4);
+  beginFrame(w);
+  const Type t = std::visit(Encoder{w}, m);
+  endFrame(w, kControlMagic, kControlVersion, static_cast<uint16_t>(t));
   w.out.swap(*out);
 }
 

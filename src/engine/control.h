@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/codec.h"
 #include "common/status.h"
 #include "common/transfer_key.h"
 
@@ -21,7 +22,7 @@ namespace pact::engine {
 
 inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
 inline constexpr uint16_t kControlVersion = 2;  // 2: Hello lists the engine's contexts
-inline constexpr size_t kControlHeader = 12;
+inline constexpr size_t kControlHeader = kFrameHeader;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
 inline constexpr size_t kMaxName = 256;

@@ -78,7 +78,7 @@ struct ClassRouteInfo {
 
 class Engine final : private Link {
  public:
-  // params: the effective PACT_* configuration (the C API passes Params::global()).
+  // params: the effective PACT_* configuration, read by the entry point and passed down.
   static Status create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out);
   ~Engine();
   Engine(const Engine&) = delete;
@@ -210,6 +210,7 @@ class Engine final : private Link {
   std::vector<Context> contexts_;
   std::vector<Route> routes_;  // DEFAULT, then ClassTable::engineClassNames()
   size_t ctrlRoute_ = 0;
+  bool multiLane_ = false;  // a class has several lanes (pieces may wait for one)
   ucx::Worker* fetchWorker_ = nullptr;  // the worker of the active message being handled
   ScopedFd wakeFd_;
   transport::Listener listener_;

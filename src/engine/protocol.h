@@ -116,6 +116,21 @@ class Protocol {
   };
 
   TimePoint now() const { return config_.clock(); }
+  // The time left to a deadline in us, at least 1; 0 for none (what Offer and Advertise carry).
+  uint64_t remainingUs(TimePoint deadline) const {
+    if (deadline == TimePoint::max()) return 0;
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now()).count();
+    return static_cast<uint64_t>(std::max<int64_t>(left, 1));
+  }
+  // The payload check a class asks for, as Done carries it.
+  static Checksum wireKind(Verify v) {
+    switch (v) {
+      case Verify::kNone: return Checksum::kNone;
+      case Verify::kCrc32c: return Checksum::kCrc32c;
+      case Verify::kXxh3: return Checksum::kXxh3;
+    }
+    return Checksum::kNone;
+  }
   // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
   bool inject(double p) {
     if (!fault_.active() || !dice_.roll(p)) return false;

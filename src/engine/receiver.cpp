@@ -14,21 +14,6 @@ namespace {
 // How long a receiver waits for missing pieces after the sender's Done (docs/engine.md).
 constexpr auto kStragglerGrace = std::chrono::milliseconds(20);
 
-uint64_t remainingUs(TimePoint deadline, TimePoint t) {
-  if (deadline == TimePoint::max()) return 0;
-  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - t).count();
-  return static_cast<uint64_t>(std::max<int64_t>(left, 1));
-}
-
-Checksum wireKind(Verify v) {
-  switch (v) {
-    case Verify::kNone: return Checksum::kNone;
-    case Verify::kCrc32c: return Checksum::kCrc32c;
-    case Verify::kXxh3: return Checksum::kXxh3;
-  }
-  return Checksum::kNone;
-}
-
 }  // namespace
 
 Transfer* Protocol::openReceiver(const TransferKey& key) {
@@ -230,7 +215,7 @@ void Protocol::advertise(Transfer& x) {
   step(x, Event::kAdvertise);
   Advertise m;
   m.key = x.key;
-  m.deadlineUs = remainingUs(x.deadline, now());
+  m.deadlineUs = remainingUs(x.deadline);
   m.creditBytes = x.bytes;
   m.regionLength = x.bytes;  // a virtual region: the blocks one after another
   uint64_t off = 0;

@@ -72,21 +72,17 @@ Status Engine::openContexts() {
               config_.name.c_str(), name.c_str(), r.context, it->dev->serviceKey().c_str(),
               r.channel.lanes, formatSize(r.profile.chunk).c_str());
     if (name == "CTRL") ctrlRoute_ = routes_.size();
+    multiLane_ = multiLane_ || r.channel.lanes > 1;
     routes_.push_back(std::move(r));
   }
   return Status::kOk;
 }
 
 size_t Engine::routeFor(const char* trafficClass) const {
-  if (trafficClass == nullptr || !ClassTable::isEngineClass(trafficClass)) return 0;
-  for (size_t i = 1; i < routes_.size(); ++i) {
-    const std::string& n = routes_[i].name;
-    if (n.size() == std::strlen(trafficClass) &&
-        std::equal(n.begin(), n.end(), trafficClass,
-                   [](char a, char b) { return a == std::toupper(static_cast<unsigned char>(b)); }))
-      return i;
-  }
-  return 0;
+  if (trafficClass == nullptr) return 0;
+  const std::string name = ClassTable::canonicalName(trafficClass);
+  auto it = std::find_if(routes_.begin(), routes_.end(), [&](const Route& r) { return r.name == name; });
+  return it == routes_.end() ? 0 : static_cast<size_t>(it - routes_.begin());
 }
 
 std::vector<ClassRouteInfo> Engine::routes() const {
@@ -121,8 +117,10 @@ bool Engine::armWorkers() {
   return true;
 }
 
-// Pieces that waited for room on a lane go out now (outside UCX callbacks).
+// Pieces that waited for room on a lane go out now (outside UCX callbacks). A one-lane class
+// binds every piece at once, so without a class of several lanes nothing ever waits.
 void Engine::pumpLanes() {
+  if (!multiLane_) return;
   for (auto& [id, p] : peers_) {
     if (p->phase != Peer::Phase::kReady) continue;
     for (auto& l : p->lanes) {

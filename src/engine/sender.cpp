@@ -15,10 +15,6 @@ namespace {
 // holds its lane for long.
 constexpr uint64_t kMaxOrderedPiece = 4ull << 20;
 
-Checksum wireKind(Verify v) {
-  return v == Verify::kCrc32c ? Checksum::kCrc32c : v == Verify::kXxh3 ? Checksum::kXxh3 : Checksum::kNone;
-}
-
 Status codeFor(Reason r) {
   switch (r) {
     case Reason::kEpochMismatch: return Status::kEpochMismatch;
@@ -53,11 +49,7 @@ Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const Block
   }
   Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
   sending_[{to, k}] = x.id;
-  uint64_t left = 0;
-  if (x.deadline != TimePoint::max())
-    left = static_cast<uint64_t>(std::max<int64_t>(
-        1, std::chrono::duration_cast<std::chrono::microseconds>(x.deadline - now()).count()));
-  link_.sendControl(to, Offer{k, x.bytes, left});
+  link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline)});
   *xfer = x.id;
   return Status::kOk;
 }

@@ -42,9 +42,8 @@ class DeviceCtx {
   // settings: the UCX settings of the traffic-class service this context serves (service.h);
   // features: UCP_FEATURE_* of its contexts; serviceKey: what tells it apart (ServiceConfig::key).
   static Result<std::shared_ptr<DeviceCtx>> open(const ucx::DeviceInfo& info, const Params& params,
-                                                 const ucx::Context::Settings& settings = {},
-                                                 uint64_t features = UCP_FEATURE_TAG,
-                                                 std::string serviceKey = "ucx-default");
+                                                 const ucx::Context::Settings& settings,
+                                                 uint64_t features, std::string serviceKey);
   ~DeviceCtx();
   DeviceCtx(const DeviceCtx&) = delete;
   DeviceCtx& operator=(const DeviceCtx&) = delete;

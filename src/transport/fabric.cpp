@@ -58,14 +58,6 @@ Status Fabric::makeVDevice(const std::vector<int>& members, int* dev) {
   return Status::kOk;
 }
 
-Result<ServiceConfig> Fabric::serviceOf(int dev, const Profile& profile,
-                                        std::string_view className) const {
-  std::lock_guard lock(mu_);
-  if (dev != kAnyDevice && (dev < 0 || static_cast<size_t>(dev) >= devices_.size()))
-    return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
-  return serviceFor(profile, infoLocked(dev), className);
-}
-
 Result<std::shared_ptr<DeviceCtx>> Fabric::open(int dev, const Profile& profile,
                                                 std::string_view className) {
   std::lock_guard lock(mu_);

@@ -48,8 +48,6 @@ class Fabric {
 
   // The context serving a class (its profile, named className in messages) on dev.
   Result<std::shared_ptr<DeviceCtx>> open(int dev, const Profile& profile, std::string_view className);
-  // The service a class gets on dev, without opening anything (pact-info, the engine's routing).
-  Result<ServiceConfig> serviceOf(int dev, const Profile& profile, std::string_view className) const;
 
   // Every context opened so far.
   std::vector<std::shared_ptr<DeviceCtx>> opened() const;

@@ -23,8 +23,6 @@ std::string formatValue(const std::vector<std::string>& v) {
   return out.empty() ? "all (loopback excluded)" : out;
 }
 
-constexpr std::string_view kPrefix = "PACT_";
-
 }  // namespace
 
 const std::vector<ParamInfo>& Params::table() {
@@ -76,21 +74,18 @@ Result<Params> Params::load(const EnvMap& env, std::vector<std::string>* unknown
     for (const auto& [k, v] : env) {
       bool known = k.compare(0, ClassTable::kPrefix.size(), ClassTable::kPrefix) == 0;
       for (const auto& info : table()) known = known || k == info.name;
-      if (!known && k.compare(0, kPrefix.size(), kPrefix) == 0) unknown->push_back(k);
+      if (!known && k.compare(0, kPactPrefix.size(), kPactPrefix) == 0) unknown->push_back(k);
     }
   }
   return p;
 }
 
-const Result<Params>& Params::global() {
-  static const Result<Params> r = [] {
-    std::vector<std::string> unknown;
-    auto p = load(processPactEnv(), &unknown);
-    for (const auto& name : unknown)
-      PACT_WARN("unknown environment variable %s ignored (typo? see pact-info --help)", name.c_str());
-    return p;
-  }();
-  return r;
+Result<Params> Params::fromProcessEnv() {
+  std::vector<std::string> unknown;
+  auto p = load(processPactEnv(), &unknown);
+  for (const auto& name : unknown)
+    PACT_WARN("unknown environment variable %s ignored (typo? see pact-info --help)", name.c_str());
+  return p;
 }
 
 std::vector<std::pair<std::string, std::string>> Params::effective() const {

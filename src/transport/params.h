@@ -40,8 +40,9 @@ struct Params {
   // are returned in *unknown (the caller warns: a typo check); a PACT_TC_* name is never unknown
   // (a class that does not exist is an error).
   static Result<Params> load(const EnvMap& env, std::vector<std::string>* unknown = nullptr);
-  // Parsed once from the process environment, on first use; later calls return the same result.
-  static const Result<Params>& global();
+  // load() of the process environment, warning once about each unknown PACT_* name. The entry
+  // points (the plugin's init, the C API, the tools) call it once and pass the result down.
+  static Result<Params> fromProcessEnv();
   // Every registered variable, in registry order, then one row per PACT_TC_CLASS entry.
   static const std::vector<ParamInfo>& table();
   // Effective value of each registered variable, as text (for pact-info and logs), in table()

@@ -305,6 +305,10 @@ const Profile& ClassTable::forNccl(int trafficClass) const {
   return it == nccl_.end() ? default_ : it->second;
 }
 
+std::string ClassTable::canonicalName(std::string_view name) {
+  return isEngineClass(name) ? upper(name) : std::string("DEFAULT");
+}
+
 const Profile& ClassTable::forName(std::string_view name) const {
   auto it = engine_.find(upper(name));
   return it == engine_.end() ? default_ : it->second;

@@ -103,6 +103,8 @@ class ClassTable {
   const Profile& forName(std::string_view name) const;
   // Whether name (any case) is an engine class (KV, A2A, CTRL, CKPT).
   static bool isEngineClass(std::string_view name);
+  // The class a name selects: an engine class's name in upper case ("kv" -> "KV"), else DEFAULT.
+  static std::string canonicalName(std::string_view name);
   static const std::vector<std::string>& engineClassNames();
 
   // Every class: DEFAULT, each configured PACT_TC_<n> in ascending n, each engine class.

@@ -68,7 +68,7 @@ TEST(EngineAborts, ReceiverReleaseBeforeTheOfferIsCanceledAtTheSender) {
   int64_t ms = 0;
   EXPECT_EQ(waitFinal(*p.tx, tx, &ms).result, Status::kCanceled);
   EXPECT_LT(ms, kBound.count());
-  Pair::ignore(p.tx->release(tx));
+  pact::ignore(p.tx->release(tx));
   expectStillWorks(p, 2);
 }
 
@@ -90,7 +90,7 @@ void releaseWhileWaitingForCredit(bool receiverReleases) {
   int64_t ms = 0;
   EXPECT_EQ(waitFinal(other, receiverReleases ? tx : rx, &ms).result, Status::kCanceled);
   EXPECT_LT(ms, kBound.count());
-  Pair::ignore(other.release(receiverReleases ? tx : rx));
+  pact::ignore(other.release(receiverReleases ? tx : rx));
   ASSERT_EQ(p.rx->setCredit(0, kUnlimited), Status::kOk);
   expectStillWorks(p, 2);
 }
@@ -114,7 +114,7 @@ TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost
   EXPECT_TRUE(sent.result == Status::kCanceled || sent.result == Status::kOk) << statusName(sent.result);
   EXPECT_NE(sent.result, Status::kRemoteError);
   EXPECT_LT(ms, kBound.count());
-  Pair::ignore(p.tx->release(tx));
+  pact::ignore(p.tx->release(tx));
   expectStillWorks(p, 2);
 }
 
@@ -158,7 +158,7 @@ TEST(EngineAborts, SenderReleaseRacingItsTransferNeverHalfCommits) {
       ++canceled;
       EXPECT_EQ(got.result, Status::kCanceled) << "round " << i << ": " << statusName(got.result);
     }
-    Pair::ignore(p.rx->release(rx));
+    pact::ignore(p.rx->release(rx));
     ASSERT_TRUE(spinUntil([&] { return p.tx->stats()[telemetry::kOpenTransfers] == 0 && p.rx->stats()[telemetry::kOpenTransfers] == 0; }))
         << "round " << i << ": a transfer stayed open";
   }

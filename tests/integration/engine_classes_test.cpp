@@ -129,8 +129,8 @@ TEST(EngineClasses, ClassCreditsBoundWhatOneSenderStages) {
   }
   EXPECT_EQ(p.rx->stats()[telemetry::kPeakStagedBytes], 1u << 20);
   for (uint64_t i = 0; i < 4; ++i) {
-    Pair::ignore(p.rx->release(rxIds[i]));
-    Pair::ignore(p.tx->release(txIds[i]));
+    pact::ignore(p.rx->release(rxIds[i]));
+    pact::ignore(p.tx->release(txIds[i]));
   }
 }
 

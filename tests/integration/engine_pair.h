@@ -58,10 +58,9 @@ struct Pair {
     EXPECT_EQ(rx->registerMemory(dst.data(), dst.size(), &dstMr), Status::kOk);
   }
   ~Pair() {
-    if (rx) ignore(rx->deregister(dstMr));
-    if (tx) ignore(tx->deregister(srcMr));
+    if (rx) pact::ignore(rx->deregister(dstMr));
+    if (tx) pact::ignore(tx->deregister(srcMr));
   }
-  static void ignore(Status) {}
 
   // Moves [offset, offset + length) of the buffers as one transfer of class cls; both results.
   std::pair<Status, Status> move(const char* cls, uint64_t request, uint64_t offset, uint64_t length) {
@@ -75,14 +74,14 @@ struct Pair {
     const Status sent = tx->send(peer, key, std::span(&from, 1), 0, cls, &txId);
     if (sent != Status::kOk) {
       sendError = lastError();
-      ignore(rx->release(rxId));
+      pact::ignore(rx->release(rxId));
       return {sent, sent};
     }
     XferInfo a, b;
     EXPECT_EQ(rx->wait(rxId, 20000, &a), Status::kOk);
     EXPECT_EQ(tx->wait(txId, 20000, &b), Status::kOk);
-    ignore(rx->release(rxId));
-    ignore(tx->release(txId));
+    pact::ignore(rx->release(rxId));
+    pact::ignore(tx->release(txId));
     if (a.result == Status::kOk) {
       EXPECT_EQ(firstMismatch(dst.data() + offset, length, request), -1);
     }
