@@ -44,8 +44,9 @@ typedef struct {
                                  mid-transfer: freed when UCX lets go, or kept to the end) */
 } pact_plugin_resources_t;
 
-/* What the plugin holds in this process, for leak checks after close. 0 on success, -1 before
- * init (or after the last finalize) or with out NULL. */
+/* What the plugin holds in this process, for leak checks after close. Closes finish in the
+ * background; this first lets that work run (at most 1 s). 0 on success, -1 before init (or
+ * after the last finalize) or with out NULL. */
 int pact_plugin_resources(pact_plugin_resources_t* out);
 typedef int (*pact_plugin_resources_fn)(pact_plugin_resources_t* out);
 

@@ -40,6 +40,7 @@ extern "C" __attribute__((visibility("default"))) uint64_t pact_faults_injected(
 extern "C" __attribute__((visibility("default"))) int pact_plugin_resources(pact_plugin_resources_t* out) {
   auto net = pact::plugin::activeNet();
   if (net == nullptr || out == nullptr) return -1;
+  net->settle(std::chrono::milliseconds(1000));  // background teardown first (bounded)
   const auto r = net->resources();
   *out = pact_plugin_resources_t{r.comms, r.registrations, r.orphanedRequests};
   return 0;

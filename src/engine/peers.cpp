@@ -232,7 +232,7 @@ Status Engine::connectEndpoint(Peer& p) {
   }
   p.ctrl = std::make_shared<transport::Lanes>();
   p.ctrl->configure(routes_[ctrlRoute_].channel);
-  p.ctrl->add(std::move(*ep), 0);
+  p.ctrl->add(transport::SharedEndpoint::own(std::move(*ep)), 0);
   --handshaking_;
   p.phase = Peer::Phase::kReady;
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),

@@ -164,7 +164,7 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
                                    p.name + ": " + ep.error().message));
       return nullptr;
     }
-    lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));
+    lanes->add(transport::SharedEndpoint::own(std::move(ep.value())), static_cast<uint8_t>(k));
   }
   p.lanes[r] = std::move(lanes);
   return p.lanes[r].get();

@@ -23,7 +23,10 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
   p->size = length;
   Request* r = p->owner;
   --r->pending;
-  if (r->comm == nullptr) return;  // orphaned: its comm is closed
+  if (r->comm == nullptr) {  // orphaned: its comm is closed
+    if (r->done()) r->slab->release(r);
+    return;
+  }
   r->comm->partDone(p);
   if (p->status != Status::kOk && p->status != Status::kCanceled)
     r->comm->fail(p->status, std::string(r->isSend ? "send" : "receive") + " failed: " +
@@ -41,11 +44,6 @@ void onRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info,
   p->last = st == UCS_OK && tag::isLast(info->sender_tag);
   completePart(p, st, st == UCS_OK ? info->length : 0);
   ucp_request_free(request);
-}
-
-void onEndpointError(void* arg, ucp_ep_h, ucs_status_t st) {
-  static_cast<Comm*>(arg)->fail(Status::kRemoteError,
-                                std::string("ucx endpoint error: ") + ucs_status_string(st));
 }
 
 // The UCX call for one part returned: immediate completion, error, or a request UCX now owns.
@@ -74,71 +72,62 @@ void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
 }  // namespace
 
 
-Comm::Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, bool isSend,
-           std::string peer, const ChannelConfig& cfg)
-    : dev_(std::move(dev)), sock_(std::move(sock)), pool_(std::make_unique<RequestPool>(poolSize)),
-      isSend_(isSend), peer_(std::move(peer)), cfg_(cfg),
+Comm::Comm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_t channel,
+           size_t maxInFlight, bool isSend, std::string peer, const ChannelConfig& cfg)
+    : hub_(std::move(hub)), sessions_(std::move(sessions)), channel_(channel),
+      maxInFlight_(maxInFlight), isSend_(isSend), peer_(std::move(peer)), cfg_(cfg),
       counters_(telemetry::kCommCatalog, std::string(isSend ? "send" : "recv") + " comm to " + peer_) {
-  dev_->counters().addShared(telemetry::kLiveComms);
-  enableKeepalive(sock_.fd(), dev_->params().peer_timeout);
+  dev().counters().addShared(telemetry::kLiveComms);
   if (cfg_.fault.onPieces()) dice_.emplace(cfg_.fault.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));
 }
 
 Comm::~Comm() {
   magic = 0;
-  dev_->counters().subShared(telemetry::kLiveComms);
+  dev().counters().subShared(telemetry::kLiveComms);
 }
 
 void Comm::fail(Status s, const std::string& why) {
   if (error_ != Status::kOk) return;
   error_ = s;
   PACT_WARN("%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv", static_cast<void*>(this),
-            peer_.c_str(), dev_->info().name.c_str(), why.c_str());
+            peer_.c_str(), dev().info().name.c_str(), why.c_str());
 }
 
 void Comm::abort(Status s, const std::string& why) {
   if (error_ != Status::kOk) return;
   fail(s, why);
-  ignore(sock_.send(wire::encode(wire::Abort{why})));
-  ignore(sock_.flush());
+  sessions_->abort(channel_, why);
 }
 
 void Comm::checkPeer() {
   const auto t = now();
   if (t < nextLivenessCheck_) return;
-  nextLivenessCheck_ = t + dev_->params().liveness_interval;
+  nextLivenessCheck_ = t + dev().params().liveness_interval;
   if (byeReceived_) {
-    if (t - byeAt_ > dev_->params().peer_timeout)
+    if (t - byeAt_ > dev().params().peer_timeout)
       fail(Status::kRemoteError, "peer closed the comm with this request unmatched");
     return;
   }
-  ignore(sock_.flush());
-  if (auto lost = readControl()) {
-    dev_->progress();  // drain what UCX already delivered before declaring the loss
-    fail(Status::kRemoteError, *lost + " without goodbye (peer process died?)");
-  }
+  readPeer(sessions_->view(channel_));
 }
 
-std::optional<std::string> Comm::readControl() {
-  while (!byeReceived_) {  // after a goodbye the socket only has its close left
-    auto f = sock_.poll();
-    if (!f.ok()) return f.error().message;
-    if (!f.value()) break;
-    if (f.value()->header.type == wire::FrameType::kBye) {
-      byeReceived_ = true;
-      byeAt_ = now();
-    } else if (f.value()->header.type == wire::FrameType::kAbort) {
-      auto a = wire::decodeAbort(f.value()->body);
-      fail(Status::kRemoteError, "the peer failed the comm: " +
-                                     (a.ok() ? a->reason : "(unreadable reason: " + a.error().message + ")"));
-    }
+void Comm::readPeer(const transport::ChannelView& v) {
+  if (!v.abortReason.empty()) fail(Status::kRemoteError, "the peer failed the comm: " + v.abortReason);
+  if (v.peerClosed && !byeReceived_) {
+    byeReceived_ = true;
+    byeAt_ = v.peerClosedAt;
   }
-  return std::nullopt;
+  if (!byeReceived_ && !v.lostReason.empty() && error_ == Status::kOk) {
+    dev().progress();  // drain what UCX already delivered before declaring the loss
+    peerLost_ = true;
+    fail(Status::kRemoteError, v.lostReason + " without goodbye (peer process died?)");
+  }
 }
 
 Request* Comm::acquire(bool isSend, int nbuffers, size_t nparts) {
-  Request* r = pool_->acquire(this, isSend, nbuffers, nparts);
-  if (r == nullptr) return nullptr;
+  if (inFlight_ >= maxInFlight_) return nullptr;
+  Request* r = hub_->requests().acquire(this, isSend, nbuffers, nparts);
+  ++inFlight_;
   r->olderPosted = newestPosted_;
   (newestPosted_ ? newestPosted_->newerPosted : oldestPosted_) = r;
   newestPosted_ = r;
@@ -148,7 +137,21 @@ Request* Comm::acquire(bool isSend, int nbuffers, size_t nparts) {
 void Comm::release(Request* r) {
   (r->olderPosted ? r->olderPosted->newerPosted : oldestPosted_) = r->newerPosted;
   (r->newerPosted ? r->newerPosted->olderPosted : newestPosted_) = r->olderPosted;
-  pool_->release(r);
+  --inFlight_;
+  hub_->requests().release(r);
+}
+
+void Comm::leaveInFlight() {
+  for (Request* r = oldestPosted_; r != nullptr;) {
+    Request* next = r->newerPosted;
+    if (r->done())
+      hub_->requests().release(r);
+    else
+      r->comm = nullptr;  // completePart gives it back once UCX lets go
+    r = next;
+  }
+  oldestPosted_ = newestPosted_ = nullptr;
+  inFlight_ = 0;
 }
 
 Status Comm::test(Request* r, bool* done, int* sizes) {
@@ -157,7 +160,7 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
   // (an eager send) needs no progress.
   auto ready = [&] { return r->done() && !(cfg_.ordered && earlierInFlight(r)); };
   if (!ready()) {
-    dev_->progress();
+    dev().progress();
     if (r->multiPart()) progressComm(r);
     if (!ready()) return notReady();
   }
@@ -174,6 +177,7 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
 }
 
 Status Comm::notReady() {
+  checkLinks();
   pollPeer();
   return failure();
 }
@@ -192,81 +196,35 @@ Status Comm::failure() {
   return isError(error_) ? error_ : Status::kOk;
 }
 
-template <typename More>
-bool Comm::progressWhile(More&& more) {
-  const auto deadline = now() + kDrainLimit;
-  while (more() && now() < deadline) dev_->progress();
-  return more();
-}
-
-void Comm::drainRange(uintptr_t base, size_t size) {
-  // A failed comm whose error came from isend/irecv still has receives posted: withdraw them
-  // first, or a late message of a dead peer could match one while this drains.
-  (void)failure();
-  auto busy = [&] {
-    bool any = false;
-    pool_->forEachInUse([&](Request& r) {
-      for (const Part& p : r.parts) {
-        const auto a = reinterpret_cast<uintptr_t>(p.data);
-        any = any || (p.ucxRequest != nullptr && !p.done && a < base + size && a + p.size > base);
-      }
-    });
-    return any;
-  };
-  // A cancelled receive whose rendezvous was under way keeps landing bytes until the sender
-  // stops (it reads our abort) or its connection fails; bounded like close.
-  if (progressWhile(busy))
-    PACT_WARN("deregMr: UCX still holds an operation on %#zx+%zu after %lld ms (comm to %s, %s)",
-              static_cast<size_t>(base), size, static_cast<long long>(kDrainLimit.count()),
-              peer_.c_str(), error_ == Status::kOk ? "healthy" : "failed");
-}
-
-void Comm::drainParts() {
-  auto busy = [this] {
-    bool any = false;
-    pool_->forEachInUse([&](Request& r) { any = any || !r.done(); });
-    return any;
-  };
-  if (progressWhile(busy)) {
-    PACT_INFO("comm %p: UCX still holds operations after close; their slots outlive the comm",
-              static_cast<void*>(this));
-    pool_->forEachInUse([](Request& r) { r.comm = nullptr; });
-    dev_->adoptOrphans(std::move(pool_));
-  }
-}
-
-void Comm::sayBye() {
-  if (error_ != Status::kOk) return;
-  if (inject(cfg_.fault.loseRemoteDone)) return;  // PACT_FAULT lose_remote_done: the goodbye is lost
-  ignore(sock_.send(wire::encodeBye()));
+bool Comm::sayBye() {
+  if (error_ != Status::kOk) return false;
+  return !inject(cfg_.fault.loseRemoteDone);  // PACT_FAULT lose_remote_done: the goodbye is lost
 }
 
 // ---- send -------------------------------------------------------------------------------------
 
-SendComm::SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace,
-                   std::string peer, const ChannelConfig& cfg)
-    : Comm(std::move(dev), std::move(sock), kSendPoolSize, true, std::move(peer), cfg),
+SendComm::SendComm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_t channel,
+                   uint32_t tagSpace, std::string peer, const ChannelConfig& cfg)
+    : Comm(std::move(hub), std::move(sessions), channel, kSendInFlight, true, std::move(peer), cfg),
       tagSpace_(tagSpace) {
   lanes_.configure(cfg_);
   // Pieces waiting for a lane, held by the lane delay or waiting for a retransmission move on
   // every device progress.
-  if (ticking()) dev_->addTicker(this);
+  if (ticking()) dev().addTicker(this);
 }
 
 SendComm::~SendComm() {
-  if (ticking()) dev_->removeTicker(this);
+  if (ticking()) dev().removeTicker(this);
 }
 
 Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails) {
   // Lane i runs on rail i mod (rails both sides have): rail r of this side talks to rail r of the
   // peer, each pinned to its own port.
   const int n = cfg_.ordered ? 1 : cfg_.lanes;
-  const size_t rails = std::min(dev_->rails(), remoteRails.size());
+  const size_t rails = std::min(dev().rails(), remoteRails.size());
   for (int i = 0; i < n; ++i) {
     const size_t r = static_cast<size_t>(i) % rails;
-    auto& rail = dev_->rail(r);
-    auto ep = ucx::Endpoint::create(rail.worker.get(), remoteRails[r], onEndpointError, this,
-                                    &rail.peerFailureSupported);
+    auto ep = dev().endpoint(r, static_cast<size_t>(i), remoteRails[r]);
     if (!ep.ok()) {
       fail(ep.status(), ep.error().message);
       return ep.status();
@@ -274,6 +232,14 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
     lanes_.add(std::move(ep.value()), static_cast<uint8_t>(r));
   }
   return Status::kOk;
+}
+
+void SendComm::checkLinks() {
+  if (error_ != Status::kOk) return;
+  if (const ucs_status_t st = lanes_.failure(); st != UCS_OK) {
+    peerLost_ = true;
+    fail(Status::kRemoteError, std::string("ucx endpoint error: ") + ucs_status_string(st));
+  }
 }
 
 bool SendComm::lostAttempt(Part* p) {
@@ -301,6 +267,10 @@ bool SendComm::lostAttempt(Part* p) {
 
 void SendComm::post(Part* p, ucx::Endpoint& ep) {
   if (dice_ && lostAttempt(p)) return;
+  if (ep.get() == nullptr) {  // closed under a failure of the peer
+    completePart(p, UCS_ERR_NOT_CONNECTED, 0);
+    return;
+  }
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   param.cb.send = onSendDone;
@@ -313,6 +283,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   *out = nullptr;
   // A sender whose sends complete at once (eager) may never wait in test(): look at the control
   // socket here too, so a peer's abort or death fails the next send.
+  checkLinks();
   pollPeer();
   if (Status s = failure(); s != Status::kOk) return s;
   // Ordered: the whole message is one piece.
@@ -383,29 +354,35 @@ Status SendComm::finish(Request* r, int* sizes) {
 
 void SendComm::abortInFlight() {
   dropHeld();
-  lanes_.closeAll(true);
+  // The peer is gone: the endpoints to it are of no use to any comm, and a forced close ends
+  // what UCX still has in flight on them. A failure of this comm alone leaves them to the others.
+  if (peerLost_) lanes_.closeAll(true);
 }
 
 bool Comm::peerGone() {
   if (byeReceived_ || isError(error_)) return true;
-  return readControl().has_value() || byeReceived_;
+  readPeer(sessions_->view(channel_));
+  return byeReceived_ || isError(error_);
 }
 
 void SendComm::shutdown() {
-  bool inFlight = false;
-  pool_->forEachInUse([&](Request& r) { inFlight = inFlight || !r.done(); });
-  sayBye();
+  const bool bye = sayBye();
   dropHeld();
-  // A flush needs the peer's cooperation: skip it when the peer is gone or has closed.
-  lanes_.closeAll(inFlight || peerGone());
-  drainParts();
+  bool inFlight = false;
+  for (const Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) inFlight = inFlight || !r->done();
+  leaveInFlight();
+  // The endpoints close in the background once the last comm to the peer lets go of them: a
+  // flush, or forced when something is left in flight or the peer is gone (a flush needs its
+  // cooperation).
+  lanes_.release(inFlight || peerGone());
+  sessions_->close(channel_, bye, nullptr);
 }
 
 // ---- receive ----------------------------------------------------------------------------------
 
-RecvComm::RecvComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace,
-                   std::string peer, const ChannelConfig& cfg)
-    : Comm(std::move(dev), std::move(sock), kRecvPoolSize, false, std::move(peer), cfg),
+RecvComm::RecvComm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_t channel,
+                   uint32_t tagSpace, std::string peer, const ChannelConfig& cfg)
+    : Comm(std::move(hub), std::move(sessions), channel, kRecvInFlight, false, std::move(peer), cfg),
       tagSpace_(tagSpace) {}
 
 RecvComm::~RecvComm() = default;
@@ -414,7 +391,7 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
                        MemHandle* const* mhs, Request** out) {
   *out = nullptr;
   if (Status s = failure(); s != Status::kOk) return s;
-  if (n < 1 || n > dev_->params().max_recvs) return Status::kInvalidArgument;
+  if (n < 1 || n > dev().params().max_recvs) return Status::kInvalidArgument;
   const size_t rails = static_cast<size_t>(std::max(1, cfg_.rails));
   size_t counts[kMaxBuffers];
   size_t total = 0;
@@ -449,7 +426,7 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
         param.cb.recv = onRecvDone;
         param.user_data = p;
         setMemh(&param, mhs ? mhs[i] : nullptr, p);
-        track(p, ucp_tag_recv_nbx(dev_->worker(rail).get(), p->data, p->size,
+        track(p, ucp_tag_recv_nbx(dev().worker(rail).get(), p->data, p->size,
                                   tag::make(tagSpace_, tags[i], seq, p->piece, false),
                                   tag::kRecvMask, &param));
       }
@@ -484,7 +461,7 @@ void RecvComm::partDone(Part* p) {
 void RecvComm::cancel(Part& p) {
   if (p.done || p.canceled || p.ucxRequest == nullptr) return;
   p.canceled = true;
-  ucp_request_cancel(dev_->worker(p.rail).get(), p.ucxRequest);
+  ucp_request_cancel(dev().worker(p.rail).get(), p.ucxRequest);
 }
 
 void RecvComm::progressComm(Request* r) {
@@ -529,20 +506,23 @@ Status RecvComm::finish(Request* r, int* sizes) {
 }
 
 void RecvComm::abortInFlight() {
-  pool_->forEachInUse([this](Request& r) {
-    for (Part& p : r.parts) cancel(p);
-  });
+  for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted)
+    for (Part& p : r->parts) cancel(p);
 }
 
 void RecvComm::shutdown() {
   abortInFlight();
-  drainParts();
-  sayBye();
-  // The last receives may still owe the sender an acknowledgement that leaves only while this
-  // side progresses (seen on UCX 1.13 shared memory with two lanes: the sender's last pieces never
-  // completed after the receiver closed; a worker flush does not cover it). So progress until
-  // the sender says goodbye or hangs up, bounded like the rest of close.
-  if (counters_.get(telemetry::kMessages) > 0) progressWhile([this] { return !peerGone(); });
+  leaveInFlight();
+  // The tag space is given back once the sender has closed too (or its process is gone), so no
+  // message of this comm is still on its way from a sender that could send more; the generation
+  // covers one still on the wire (tags.h). Until then the Reaper progresses the device: the last
+  // receives may owe the sender an acknowledgement that leaves only while this side progresses
+  // (UCX 1.13 shared memory with two lanes: the sender's last pieces never complete otherwise).
+  // The callback runs under the sessions' lock: it holds nothing whose release could take a
+  // device mutex.
+  std::shared_ptr<TagSpaces> tags = hub_->tags();
+  const uint32_t space = tagSpace_;
+  sessions_->close(channel_, sayBye(), [tags, space] { tags->give(space); });
 }
 
 }  // namespace pact::net

@@ -1,11 +1,16 @@
 // Comms of the NCCL-style data path: SendComm and RecvComm over one UCX worker per device and
-// traffic-class service. See channel.h for ordered vs unordered channels and the tag layout:
-// both sides count messages per NCCL tag, so the j-th send with tag t lands in the j-th receive
-// buffer posted with tag t, whatever order the bytes arrive in.
+// traffic-class service. See channel.h for ordered vs unordered channels and tags.h for the tag
+// layout: both sides count messages per NCCL tag, so the j-th send with tag t lands in the j-th
+// receive buffer posted with tag t, whatever order the bytes arrive in.
 //
-// Failure: errors are sticky per comm. A peer that dies is seen through the UCX endpoint error
-// handler or through the control socket (EOF without BYE); every request of the comm then
-// completes with kRemoteError. All state is guarded by the device mutex.
+// A comm is small: its connection state lives per peer process (a channel of the session to
+// that process, transport/session.h; send comms share the device context's endpoints to the
+// peer's workers) and it holds requests from its hub's slab only while they are in flight.
+//
+// Failure: errors are sticky per comm. A peer that dies is seen through the shared endpoints'
+// error or through the session (lost without goodbye); every request of the comm then completes
+// with kRemoteError. All state is guarded by the device mutex.
+// Close never waits: what UCX still holds of the comm finishes in the background (Reaper).
 #pragma once
 
 #include <memory>
@@ -17,36 +22,31 @@
 #include "common/clock.h"
 #include "common/fault.h"
 #include "transport/channel.h"
-#include "transport/control_socket.h"
 #include "transport/device_ctx.h"
 #include "transport/lanes.h"
 #include "net/tags.h"
 #include "telemetry/counters.h"
+#include "net/hub.h"
 #include "net/request.h"
+#include "transport/session.h"
 
 namespace pact::net {
 
 // The transport core's names the net core uses.
 using transport::ChannelConfig;
-using transport::ControlSocket;
-using transport::DeviceCtx;
-using transport::Frame;
 using transport::Lanes;
 using transport::LaneStats;
-using transport::Listener;
+using transport::Sessions;
 using transport::Steering;
 using transport::Ticker;
 using transport::kRetransmitBackoff;
-using transport::acceptOne;
-using transport::enableKeepalive;
-using transport::listenOn;
 using transport::piecesFor;
 
 // What regMr hands out: a cache region pinned by this handle, tied to one comm's device.
 struct MemHandle {
   static constexpr uint32_t kMagic = 0x524d4350;  // "PCMR"
   uint32_t magic = kMagic;
-  std::shared_ptr<DeviceCtx> dev;
+  std::shared_ptr<Hub> hub;
   std::vector<std::shared_ptr<ucx::Region>> regions;  // one per rail of the device
   uintptr_t base = 0;  // what the caller registered
   size_t size = 0;
@@ -58,15 +58,15 @@ struct MemHandle {
 class Comm {
  public:
   static constexpr uint32_t kMagic = 0x4d4d4f43;  // "COMM"
-  Comm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, size_t poolSize, bool isSend,
-       std::string peer, const ChannelConfig& cfg);
+  Comm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_t channel,
+       size_t maxInFlight, bool isSend, std::string peer, const ChannelConfig& cfg);
   virtual ~Comm();
   Comm(const Comm&) = delete;
   Comm& operator=(const Comm&) = delete;
 
   uint32_t magic = kMagic;
-  DeviceCtx& dev() { return *dev_; }
-  const std::shared_ptr<DeviceCtx>& devPtr() const { return dev_; }
+  DeviceCtx& dev() { return hub_->dev(); }
+  const std::shared_ptr<Hub>& hub() const { return hub_; }
   bool isSend() const { return isSend_; }
   Status error() const { return error_; }
   const ChannelConfig& channel() const { return cfg_; }
@@ -79,10 +79,12 @@ class Comm {
   void abort(Status s, const std::string& why);
   // Test one request: progress, liveness, completion. Device mutex must be held.
   Status test(Request* r, bool* done, int* sizes);
-  // Progresses (bounded, like close) while UCX still holds an operation on [base, base + size):
-  // deregMr calls it, so a cancelled receive does not write into a buffer the caller frees.
-  void drainRange(uintptr_t base, size_t size);
-  // Cancels what is in flight and says goodbye. Device mutex must be held.
+  // The comm's error, if any. The first call that sees a failure withdraws what UCX still
+  // holds for the comm (abortInFlight), so a dead peer's endpoints are closed before anything
+  // progresses them again.
+  Status failure();
+  // Withdraws what is in flight, says goodbye and leaves what UCX still holds to the background;
+  // never waits. Device mutex must be held.
   virtual void shutdown() = 0;
   // A part finished (called from UCX callbacks and immediate completions).
   virtual void partDone(Part* p) = 0;
@@ -112,29 +114,26 @@ class Comm {
       if (!o->done()) return true;
     return false;
   }
-  // A pool slot, appended to the posting-order list; release() unlinks it and frees the slot.
+  // A request from the hub's slab, appended to the posting-order list (nullptr when the comm
+  // already holds its most: back-pressure); release() unlinks it and gives it back.
   Request* acquire(bool isSend, int nbuffers, size_t nparts);
   void release(Request* r);
   // The test of a request that cannot be reported yet: liveness, failure handling.
   Status notReady();
-  // Reads the control socket on every 32nd call (and then at most every liveness interval).
+  // Looks at the session on every 32nd call (and then at most every liveness interval).
   void pollPeer();
-  // The comm's error, if any. The first call that sees a failure withdraws what UCX still
-  // holds for the comm (abortInFlight), so a dead peer's endpoints are closed before anything
-  // progresses them again.
-  Status failure();
-  // Progresses the device while more() holds, at most as long as close may take; returns more().
-  template <typename More>
-  bool progressWhile(More&& more);
   void checkPeer();
-  // Whether the peer has closed (BYE read now or before), died, or the comm failed.
+  // What the peer did, through the session: its goodbye, abort, or loss.
+  void readPeer(const transport::ChannelView& v);
+  // Whether the peer has closed (its goodbye), died, or the comm failed.
   bool peerGone();
-  // Reads what the control socket holds (noting a BYE); the reason when the connection is lost.
-  std::optional<std::string> readControl();
-  // Progresses until no part is owned by UCX (bounded); parts UCX still holds after that keep
-  // their pool alive in the device's graveyard, so a late callback never touches freed memory.
-  void drainParts();
-  void sayBye();
+  // Hands the comm's requests to the slab: done ones go back, ones UCX still holds stay there
+  // without a comm (the Reaper progresses them), so a late callback never touches the comm.
+  void leaveInFlight();
+  // Whether the goodbye goes out (PACT_FAULT lose_remote_done may lose it).
+  bool sayBye();
+  // Something of the comm's own failed (a lane's endpoint): the send side looks.
+  virtual void checkLinks() {}
   // One PACT_FAULT decision: true (and counted) with probability p. No dice: never.
   bool inject(double p) {
     if (!dice_ || !dice_->roll(p)) return false;
@@ -144,15 +143,18 @@ class Comm {
     return true;
   }
 
-  std::shared_ptr<DeviceCtx> dev_;
-  ControlSocket sock_;
-  std::unique_ptr<RequestPool> pool_;
+  std::shared_ptr<Hub> hub_;
+  std::shared_ptr<Sessions> sessions_;
+  uint64_t channel_;
+  size_t maxInFlight_;
+  size_t inFlight_ = 0;
   bool isSend_;
   std::string peer_;
   ChannelConfig cfg_;
   telemetry::CounterSet counters_;
   Status error_ = Status::kOk;
   bool aborted_ = false;
+  bool peerLost_ = false;  // the failure is the peer's (its process, an endpoint): not this comm's
   bool byeReceived_ = false;
   TimePoint byeAt_{};
   TimePoint nextLivenessCheck_{};
@@ -165,11 +167,11 @@ class Comm {
 
 class SendComm final : public Comm, private Ticker {
  public:
-  SendComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace, std::string peer,
-           const ChannelConfig& cfg);
+  SendComm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_t channel,
+           uint32_t tagSpace, std::string peer, const ChannelConfig& cfg);
   ~SendComm() override;
-  // Creates one UCX endpoint per lane to the receiver's worker (non-blocking; wire-up continues
-  // in progress).
+  // Takes the device context's endpoint per lane to the receiver's worker (shared with every
+  // other comm to that worker; a new one wires up in progress).
   Status connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails);
   // Posts a send; *out = nullptr when the request pool is full (retry later).
   Status isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out);
@@ -182,6 +184,7 @@ class SendComm final : public Comm, private Ticker {
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void post(Part* p, ucx::Endpoint& ep);
+  void checkLinks() override;
   void tick() override;  // binds waiting pieces to lanes with room, releases held ones
   // PACT_FAULT: whether this attempt of p is lost (then it is sent again later, or the comm fails).
   bool lostAttempt(Part* p);
@@ -196,8 +199,8 @@ class SendComm final : public Comm, private Ticker {
 
 class RecvComm final : public Comm {
  public:
-  RecvComm(std::shared_ptr<DeviceCtx> dev, ControlSocket sock, uint32_t tagSpace, std::string peer,
-           const ChannelConfig& cfg);
+  RecvComm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_t channel,
+           uint32_t tagSpace, std::string peer, const ChannelConfig& cfg);
   ~RecvComm() override;
   Status irecv(int n, void* const* data, const size_t* sizes, const int* tags,
                MemHandle* const* mhs, Request** out);

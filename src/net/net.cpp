@@ -1,6 +1,7 @@
 #include "net/net.h"
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -29,13 +30,29 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
   auto fabric = transport::Fabric::create(net->params_, UCP_FEATURE_TAG, "plugin");
   if (!fabric.ok()) return fabric.error();
   net->fabric_ = std::move(fabric.value());
+  net->sessions_ = std::make_shared<Sessions>(
+      Sessions::Config{net->params_.epoch, net->params_.auth_key, net->params_.peer_timeout, "plugin"});
+  net->reaper_ = std::make_shared<Reaper>(net->sessions_);
   if (net->fabric_->deviceCount() == 0)
     PACT_WARN("no usable network device (PACT_NET_DEVICES=%s); name lo to use loopback",
               params.net_devices.empty() ? "" : params.net_devices.front().c_str());
   return net;
 }
 
-Net::~Net() = default;
+Net::~Net() {
+  settle(std::chrono::milliseconds(500));
+  reaper_.reset();  // stops its thread before the hubs go
+}
+
+void Net::settle(std::chrono::milliseconds limit) {
+  if (!reaper_) return;  // create() failed before it existed
+  std::vector<std::shared_ptr<Hub>> hubs;
+  {
+    std::lock_guard lock(hubsMu_);
+    for (auto& [d, h] : hubs_) hubs.push_back(h);
+  }
+  reaper_->settle(hubs, limit);
+}
 
 int Net::deviceCount() const { return fabric_->deviceCount(); }
 
@@ -43,28 +60,50 @@ Status Net::makeVDevice(const std::vector<int>& members, int* dev) {
   return fabric_->makeVDevice(members, dev);
 }
 
-Result<std::shared_ptr<DeviceCtx>> Net::device(int dev, int trafficClass) {
+Result<std::shared_ptr<Hub>> Net::hub(int dev, int trafficClass) {
   const std::string cls = trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass);
-  return fabric_->open(dev, params_.classes.forNccl(trafficClass), cls);
-}
-
-Result<uint32_t> Net::allocTagSpace(const DeviceCtx& d) {
-  std::lock_guard lock(tagMu_);
-  uint32_t& next = nextTagSpace_.try_emplace(&d, 1).first->second;
-  if (next >= tag::kSpaces)
-    return Error{Status::kNoResource, "device " + d.info().name + ": all 65535 receive tag spaces used"};
-  return next++;
+  auto d = fabric_->open(dev, params_.classes.forNccl(trafficClass), cls);
+  if (!d.ok()) return d.error();
+  std::lock_guard lock(hubsMu_);
+  auto& h = hubs_[d->get()];
+  if (!h) {
+    h = std::make_shared<Hub>(*d);
+    h->setReaper(reaper_);
+  }
+  return h;
 }
 
 Net::Resources Net::resources() const {
   Resources r;
-  for (const auto& d : fabric_->opened()) {
-    r.comms += static_cast<int64_t>(d->counters().get(telemetry::kLiveComms));
-    r.registrations += static_cast<int64_t>(d->counters().get(telemetry::kLiveMemHandles));
-    std::lock_guard devLock(d->mutex());
-    r.orphanedRequests += static_cast<int64_t>(d->orphanedRequests());
+  std::lock_guard lock(hubsMu_);
+  for (const auto& [dev, h] : hubs_) {
+    DeviceCtx& d = h->dev();
+    r.comms += static_cast<int64_t>(d.counters().get(telemetry::kLiveComms));
+    r.registrations += static_cast<int64_t>(d.counters().get(telemetry::kLiveMemHandles));
+    std::lock_guard devLock(d.mutex());
+    r.orphanedRequests += static_cast<int64_t>(d.orphanedRequests() + h->requests().orphaned());
   }
   return r;
+}
+
+CommLimits Net::limits() const {
+  // Comms hold no descriptor of their own (a session and the shared endpoints are per peer
+  // process), so the fd limit bounds peers, not comms. What bounds comms: receive tag spaces per
+  // device context, and memory at about kCommBytes per idle comm.
+  constexpr int64_t kCommBytes = 8 << 10;
+  const int64_t tagBound = tag::kMaxIndex;
+  const long pages = sysconf(_SC_AVPHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
+  const int64_t memBound = pages > 0 && pageSize > 0 ? static_cast<int64_t>(pages) * pageSize / kCommBytes : tagBound;
+  rlimit nofile{};
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  CommLimits l;
+  l.maxComms = static_cast<int>(std::min(tagBound, memBound));
+  l.reason = (tagBound <= memBound ? "receive tag spaces per device context (" + std::to_string(tagBound) + ")"
+                                   : "available memory at 8 KiB per comm (" + std::to_string(memBound) + ")") +
+             "; descriptors bound peer processes, not comms (RLIMIT_NOFILE " +
+             std::to_string(static_cast<unsigned long long>(nofile.rlim_cur)) +
+             ": one session per peer plus UCX's connections per shared endpoint)";
+  return l;
 }
 
 ChannelConfig Net::channelFor(int trafficClass) const {
@@ -82,8 +121,6 @@ ChannelConfig Net::channelFor(int trafficClass) const {
 Status Net::properties(int dev, Properties* out) const {
   if (dev < 0 || dev >= fabric_->deviceCount()) return Status::kInvalidArgument;
   const ucx::DeviceInfo d = fabric_->deviceInfo(dev);
-  rlimit nofile{};
-  getrlimit(RLIMIT_NOFILE, &nofile);
   Properties p;
   p.name = d.name;
   p.pciPath = d.pciPath;
@@ -94,8 +131,7 @@ Status Net::properties(int dev, Properties* out) const {
   p.speedMbps = d.speedMbps;
   p.port = d.port;
   p.latencyUs = d.latencyUs;
-  // Each comm holds one control socket plus UCX's own descriptors.
-  p.maxComms = static_cast<int>(std::max<rlim_t>(1, std::min<rlim_t>(nofile.rlim_cur / 4, 1 << 20)));
+  p.maxComms = limits().maxComms;
   p.maxRecvs = params_.max_recvs;
   p.vDevs = d.memberIndices.empty() ? std::vector<int>{dev} : d.memberIndices;
   p.maxP2pBytes = size_t{1} << 40;  // NCCL's ceiling; UCX messages are 64-bit sized
@@ -118,7 +154,7 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
     }
     regions.push_back(std::move(region.value()));
   }
-  auto* mh = new MemHandle{MemHandle::kMagic, comm->devPtr(), std::move(regions),
+  auto* mh = new MemHandle{MemHandle::kMagic, comm->hub(), std::move(regions),
                           reinterpret_cast<uintptr_t>(data), size};
   comm->dev().counters().addShared(telemetry::kLiveMemHandles);
   *out = mh;
@@ -130,11 +166,14 @@ Status Net::deregMr(Comm* comm, MemHandle* mh) {
   if (!valid(mh)) return Status::kInvalidArgument;
   // After deregMr NCCL may free the buffer: a receive that UCX still holds (one a failed comm
   // cancelled while its rendezvous was under way) must not write into it afterwards.
-  if (valid(comm)) {
-    std::lock_guard lock(comm->dev().mutex());
-    comm->drainRange(mh->base, mh->size);
+  {
+    std::lock_guard lock(mh->hub->dev().mutex());
+    // A failed comm whose error came from isend/irecv still has receives posted: withdraw them
+    // first, or a late message of a dead peer could match one while this drains.
+    if (valid(comm)) (void)comm->failure();
+    mh->hub->drainRange(mh->base, mh->size);
   }
-  mh->dev->counters().subShared(telemetry::kLiveMemHandles);
+  mh->hub->dev().counters().subShared(telemetry::kLiveMemHandles);
   delete mh;  // the region unmaps when its last handle is gone
   return Status::kOk;
 }
@@ -171,10 +210,13 @@ template <typename C>
 Status closeComm(C* comm) {
   if (comm == nullptr) return Status::kOk;
   if (!valid(comm)) return Status::kInvalidArgument;
-  auto dev = comm->devPtr();
-  std::lock_guard lock(dev->mutex());
-  comm->shutdown();
-  delete comm;
+  std::shared_ptr<Hub> hub = comm->hub();
+  {
+    std::lock_guard lock(hub->dev().mutex());
+    comm->shutdown();
+    delete comm;
+  }
+  if (auto reaper = hub->reaper()) reaper->add(hub);
   return Status::kOk;
 }
 }  // namespace

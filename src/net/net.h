@@ -15,7 +15,10 @@
 
 #include "transport/params.h"
 #include "net/comm.h"
+#include "net/hub.h"
+#include "net/reaper.h"
 #include "transport/fabric.h"
+#include "transport/session.h"
 
 namespace pact::net {
 
@@ -41,7 +44,12 @@ struct Properties {
 inline constexpr int kPtrHost = 0x1;
 
 class ListenComm;
-struct ListenPending;
+
+// What bounds the comms one process can hold, for maxComms and pact-info.
+struct CommLimits {
+  int maxComms = 0;
+  std::string reason;  // which bound is the tightest, with the numbers
+};
 
 class Net {
  public:
@@ -53,6 +61,10 @@ class Net {
   // Parses PACT_* (once), discovers devices. Errors name the variable or device at fault.
   static Result<std::shared_ptr<Net>> create(const Params& params);
   ~Net();
+  // Finishes background teardown (bounded by limit) before resources() counts: what a check
+  // that nothing is left wants to see.
+  void settle(std::chrono::milliseconds limit);
+  CommLimits limits() const;
 
   int deviceCount() const;
   Status properties(int dev, Properties* out) const;
@@ -62,7 +74,8 @@ class Net {
 
   // trafficClass: NCCL's (-1 = unset): picks the class's profile (PACT_TC_<n> or DEFAULT), hence
   // the UCX service context and the channel of the comms.
-  // handle: kHandleSize bytes, filled for the peer.
+  // handle: kHandleSize bytes, filled for the peer. A listen comm is a listen id on the
+  // process's one session listener of the device, not a socket of its own.
   Status listen(int dev, int trafficClass, void* handle, ListenComm** out);
   // Steps the connection; *out stays nullptr until it is established. handle's scratch bytes
   // hold the in-progress state between calls, as NCCL re-passes the same handle.
@@ -82,6 +95,7 @@ class Net {
   static Status iflush(RecvComm* comm, int n, void** data, const int* sizes, MemHandle** mhs, Request** out);
   // sizes: n entries for a receive, one for a send, may be null.
   static Status test(Request* r, bool* done, int* sizes);
+  // Return at once; what UCX still holds of the comm finishes in the background.
   static Status closeSend(SendComm* comm);
   static Status closeRecv(RecvComm* comm);
   static Status closeListen(ListenComm* lc);
@@ -92,23 +106,18 @@ class Net {
 
  private:
   explicit Net(const Params& p) : params_(p) {}
-  // The device context serving this class on dev (the fabric's; one per distinct service).
-  Result<std::shared_ptr<DeviceCtx>> device(int dev, int trafficClass);
-  // A tag space (16 bits) for a new receive comm on d. Never reused within the worker's life,
-  // so a late message of a closed comm can never match a new one.
-  Result<uint32_t> allocTagSpace(const DeviceCtx& d);
+  // The hub of the device context serving this class on dev (the fabric's context; one per
+  // distinct service), made on first use and kept for the Net's life.
+  Result<std::shared_ptr<Hub>> hub(int dev, int trafficClass);
   // The channel a class's send comms use (profile + the PACT_FAULT lane delay).
   ChannelConfig channelFor(int trafficClass) const;
-  // accept(): the connector's proof after an authenticated accept, and the comm it then gets.
-  Status finishAuthenticated(ListenComm* lc, ListenPending& p, const Frame& frame,
-                             const std::string& peer, RecvComm** out);
-  RecvComm* newRecvComm(ListenComm* lc, ControlSocket sock, uint32_t space,
-                        const wire::Hello& hello, const std::string& peer);
 
   Params params_;
   std::unique_ptr<transport::Fabric> fabric_;
-  std::mutex tagMu_;
-  std::map<const DeviceCtx*, uint32_t> nextTagSpace_;
+  std::shared_ptr<Sessions> sessions_;
+  std::shared_ptr<Reaper> reaper_;
+  mutable std::mutex hubsMu_;
+  std::map<const DeviceCtx*, std::shared_ptr<Hub>> hubs_;
 };
 
 }  // namespace pact::net

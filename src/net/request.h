@@ -1,7 +1,10 @@
-// Requests of the NCCL-style data path and their fixed-size pool. A request covers up to
+// Requests of the NCCL-style data path and the slab they come from. A request covers up to
 // kMaxBuffers buffers (a multi-receive) and, per buffer, one or more pieces; each piece is one
 // UCX operation (a Part). The request is done when no part is still owned by UCX.
-// Not thread-safe: the owning comm's device mutex protects it (UCX callbacks run under it too).
+// Every comm of a device context draws from one slab (an idle comm holds no request); a comm
+// bounds how many it holds at once. A closed comm's requests that UCX still holds stay taken,
+// with no comm, until their last part completes (then they go back by themselves).
+// Not thread-safe: the device mutex protects it (UCX callbacks run under it too).
 #pragma once
 
 #include <array>
@@ -19,10 +22,11 @@ namespace pact::net {
 inline constexpr int kMaxBuffers = 8;
 // NCCL keeps at most 32 requests in flight per comm; a shared send comm may carry 32 per
 // multi-receive buffer.
-inline constexpr size_t kRecvPoolSize = 32;
-inline constexpr size_t kSendPoolSize = kRecvPoolSize * kMaxBuffers;
+inline constexpr size_t kRecvInFlight = 32;
+inline constexpr size_t kSendInFlight = kRecvInFlight * kMaxBuffers;
 
 class Comm;
+class RequestSlab;
 struct Request;
 
 // size: posted size, then the size actually transferred; lane (send side) and rail as the lanes
@@ -53,7 +57,8 @@ struct Request {
   // and reporting a request cost a few pointer writes and never allocate).
   Request* olderPosted = nullptr;
   Request* newerPosted = nullptr;
-  Comm* comm = nullptr;
+  Comm* comm = nullptr;     // null once its comm closed (an orphan UCX still holds)
+  RequestSlab* slab = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
   std::array<uint32_t, kMaxBuffers> firstPart{};   // index of each buffer's piece 0 in parts
@@ -68,47 +73,56 @@ struct Request {
   bool multiPart() const { return parts.size() > static_cast<size_t>(nbuffers); }
 };
 
-class RequestPool final : public transport::Orphan {
+class RequestSlab final : public transport::Orphan {
  public:
-  explicit RequestPool(size_t capacity) : slots_(capacity) {}
-  // Requests UCX still holds an operation of (a closed comm's pool lives on until this is 0).
+  RequestSlab() = default;
+  RequestSlab(const RequestSlab&) = delete;
+  RequestSlab& operator=(const RequestSlab&) = delete;
+  // Requests UCX still holds (after the last comm is gone, the slab lives on until this is 0).
   size_t stillHeld() override {
     size_t n = 0;
     forEachInUse([&](Request& r) { n += r.done() ? 0 : 1; });
     return n;
   }
-  // A free request with nparts parts, or nullptr when every slot is taken (back-pressure).
+  // Requests of closed comms that UCX still holds.
+  size_t orphaned() {
+    size_t n = 0;
+    forEachInUse([&](Request& r) { n += r.comm == nullptr ? 1 : 0; });
+    return n;
+  }
+  // A request with nparts parts (grows the slab when every slot is taken).
   Request* acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts);
   void release(Request* r) {
     r->inUse = false;
+    r->comm = nullptr;
+    free_.push_back(r);
     --used_;
   }
-  bool owns(const Request* r) const {
-    return r >= slots_.data() && r < slots_.data() + slots_.size();
-  }
   size_t used() const { return used_; }
-  size_t capacity() const { return slots_.size(); }
+  size_t capacity() const { return chunks_.size() * kChunk; }
   template <typename F>
   void forEachInUse(F&& f) {
-    for (auto& r : slots_)
-      if (r.inUse) f(r);
+    if (used_ == 0) return;
+    for (auto& c : chunks_)
+      for (size_t i = 0; i < kChunk; ++i)
+        if (c[i].inUse) f(c[i]);
   }
 
  private:
-  std::vector<Request> slots_;
-  size_t next_ = 0;
+  static constexpr size_t kChunk = 32;
+  std::vector<std::unique_ptr<Request[]>> chunks_;
+  std::vector<Request*> free_;
   size_t used_ = 0;
   uint64_t posted_ = 0;
 };
 
-inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts) {
-  if (used_ == slots_.size()) return nullptr;
-  // Slots are handed out round-robin from the one after the last taken; one is free.
-  const auto after = [this](size_t i) { return i + 1 == slots_.size() ? 0 : i + 1; };
-  size_t i = next_;
-  while (slots_[i].inUse) i = after(i);
-  next_ = after(i);
-  Request& r = slots_[i];
+inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts) {
+  if (free_.empty()) {
+    chunks_.push_back(std::make_unique<Request[]>(kChunk));
+    for (size_t i = kChunk; i > 0; --i) free_.push_back(&chunks_.back()[i - 1]);
+  }
+  Request& r = *free_.back();
+  free_.pop_back();
   r.inUse = true;
   r.isSend = isSend;
   r.nbuffers = nbuffers;
@@ -117,6 +131,7 @@ inline Request* RequestPool::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.postIndex = posted_++;
   r.olderPosted = r.newerPosted = nullptr;
   r.comm = comm;
+  r.slab = this;
   r.memHandle = nullptr;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.
   r.parts.resize(nparts);

@@ -40,11 +40,16 @@ static_assert(std::size(kCommInfo) == kCommCounters);
 constexpr CounterInfo kDeviceInfo[] = {
     {"comms", "open comms on this device context", true},
     {"registrations", "open memory registrations on this device context", true},
+    {"endpoints", "UCX endpoints to peer workers, shared by every comm to that peer", true},
+    {"closing_endpoints", "endpoint closes UCX is carrying out in the background", true},
+    {"closes_abandoned", "background closes given up past their bound (logged)"},
 };
 static_assert(std::size(kDeviceInfo) == kDeviceCounters);
 
 constexpr CounterInfo kProcessInfo[] = {
     {"plugin_faults_injected", "PACT_FAULT decisions the plugin applied, closed comms included"},
+    {"sessions", "control connections to peer processes (one per peer, every comm multiplexed)", true},
+    {"channels", "comms carried by the sessions, closing ones included", true},
 };
 static_assert(std::size(kProcessInfo) == kProcessCounters);
 
@@ -97,12 +102,17 @@ Registry& Registry::process() {
 
 void Registry::add(CounterSet* s) {
   std::lock_guard lock(mu_);
+  s->slot_ = sets_.size();
   sets_.push_back(s);
 }
 
 void Registry::remove(CounterSet* s) {
+  // Constant time (a process may hold 100,000 comms): the last set takes the slot.
   std::lock_guard lock(mu_);
-  std::erase(sets_, s);
+  CounterSet* last = sets_.back();
+  sets_[s->slot_] = last;
+  last->slot_ = s->slot_;
+  sets_.pop_back();
 }
 
 void Registry::forEach(const Scope* scope, const std::function<void(const CounterSet&)>& f) const {
@@ -124,8 +134,9 @@ std::span<const Catalog* const> Registry::catalogs() {
 }
 
 CounterSet& processCounters() {
-  static CounterSet s(kProcessCatalog, "process");
-  return s;
+  // Never destroyed: the plugin's Net (a static) counts its sessions while it is destroyed at exit.
+  static CounterSet* const s = new CounterSet(kProcessCatalog, "process");
+  return *s;
 }
 
 }  // namespace pact::telemetry

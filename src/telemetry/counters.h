@@ -62,9 +62,11 @@ class CounterSet {
   const std::string& object() const { return object_; }
 
  private:
+  friend class Registry;
   const Catalog& catalog_;
   std::string object_;
   std::unique_ptr<std::atomic<uint64_t>[]> values_;
+  size_t slot_ = 0;  // its index in the registry
 };
 
 // Every live CounterSet of the process.
@@ -106,11 +108,14 @@ enum CommCounter : size_t {
 extern const Catalog kCommCatalog;
 
 // A device context (one per device and service) of the plugin.
-enum DeviceCounter : size_t { kLiveComms, kLiveMemHandles, kDeviceCounters };
+enum DeviceCounter : size_t {
+  kLiveComms, kLiveMemHandles, kLiveEndpoints, kClosingEndpoints, kClosesAbandoned,
+  kDeviceCounters
+};
 extern const Catalog kDeviceCatalog;
 
 // The plugin's process-wide counters.
-enum ProcessCounter : size_t { kPluginFaultsInjected, kProcessCounters };
+enum ProcessCounter : size_t { kPluginFaultsInjected, kSessions, kChannels, kProcessCounters };
 extern const Catalog kProcessCatalog;
 // The process-wide set (created on first use, lives as long as the registry).
 CounterSet& processCounters();

@@ -1,5 +1,6 @@
-// ControlSocket: the non-blocking TCP connection that carries a comm's handshake and, afterwards,
-// its liveness (a peer that dies closes it; a peer that closes on purpose first sends BYE).
+// ControlSocket: a non-blocking TCP connection carrying pact frames: a plugin session (every
+// comm between two processes, transport/session.h) or an engine peer's handshake and liveness (a
+// peer that dies closes it; a peer that leaves on purpose first sends BYE).
 // Also the listening socket helpers. Nothing here ever blocks.
 #pragma once
 
@@ -31,6 +32,9 @@ class ControlSocket {
   int fd() const { return fd_.get(); }
   // Queues bytes and writes as much as the socket takes now.
   Status send(const std::vector<uint8_t>& bytes);
+  // Queues bytes for the next flush.
+  void queue(const std::vector<uint8_t>& bytes) { out_.insert(out_.end(), bytes.begin(), bytes.end()); }
+  bool pending() const { return !out_.empty(); }
   // Writes queued bytes; kOk when all are out, kInProgress when some remain, kRefused when nothing
   // listens (ECONNREFUSED), kRemoteError when the connection failed otherwise.
   Status flush();

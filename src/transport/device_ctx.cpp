@@ -3,6 +3,8 @@
 #include "common/clock.h"
 #include "common/log.h"
 
+#include <cstring>
+
 namespace pact::transport {
 
 Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, const Params& params,
@@ -29,11 +31,72 @@ Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, 
   return d;
 }
 
+namespace {
+// How long a background endpoint close may run before it is given up.
+constexpr auto kCloseBound = std::chrono::seconds(2);
+
+void onSharedEndpointError(void* arg, ucp_ep_h, ucs_status_t st) {
+  auto* e = static_cast<SharedEndpoint*>(arg);
+  if (e->error == UCS_OK) e->error = st;
+}
+}  // namespace
+
+Result<std::shared_ptr<SharedEndpoint>> DeviceCtx::endpoint(size_t rail, size_t lane,
+                                                            const std::vector<uint8_t>& remote) {
+  std::string key(sizeof rail + sizeof lane, '\0');
+  std::memcpy(key.data(), &rail, sizeof rail);
+  std::memcpy(key.data() + sizeof rail, &lane, sizeof lane);
+  key.append(remote.begin(), remote.end());
+  auto& slot = endpoints_[key];
+  if (auto live = slot.lock(); live && !live->failed()) return live;
+  auto owned = std::make_unique<SharedEndpoint>();
+  auto& r = this->rail(rail);
+  auto ep = ucx::Endpoint::create(r.worker.get(), remote, onSharedEndpointError, owned.get(),
+                                  &r.peerFailureSupported);
+  if (!ep.ok()) {
+    if (slot.expired()) endpoints_.erase(key);
+    return ep.error();
+  }
+  owned->ep = std::move(ep.value());
+  counters_.add(telemetry::kLiveEndpoints);
+  std::shared_ptr<SharedEndpoint> shared(owned.release(),
+                                         [this, key](SharedEndpoint* e) { retire(e, key); });
+  slot = shared;
+  return shared;
+}
+
+void DeviceCtx::retire(SharedEndpoint* ep, const std::string& key) {
+  counters_.sub(telemetry::kLiveEndpoints);
+  if (auto it = endpoints_.find(key); it != endpoints_.end() && it->second.expired())
+    endpoints_.erase(it);
+  Closing c{std::unique_ptr<SharedEndpoint>(ep), ucx::PendingClose(), now() + kCloseBound};
+  c.close = ep->ep.closeLater(ep->failed() || ep->forceClose);
+  if (c.close.done()) return;  // closed at once
+  counters_.add(telemetry::kClosingEndpoints);
+  closing_.push_back(std::move(c));
+}
+
+void DeviceCtx::reapClosing() {
+  const auto t = now();
+  std::erase_if(closing_, [&](Closing& c) {
+    if (!c.close.done() && t < c.deadline) return false;
+    if (t >= c.deadline && !c.close.done()) {
+      counters_.add(telemetry::kClosesAbandoned);
+      PACT_INFO("device %s: an endpoint close did not finish within %lld ms; left to UCX",
+                info_.name.c_str(), static_cast<long long>(std::chrono::milliseconds(kCloseBound).count()));
+      (void)c.ep.release();  // UCX may still call its error callback
+    }
+    counters_.sub(telemetry::kClosingEndpoints);
+    return true;
+  });
+}
+
 DeviceCtx::~DeviceCtx() {
   // Give UCX a moment to finish what closed comms left behind.
   const auto deadline = now() + std::chrono::milliseconds(500);
-  for (adoptOrphans(nullptr); !orphans_.empty() && now() < deadline; adoptOrphans(nullptr))
-    for (auto& r : rails_) r->worker.progress();
+  for (adoptOrphans(nullptr); (!orphans_.empty() || !closing_.empty()) && now() < deadline;
+       adoptOrphans(nullptr))
+    progress();
   if (orphans_.empty()) return;
   PACT_WARN("device %s: UCX still holds operations of closed comms (a peer lost mid-transfer); "
             "its UCX workers are left allocated rather than destroyed under them",

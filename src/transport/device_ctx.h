@@ -9,7 +9,12 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
+
+#include "common/clock.h"
+#include "transport/endpoint.h"
 
 #include "transport/params.h"
 #include "ucx/devices.h"
@@ -69,12 +74,23 @@ class DeviceCtx {
     unsigned n = 0;
     for (auto& r : rails_) n += r->worker.progress();
     for (Ticker* t : tickers_) t->tick();
+    if (!closing_.empty()) reapClosing();
     return n;
   }
   void addTicker(Ticker* t) { tickers_.push_back(t); }
   void removeTicker(Ticker* t) { std::erase(tickers_, t); }
   // Every rail's worker address, in rail order (what the peer needs to reach each rail).
   std::vector<std::vector<uint8_t>> addresses() const;
+
+  // The endpoint from `rail` of this context to the peer worker at `remote`, for lane `lane`:
+  // shared by every caller asking for the same three while one holds it (a failed one is
+  // replaced by a new one). Releasing the last reference starts a background close (a flush, or
+  // forced when the endpoint failed), which progress() carries out; closes still running after
+  // the bound are given up (counted, logged). Device mutex must be held, also for the release.
+  Result<std::shared_ptr<SharedEndpoint>> endpoint(size_t rail, size_t lane,
+                                                   const std::vector<uint8_t>& remote);
+  // Endpoint closes still under way. Device mutex must be held.
+  size_t closing() const { return closing_.size(); }
 
   // Keeps what a closed owner left with UCX alive while UCX still holds operations on it; orphans
   // with nothing held are freed here. Device mutex must be held.
@@ -96,8 +112,19 @@ class DeviceCtx {
   telemetry::CounterSet counters_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Orphan>> orphans_;  // outlives the workers (declared first)
+  struct Closing {
+    std::unique_ptr<SharedEndpoint> ep;  // UCX's error callback may still name it
+    ucx::PendingClose close;
+    TimePoint deadline;
+  };
+  void retire(SharedEndpoint* ep, const std::string& key);
+  void reapClosing();
+
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<Ticker*> tickers_;
+  // Declared after the rails: destroyed first, while the workers still exist.
+  std::unordered_map<std::string, std::weak_ptr<SharedEndpoint>> endpoints_;
+  std::vector<Closing> closing_;
 };
 
 }  // namespace pact::transport

@@ -55,7 +55,10 @@ void Lanes::measure(Lane& l, const LanePiece& p) {
 }
 
 void Lanes::closeAll(bool force) {
-  for (auto& l : lanes_) l.ep.close(force);
+  for (auto& l : lanes_) {
+    if (!l.ep->failed()) l.ep->error = UCS_ERR_CANCELED;  // its other users stop posting on it
+    l.ep->ep.close(force);
+  }
 }
 
 LaneStats Lanes::stats(size_t i) const {

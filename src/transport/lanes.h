@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "transport/channel.h"
+#include "transport/endpoint.h"
 #include "ucx/worker.h"
 
 namespace pact::transport {
@@ -34,13 +35,26 @@ struct LaneStats {
 class Lanes {
  public:
   void configure(const ChannelConfig& cfg) { cfg_ = cfg; }
-  void add(ucx::Endpoint ep, uint8_t rail) {
+  void add(std::shared_ptr<SharedEndpoint> ep, uint8_t rail) {
     lanes_.emplace_back();
     lanes_.back().ep = std::move(ep);
     lanes_.back().rail = rail;
   }
   size_t size() const { return lanes_.size(); }
-  ucx::Endpoint& endpoint(size_t i) { return lanes_[i].ep; }
+  ucx::Endpoint& endpoint(size_t i) { return lanes_[i].ep->ep; }
+  // The error UCX reported on one of the lanes' endpoints (UCS_OK: none).
+  ucs_status_t failure() const {
+    for (const auto& l : lanes_)
+      if (l.ep && l.ep->failed()) return l.ep->error;
+    return UCS_OK;
+  }
+  // Lets go of every endpoint (a shared one closes once its last user let go; forcibly when
+  // force is set here or by another user).
+  void release(bool force) {
+    for (auto& l : lanes_)
+      if (force && l.ep) l.ep->forceClose = true;
+    lanes_.clear();
+  }
 
   // Queues a piece for the lanes and binds what the lanes can take now. post(part, ep) does the
   // UCX call (not from inside a UCX callback).
@@ -59,12 +73,13 @@ class Lanes {
   // Pieces not yet posted (waiting, or held on a delayed lane) are given back: f(part) each.
   template <typename F>
   void dropDelayed(F&& f);
+  // Closes the endpoints for every user (force: what UCX still holds on them fails now).
   void closeAll(bool force);
   LaneStats stats(size_t i) const;
 
  private:
   struct Lane {
-    ucx::Endpoint ep;
+    std::shared_ptr<SharedEndpoint> ep;
     uint8_t rail = 0;
     size_t inflight = 0;
     double bytesPerUs = 0;    // EWMA over busy windows
@@ -106,7 +121,7 @@ void Lanes::bind(LanePiece* p, size_t i, Post&& post) {
   if (delayed)
     l.delayed.push_back(p);
   else
-    post(p, l.ep);
+    post(p, l.ep->ep);
 }
 
 template <typename Post>
@@ -135,7 +150,7 @@ void Lanes::pump(Post&& post) {
   while (!l.delayed.empty() && t - l.delayed.front()->queuedAt >= cfg_.fault.delay) {
     LanePiece* p = l.delayed.front();
     l.delayed.pop_front();
-    post(p, l.ep);
+    post(p, l.ep->ep);
   }
 }
 

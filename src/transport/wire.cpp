@@ -29,6 +29,7 @@ void encodeHandle(const ListenHandle& h, uint8_t out[kHandleSize]) {
   w.out.insert(w.out.end(), h.addr, h.addr + 16);
   w.u64(h.listenId);
   w.u64(h.epoch);
+  w.u64(h.process);
   std::memset(out, 0, kHandleSize);
   std::memcpy(out, w.out.data(), w.out.size());
 }
@@ -45,11 +46,13 @@ Result<ListenHandle> decodeHandle(std::span<const uint8_t> in) {
     return Error{Status::kRefused, "handle.version: peer speaks wire version " +
                                        std::to_string(version) + ", this side " + std::to_string(kVersion)};
   if (!r.u16(&h.family, "family") || !r.u16(&h.port, "port") || !r.raw(h.addr, 16, "addr") ||
-      !r.u64(&h.listenId, "listen_id") || !r.u64(&h.epoch, "epoch"))
+      !r.u64(&h.listenId, "listen_id") || !r.u64(&h.epoch, "epoch") ||
+      !r.u64(&h.process, "process"))
     return r.error();
   if (h.family != AF_INET && h.family != AF_INET6)
     return Error{Status::kInvalidArgument, "handle.family: " + std::to_string(h.family) + " is not IPv4/IPv6"};
   if (h.port == 0) return Error{Status::kInvalidArgument, "handle.port: 0"};
+  if (h.process == 0) return Error{Status::kInvalidArgument, "handle.process: 0"};
   return h;
 }
 
@@ -62,7 +65,7 @@ Result<Header> decodeHeader(std::span<const uint8_t> in) {
       !r.u32(&h.length, "length"))
     return r.error();
   if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
-  if (type < 1 || type > static_cast<uint16_t>(FrameType::kAbort))
+  if (type < 1 || type > static_cast<uint16_t>(FrameType::kClose))
     return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
   if (h.length > kMaxBody)
     return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
@@ -78,19 +81,16 @@ const char* fieldName(Field f) {
     case Field::kListenId: return "listen id";
     case Field::kEpoch: return "epoch";
     case Field::kAuth: return "authentication";
+    case Field::kCapacity: return "capacity";
   }
   return "unknown field";
 }
 
 std::vector<uint8_t> encode(const Hello& m) {
   Writer w;
-  w.u64(m.listenId);
-  w.u64(m.commId);
+  w.u64(m.process);
   w.u64(m.epoch);
-  w.bytes(m.workerAddress);
-  w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
-  w.u16(m.rails);
-  w.u64(m.chunk);
+  w.u64(m.listenId);
   w.u8(m.auth);
   for (uint8_t b : m.nonce) w.u8(b);
   return frame(FrameType::kHello, w);
@@ -98,10 +98,8 @@ std::vector<uint8_t> encode(const Hello& m) {
 
 std::vector<uint8_t> encode(const Accept& m) {
   Writer w;
-  w.u32(m.tagSpace);
+  w.u64(m.process);
   w.u64(m.epoch);
-  w.u16(static_cast<uint16_t>(m.railAddresses.size()));
-  for (const auto& a : m.railAddresses) w.bytes(a);
   for (uint8_t b : m.nonce) w.u8(b);
   for (uint8_t b : m.mac) w.u8(b);
   return frame(FrameType::kAccept, w);
@@ -113,12 +111,60 @@ std::vector<uint8_t> encode(const Proof& m) {
   return frame(FrameType::kProof, w);
 }
 
-std::vector<uint8_t> encode(const Refuse& m) {
-  Writer w;
+namespace {
+void putRefuse(Writer& w, const Refuse& m) {
   w.u16(static_cast<uint16_t>(m.field));
   w.u64(m.expected);
   w.u64(m.got);
+}
+bool getRefuse(Reader& r, Refuse* m) {
+  uint16_t field = 0;
+  if (!r.u16(&field, "field") || !r.u64(&m->expected, "expected") || !r.u64(&m->got, "got"))
+    return false;
+  if (field < 1 || field > static_cast<uint16_t>(Field::kCapacity))
+    return r.fail("field", "unknown field " + std::to_string(field));
+  m->field = static_cast<Field>(field);
+  return true;
+}
+}  // namespace
+
+std::vector<uint8_t> encode(const Refuse& m) {
+  Writer w;
+  putRefuse(w, m);
   return frame(FrameType::kRefuse, w);
+}
+
+std::vector<uint8_t> encode(const Open& m) {
+  Writer w;
+  w.u64(m.listenId);
+  w.u64(m.channel);
+  w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
+  w.u16(m.rails);
+  w.u64(m.chunk);
+  return frame(FrameType::kOpen, w);
+}
+
+std::vector<uint8_t> encode(const Opened& m) {
+  Writer w;
+  w.u64(m.channel);
+  w.u64(m.peerChannel);
+  w.u32(m.tagSpace);
+  w.u16(static_cast<uint16_t>(m.railAddresses.size()));
+  for (const auto& a : m.railAddresses) w.bytes(a);
+  return frame(FrameType::kOpened, w);
+}
+
+std::vector<uint8_t> encode(const OpenRefused& m) {
+  Writer w;
+  w.u64(m.channel);
+  putRefuse(w, m.why);
+  return frame(FrameType::kOpenRefused, w);
+}
+
+std::vector<uint8_t> encode(const Close& m) {
+  Writer w;
+  w.u64(m.channel);
+  return frame(FrameType::kClose, w);
 }
 
 std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame) {
@@ -129,6 +175,7 @@ std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame) {
 
 std::vector<uint8_t> encode(const Abort& m) {
   Writer w;
+  w.u64(m.channel);
   const std::string_view reason = std::string_view(m.reason).substr(0, kMaxAbortReason);
   std::vector<uint8_t> text(reason.begin(), reason.end());
   if (text.empty()) text.push_back('?');
@@ -143,43 +190,24 @@ std::vector<uint8_t> encodeBye() { return frame(FrameType::kBye, Writer{}); }
 Result<Hello> decodeHello(std::span<const uint8_t> body) {
   Reader r(body, "hello");
   Hello m;
-  uint16_t channel = 0, rails = 0;
-  if (!r.u64(&m.listenId, "listen_id") || !r.u64(&m.commId, "comm_id") ||
-      !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
-      !r.u16(&channel, "channel") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
-      !r.u8(&m.auth, "auth") || !r.raw(m.nonce.data(), m.nonce.size(), "nonce") || !r.done())
+  if (!r.u64(&m.process, "process") || !r.u64(&m.epoch, "epoch") ||
+      !r.u64(&m.listenId, "listen_id") || !r.u8(&m.auth, "auth") ||
+      !r.raw(m.nonce.data(), m.nonce.size(), "nonce") || !r.done())
     return r.error();
   if (m.auth > 1)
     return Error{Status::kInvalidArgument, "hello.auth: expected 0 or 1, got " + std::to_string(m.auth)};
-  if (rails < 1 || rails > kMaxRails)
-    return Error{Status::kInvalidArgument, "hello.rails: " + std::to_string(rails) + " outside 1..8"};
-  m.rails = static_cast<uint8_t>(rails);
-  m.unordered = static_cast<uint8_t>(channel & 0xff);
-  m.lanes = static_cast<uint8_t>(channel >> 8);
-  if (m.unordered > 1)
-    return Error{Status::kInvalidArgument, "hello.order: " + std::to_string(m.unordered) + " is not 0 or 1"};
-  if (m.lanes < 1 || m.lanes > kMaxLanes)
-    return Error{Status::kInvalidArgument, "hello.lanes: " + std::to_string(m.lanes) + " outside 1..16"};
-  if (m.unordered && (m.chunk < kMinChunk || m.chunk > kMaxChunk || (m.chunk & (m.chunk - 1)) != 0))
-    return Error{Status::kInvalidArgument,
-                 "hello.chunk: " + std::to_string(m.chunk) + " is not a power of two in [4096, 2^30]"};
+  if (m.process == 0) return Error{Status::kInvalidArgument, "hello.process: 0"};
   return m;
 }
 
 Result<Accept> decodeAccept(std::span<const uint8_t> body) {
   Reader r(body, "accept");
   Accept m;
-  uint16_t rails = 0;
-  if (!r.u32(&m.tagSpace, "tag_space") || !r.u64(&m.epoch, "epoch") || !r.u16(&rails, "rails"))
-    return r.error();
-  if (rails < 1 || rails > kMaxRails)
-    return Error{Status::kInvalidArgument, "accept.rails: " + std::to_string(rails) + " outside 1..8"};
-  m.railAddresses.resize(rails);
-  for (auto& a : m.railAddresses)
-    if (!r.bytes(&a, kMaxWorkerAddress, "worker_address")) return r.error();
-  if (!r.raw(m.nonce.data(), m.nonce.size(), "nonce") || !r.raw(m.mac.data(), m.mac.size(), "mac") ||
+  if (!r.u64(&m.process, "process") || !r.u64(&m.epoch, "epoch") ||
+      !r.raw(m.nonce.data(), m.nonce.size(), "nonce") || !r.raw(m.mac.data(), m.mac.size(), "mac") ||
       !r.done())
     return r.error();
+  if (m.process == 0) return Error{Status::kInvalidArgument, "accept.process: 0"};
   return m;
 }
 
@@ -193,25 +221,78 @@ Result<Proof> decodeProof(std::span<const uint8_t> body) {
 Result<Refuse> decodeRefuse(std::span<const uint8_t> body) {
   Reader r(body, "refuse");
   Refuse m;
-  uint16_t field = 0;
-  if (!r.u16(&field, "field") || !r.u64(&m.expected, "expected") || !r.u64(&m.got, "got") ||
+  if (!getRefuse(r, &m) || !r.done()) return r.error();
+  return m;
+}
+
+Result<Open> decodeOpen(std::span<const uint8_t> body) {
+  Reader r(body, "open");
+  Open m;
+  uint16_t channel = 0, rails = 0;
+  if (!r.u64(&m.listenId, "listen_id") || !r.u64(&m.channel, "channel") ||
+      !r.u16(&channel, "order_lanes") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
       !r.done())
     return r.error();
-  if (field < 1 || field > static_cast<uint16_t>(Field::kAuth))
-    return Error{Status::kInvalidArgument, "refuse.field: unknown field " + std::to_string(field)};
-  m.field = static_cast<Field>(field);
+  if (m.channel == 0) return Error{Status::kInvalidArgument, "open.channel: 0"};
+  if (rails < 1 || rails > kMaxRails)
+    return Error{Status::kInvalidArgument, "open.rails: " + std::to_string(rails) + " outside 1..8"};
+  m.rails = static_cast<uint8_t>(rails);
+  m.unordered = static_cast<uint8_t>(channel & 0xff);
+  m.lanes = static_cast<uint8_t>(channel >> 8);
+  if (m.unordered > 1)
+    return Error{Status::kInvalidArgument, "open.order: " + std::to_string(m.unordered) + " is not 0 or 1"};
+  if (m.lanes < 1 || m.lanes > kMaxLanes)
+    return Error{Status::kInvalidArgument, "open.lanes: " + std::to_string(m.lanes) + " outside 1..16"};
+  if (m.unordered && (m.chunk < kMinChunk || m.chunk > kMaxChunk || (m.chunk & (m.chunk - 1)) != 0))
+    return Error{Status::kInvalidArgument,
+                 "open.chunk: " + std::to_string(m.chunk) + " is not a power of two in [4096, 2^30]"};
+  return m;
+}
+
+Result<Opened> decodeOpened(std::span<const uint8_t> body) {
+  Reader r(body, "opened");
+  Opened m;
+  uint16_t rails = 0;
+  if (!r.u64(&m.channel, "channel") || !r.u64(&m.peerChannel, "peer_channel") ||
+      !r.u32(&m.tagSpace, "tag_space") || !r.u16(&rails, "rails"))
+    return r.error();
+  if (m.channel == 0 || m.peerChannel == 0)
+    return Error{Status::kInvalidArgument, "opened.channel: 0"};
+  if (rails < 1 || rails > kMaxRails)
+    return Error{Status::kInvalidArgument, "opened.rails: " + std::to_string(rails) + " outside 1..8"};
+  m.railAddresses.resize(rails);
+  for (auto& a : m.railAddresses)
+    if (!r.bytes(&a, kMaxWorkerAddress, "worker_address")) return r.error();
+  if (!r.done()) return r.error();
+  return m;
+}
+
+Result<OpenRefused> decodeOpenRefused(std::span<const uint8_t> body) {
+  Reader r(body, "open_refused");
+  OpenRefused m;
+  if (!r.u64(&m.channel, "channel") || !getRefuse(r, &m.why) || !r.done()) return r.error();
+  return m;
+}
+
+Result<Close> decodeClose(std::span<const uint8_t> body) {
+  Reader r(body, "close");
+  Close m;
+  if (!r.u64(&m.channel, "channel") || !r.done()) return r.error();
   return m;
 }
 
 Result<Abort> decodeAbort(std::span<const uint8_t> body) {
   Reader r(body, "abort");
+  Abort m;
   std::vector<uint8_t> reason;
-  if (!r.bytes(&reason, kMaxAbortReason, "reason") || !r.done()) return r.error();
+  if (!r.u64(&m.channel, "channel") || !r.bytes(&reason, kMaxAbortReason, "reason") || !r.done())
+    return r.error();
   for (uint8_t c : reason)
     if (c < 0x20 || c > 0x7e)
       return Error{Status::kInvalidArgument,
                    "abort.reason: byte " + std::to_string(c) + " is not printable ASCII"};
-  return Abort{std::string(reason.begin(), reason.end())};
+  m.reason.assign(reason.begin(), reason.end());
+  return m;
 }
 
 }  // namespace pact::wire

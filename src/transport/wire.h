@@ -1,5 +1,5 @@
 // The connection wire format: the listen handle NCCL carries between ranks, and the frames of the
-// bootstrap handshake on the control socket. Versioned and bounds-checked; every decode failure
+// session (one control connection per pair of processes) and of the channels (comms) it carries. Versioned and bounds-checked; every decode failure
 // names the field. Pure functions (no I/O), so they are unit-tested and fuzzed directly.
 //
 // Frame = header { u32 magic "PACT", u16 wire version, u16 type, u32 body length } + body.
@@ -17,32 +17,39 @@
 namespace pact::wire {
 
 inline constexpr uint32_t kMagic = 0x54434150;  // "PACT" in memory order
-inline constexpr uint16_t kVersion = 3;  // 2: authentication and the proof frame; 3: abort
+inline constexpr uint16_t kVersion = 4;  // 2: auth and proof; 3: abort; 4: sessions and channels
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr size_t kMaxBody = 4096;
 inline constexpr size_t kMaxWorkerAddress = 2048;
 inline constexpr size_t kHandleSize = 128;  // NCCL_NET_HANDLE_MAXSIZE
 // Bytes of the handle that carry the address; the rest is scratch space owned by connect().
-inline constexpr size_t kHandleAddressBytes = 48;
+inline constexpr size_t kHandleAddressBytes = 56;
 
-// What a listen comm publishes through NCCL's bootstrap.
+// What a listen comm publishes through NCCL's bootstrap: where the listening process's session
+// listener is (one per device and process, shared by every listen comm), which process that is,
+// and which of its listen comms the connector wants.
 struct ListenHandle {
   uint16_t family = 0;  // AF_INET or AF_INET6
   uint16_t port = 0;
   uint8_t addr[16] = {};
-  uint64_t listenId = 0;  // random; the peer's hello must carry it
+  uint64_t listenId = 0;  // the listen comm: index (low 32 bits) and generation (high 32)
   uint64_t epoch = 0;     // the listener's epoch (lets connect refuse before any I/O)
+  uint64_t process = 0;   // the listening process's session id (random per plugin instance)
 };
 void encodeHandle(const ListenHandle& h, uint8_t out[kHandleSize]);
 Result<ListenHandle> decodeHandle(std::span<const uint8_t> in);
 
+// One control connection (a session) joins two processes and carries every comm ("channel")
+// between them. Session frames: kHello, kAccept, kProof, kRefuse, kBye (the process leaves).
+// Channel frames name the receiving side's channel id: kOpen (connector -> listener: a comm to a
+// listen id), kOpened / kOpenRefused (the answer), kClose (that side closed its comm: the
+// goodbye), kAbort (that side failed the comm for a reason the peer cannot see: a message larger
+// than the receive buffer, a piece lost past the retry budget, a refused message).
 // kEngine: the body is a transfer-engine control frame (engine/control.h) sent before the
 // engine's UCX endpoints exist (its Hello).
-// kProof: the connector's proof of the shared key (PACT_AUTH_KEY_FILE), after the accept.
-// kAbort: this side failed the comm for a reason the peer cannot see (a message larger than the
-// receive buffer, a piece lost past the retry budget, a refused message); the peer fails too.
 enum class FrameType : uint16_t {
   kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kEngine = 5, kProof = 6, kAbort = 7,
+  kOpen = 8, kOpened = 9, kOpenRefused = 10, kClose = 11,
 };
 
 struct Header {
@@ -53,51 +60,75 @@ struct Header {
 // Checks magic, type range and body length; the version is returned for the caller to judge.
 Result<Header> decodeHeader(std::span<const uint8_t> in);
 
-struct Hello {          // connector -> listener
-  uint64_t listenId = 0;
-  uint64_t commId = 0;  // connector's comm id, for logs
+struct Hello {          // session: connector -> listener
+  uint64_t process = 0;   // the connector's session id
   uint64_t epoch = 0;
-  std::vector<uint8_t> workerAddress;
+  uint64_t listenId = 0;  // the listen id whose connect opened this session (a refusal fails it)
+  uint8_t auth = 0;       // 1: the connector has PACT_AUTH_KEY_FILE set
+  std::array<uint8_t, 32> nonce{};  // the connector's challenge
+};
+struct Accept {         // session: listener -> connector
+  uint64_t process = 0;   // the listener's session id
+  uint64_t epoch = 0;
+  std::array<uint8_t, 32> nonce{};  // the listener's challenge
+  std::array<uint8_t, 32> mac{};    // with auth: HMAC(key, accept label || hello nonce || nonce)
+};
+struct Proof {           // session: connector -> listener, with auth: HMAC(key, proof label ||
+  std::array<uint8_t, 32> mac{};  // accept nonce || hello nonce)
+};
+
+struct Open {           // channel: connector -> listener
+  uint64_t listenId = 0;
+  uint64_t channel = 0;   // the connector's channel id (the answer names it)
   // The sender's channel: the receiver cuts its buffers the same way.
   uint8_t unordered = 0;  // 0 ordered, 1 unordered
   uint8_t lanes = 1;      // 1..16
   uint8_t rails = 1;      // the sender's rails (ports of its virtual device), 1..8
   uint64_t chunk = 0;     // unordered: power of two in [4 KiB, 1 GiB]
-  uint8_t auth = 0;       // 1: the connector has PACT_AUTH_KEY_FILE set
-  std::array<uint8_t, 32> nonce{};  // the connector's challenge
 };
 inline constexpr uint8_t kMaxLanes = 16;
 inline constexpr size_t kMaxRails = 8;
 inline constexpr uint64_t kMinChunk = 4096;
 inline constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
-struct Accept {         // listener -> connector
-  uint32_t tagSpace = 0;  // receiver's comm id: the high bits of every UCX tag on this comm
-  uint64_t epoch = 0;
+struct Opened {         // channel: listener -> connector
+  uint64_t channel = 0;   // the connector's channel id
+  uint64_t peerChannel = 0;  // the listener's: what the connector's later frames name
+  uint32_t tagSpace = 0;  // the receive comm's tag space and generation (net/tags.h)
   std::vector<std::vector<uint8_t>> railAddresses;  // one worker address per rail, 1..8
-  std::array<uint8_t, 32> nonce{};  // the listener's challenge
-  std::array<uint8_t, 32> mac{};    // with auth: HMAC(key, accept label || hello nonce || nonce)
-};
-struct Abort {           // either side of a comm -> the other
-  std::string reason;    // printable, 1..kMaxAbortReason bytes
-};
-inline constexpr size_t kMaxAbortReason = 512;
-struct Proof {           // connector -> listener, with auth: HMAC(key, proof label || accept
-  std::array<uint8_t, 32> mac{};  // nonce || hello nonce)
 };
 // kAuth: authentication (PACT_AUTH_KEY_FILE) on one side only (values 1/0) or a proof that does
-// not verify (expected 1, got 0).
-enum class Field : uint16_t { kMagic = 1, kVersion = 2, kListenId = 3, kEpoch = 4, kAuth = 5 };
+// not verify (expected 1, got 0). kListenId: no listen comm has that id (closed, or never);
+// kCapacity: the listener cannot hold another comm (values: its limit, 0).
+enum class Field : uint16_t {
+  kMagic = 1, kVersion = 2, kListenId = 3, kEpoch = 4, kAuth = 5, kCapacity = 6,
+};
 const char* fieldName(Field f);
-struct Refuse {         // either side -> the other: which field differs, with both values
+struct Refuse {         // session: either side -> the other: which field differs, both values
   Field field = Field::kEpoch;
   uint64_t expected = 0;  // the refusing side's value
   uint64_t got = 0;       // the value it received
 };
+struct OpenRefused {    // channel: listener -> connector
+  uint64_t channel = 0;   // the connector's channel id
+  Refuse why;
+};
+struct Close {          // channel: either side -> the other (the recipient's channel id)
+  uint64_t channel = 0;
+};
+struct Abort {          // channel: either side -> the other
+  uint64_t channel = 0;   // the recipient's channel id
+  std::string reason;     // printable, 1..kMaxAbortReason bytes
+};
+inline constexpr size_t kMaxAbortReason = 512;
 
 std::vector<uint8_t> encode(const Hello& m);
 std::vector<uint8_t> encode(const Accept& m);
 std::vector<uint8_t> encode(const Refuse& m);
 std::vector<uint8_t> encode(const Proof& m);
+std::vector<uint8_t> encode(const Open& m);
+std::vector<uint8_t> encode(const Opened& m);
+std::vector<uint8_t> encode(const OpenRefused& m);
+std::vector<uint8_t> encode(const Close& m);
 std::vector<uint8_t> encode(const Abort& m);  // a longer reason is cut to kMaxAbortReason
 std::vector<uint8_t> encodeBye();
 // Wraps an engine control frame (at most kMaxBody bytes) as a kEngine frame.
@@ -107,6 +138,10 @@ Result<Hello> decodeHello(std::span<const uint8_t> body);
 Result<Accept> decodeAccept(std::span<const uint8_t> body);
 Result<Refuse> decodeRefuse(std::span<const uint8_t> body);
 Result<Proof> decodeProof(std::span<const uint8_t> body);
+Result<Open> decodeOpen(std::span<const uint8_t> body);
+Result<Opened> decodeOpened(std::span<const uint8_t> body);
+Result<OpenRefused> decodeOpenRefused(std::span<const uint8_t> body);
+Result<Close> decodeClose(std::span<const uint8_t> body);
 Result<Abort> decodeAbort(std::span<const uint8_t> body);
 
 }  // namespace pact::wire

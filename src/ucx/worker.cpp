@@ -241,6 +241,46 @@ void Endpoint::close(bool force) {
   ep_ = nullptr;
 }
 
+PendingClose Endpoint::closeLater(bool force) {
+  if (ep_ == nullptr) return PendingClose();
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
+  void* req = ucp_ep_close_nbx(ep_, &param);
+  ep_ = nullptr;
+  return PendingClose(req);
+}
+
+PendingClose::PendingClose(void* request) {
+  if (UCS_PTR_IS_ERR(request))
+    st_ = UCS_PTR_STATUS(request);
+  else
+    req_ = request;  // nullptr: closed at once
+}
+
+PendingClose::~PendingClose() {
+  if (req_ != nullptr) ucp_request_free(req_);
+}
+
+PendingClose& PendingClose::operator=(PendingClose&& o) noexcept {
+  if (this != &o) {
+    if (req_ != nullptr) ucp_request_free(req_);
+    req_ = std::exchange(o.req_, nullptr);
+    st_ = o.st_;
+  }
+  return *this;
+}
+
+bool PendingClose::done() {
+  if (req_ == nullptr) return true;
+  const ucs_status_t st = ucp_request_check_status(req_);
+  if (st == UCS_INPROGRESS) return false;
+  st_ = st;
+  ucp_request_free(req_);
+  req_ = nullptr;
+  return true;
+}
+
 std::string Endpoint::describe() const {
   if (ep_ == nullptr) return "(closed)";
   char* buf = nullptr;

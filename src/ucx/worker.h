@@ -92,6 +92,25 @@ class Worker {
 // Returns the request's final status (UCS_ERR_TIMED_OUT when the deadline passed).
 ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::milliseconds limit);
 
+// An endpoint close UCX is still carrying out (Endpoint::closeLater). done() polls it without
+// progressing; destroying an unfinished one hands the request to UCX, which frees it when it ends.
+class PendingClose {
+ public:
+  PendingClose() = default;
+  explicit PendingClose(void* request);
+  ~PendingClose();
+  PendingClose(PendingClose&& o) noexcept : req_(std::exchange(o.req_, nullptr)), st_(o.st_) {}
+  PendingClose& operator=(PendingClose&& o) noexcept;
+  PendingClose(const PendingClose&) = delete;
+  PendingClose& operator=(const PendingClose&) = delete;
+  bool done();
+  ucs_status_t status() const { return st_; }  // valid once done()
+
+ private:
+  void* req_ = nullptr;
+  ucs_status_t st_ = UCS_OK;
+};
+
 class Endpoint {
  public:
   using ErrorHandler = void (*)(void* arg, ucp_ep_h ep, ucs_status_t status);
@@ -115,6 +134,9 @@ class Endpoint {
   // progresses the worker for a bounded time. Outstanding requests complete (with an error
   // when forced) before this returns.
   void close(bool force);
+  // Starts the close (a flush first unless force) and returns at once; the worker's progress
+  // carries it out.
+  PendingClose closeLater(bool force);
   // Human-readable lane/transport description (ucp_ep_print_info).
   std::string describe() const;
 

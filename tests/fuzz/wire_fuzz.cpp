@@ -1,5 +1,5 @@
-// libFuzzer target: the connection handshake codec (handle, frame header, hello, accept, refuse,
-// proof).
+// libFuzzer target: the connection codec (handle, frame header, the session frames hello,
+// accept, refuse, proof, bye, and the channel frames open, opened, open refused, close, abort).
 // Any input must be either decoded or refused with a message; never a crash, leak or UB.
 #include <cstring>
 
@@ -9,18 +9,17 @@
 using namespace pact::wire;
 
 std::vector<std::vector<uint8_t>> pact::fuzz::seeds() {
-  Hello h{1, 2, 3, {9, 8, 7}};
-  h.unordered = 1;
-  h.lanes = 2;
-  h.chunk = 65536;
   ListenHandle lh;
   lh.family = 2;
   lh.port = 4242;
   lh.listenId = 7;
+  lh.process = 11;
   std::vector<uint8_t> handle(kHandleSize);
   encodeHandle(lh, handle.data());
-  return {encode(h), encode(Accept{5, 6, {{1, 2}, {3}}}), encode(Refuse{Field::kEpoch, 1, 2}),
-          encodeBye(), handle};
+  return {encode(Hello{1, 2, 3, 1, {}}), encode(Accept{5, 6, {}, {}}),
+          encode(Refuse{Field::kEpoch, 1, 2}), encodeBye(), handle,
+          encode(Open{1, 2, 1, 2, 1, 65536}), encode(Opened{1, 2, 3, {{1, 2}, {3}}}),
+          encode(OpenRefused{1, {Field::kListenId, 0, 1}}), encode(Close{4}), encode(Abort{4, "x"})};
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -40,6 +39,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       break;
     }
     case FrameType::kAccept: (void)decodeAccept(body).ok(); break;
+    case FrameType::kOpen: {  // what decodes must encode back to the same bytes
+      auto m = decodeOpen(body);
+      if (m.ok() && encode(*m).size() != size) __builtin_trap();
+      break;
+    }
+    case FrameType::kOpened: (void)decodeOpened(body).ok(); break;
+    case FrameType::kOpenRefused: (void)decodeOpenRefused(body).ok(); break;
+    case FrameType::kClose: (void)decodeClose(body).ok(); break;
     case FrameType::kRefuse: (void)decodeRefuse(body).ok(); break;
     case FrameType::kBye: break;
     case FrameType::kProof: (void)decodeProof(body).ok(); break;

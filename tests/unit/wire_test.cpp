@@ -24,6 +24,7 @@ TEST(Handle, RoundTripFitsNcclHandle) {
   h.addr[3] = 1;
   h.listenId = 0x1122334455667788ull;
   h.epoch = 9;
+  h.process = 0xabcdef;
   uint8_t buf[kHandleSize];
   std::memset(buf, 0xee, sizeof buf);
   encodeHandle(h, buf);
@@ -36,6 +37,7 @@ TEST(Handle, RoundTripFitsNcclHandle) {
   EXPECT_EQ(d->addr[3], 1);
   EXPECT_EQ(d->listenId, h.listenId);
   EXPECT_EQ(d->epoch, 9u);
+  EXPECT_EQ(d->process, 0xabcdefu);
 }
 
 TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
@@ -47,12 +49,13 @@ TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
   ListenHandle h;
   h.family = AF_INET;
   h.port = 1;
+  h.process = 5;
   encodeHandle(h, buf);
   buf[4] = 7;  // version
   d = decodeHandle(buf);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status(), Status::kRefused);
-  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 3");
+  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 4");
 
   h.family = 99;
   encodeHandle(h, buf);
@@ -61,11 +64,16 @@ TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
   h.port = 0;
   encodeHandle(h, buf);
   EXPECT_EQ(decodeHandle(buf).error().message, "handle.port: 0");
+  h.port = 1;
+  h.process = 0;
+  encodeHandle(h, buf);
+  EXPECT_EQ(decodeHandle(buf).error().message, "handle.process: 0");
   EXPECT_EQ(decodeHandle(std::span<const uint8_t>(buf, 10)).error().message, "handle.addr: truncated");
 }
 
-TEST(Frames, HelloAcceptRefuseRoundTrip) {
-  Hello hello{1, 2, 3, {9, 8, 7}};
+TEST(Frames, SessionFramesRoundTrip) {
+  Hello hello{1, 2, 3, 1, {}};
+  hello.nonce[5] = 9;
   auto f = encode(hello);
   auto hdr = decodeHeader(f);
   ASSERT_TRUE(hdr.ok());
@@ -74,18 +82,17 @@ TEST(Frames, HelloAcceptRefuseRoundTrip) {
   EXPECT_EQ(hdr->length, f.size() - kHeaderSize);
   auto h = decodeHello(bodyOf(f));
   ASSERT_TRUE(h.ok());
-  EXPECT_EQ(h->listenId, 1u);
-  EXPECT_EQ(h->commId, 2u);
-  EXPECT_EQ(h->epoch, 3u);
-  EXPECT_EQ(h->workerAddress, (std::vector<uint8_t>{9, 8, 7}));
+  EXPECT_EQ(h->process, 1u);
+  EXPECT_EQ(h->epoch, 2u);
+  EXPECT_EQ(h->listenId, 3u);
+  EXPECT_EQ(h->auth, 1u);
+  EXPECT_EQ(h->nonce[5], 9u);
+  EXPECT_EQ(decodeHello(bodyOf(encode(Hello{0, 2, 3, 0, {}}))).error().message, "hello.process: 0");
 
-  auto a = decodeAccept(bodyOf(encode(Accept{77, 5, {{1}, {2, 3}}})));
+  auto a = decodeAccept(bodyOf(encode(Accept{77, 5, {}, {}})));
   ASSERT_TRUE(a.ok());
-  EXPECT_EQ(a->tagSpace, 77u);
+  EXPECT_EQ(a->process, 77u);
   EXPECT_EQ(a->epoch, 5u);
-  EXPECT_EQ(a->railAddresses, (std::vector<std::vector<uint8_t>>{{1}, {2, 3}}));
-  EXPECT_EQ(decodeAccept(bodyOf(encode(Accept{77, 5, {}}))).error().message,
-            "accept.rails: 0 outside 1..8");
 
   auto r = decodeRefuse(bodyOf(encode(Refuse{Field::kEpoch, 4, 6})));
   ASSERT_TRUE(r.ok());
@@ -93,42 +100,80 @@ TEST(Frames, HelloAcceptRefuseRoundTrip) {
   EXPECT_EQ(r->expected, 4u);
   EXPECT_EQ(r->got, 6u);
   EXPECT_STREQ(fieldName(r->field), "epoch");
+  EXPECT_STREQ(fieldName(Field::kCapacity), "capacity");
 
   auto bye = encodeBye();
   EXPECT_EQ(bye.size(), kHeaderSize);
   EXPECT_EQ(decodeHeader(bye)->type, FrameType::kBye);
 }
 
+TEST(Frames, ChannelFramesRoundTrip) {
+  Open open{0x100000002ull, 7, 1, 4, 2, 65536};
+  auto o = decodeOpen(bodyOf(encode(open)));
+  ASSERT_TRUE(o.ok()) << o.error().message;
+  EXPECT_EQ(o->listenId, 0x100000002ull);
+  EXPECT_EQ(o->channel, 7u);
+  EXPECT_EQ(o->unordered, 1u);
+  EXPECT_EQ(o->lanes, 4u);
+  EXPECT_EQ(o->rails, 2u);
+  EXPECT_EQ(o->chunk, 65536u);
+
+  auto d = decodeOpened(bodyOf(encode(Opened{7, 9, 0x2a0001, {{1}, {2, 3}}})));
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d->channel, 7u);
+  EXPECT_EQ(d->peerChannel, 9u);
+  EXPECT_EQ(d->tagSpace, 0x2a0001u);
+  EXPECT_EQ(d->railAddresses, (std::vector<std::vector<uint8_t>>{{1}, {2, 3}}));
+  EXPECT_EQ(decodeOpened(bodyOf(encode(Opened{7, 9, 1, {}}))).error().message,
+            "opened.rails: 0 outside 1..8");
+
+  auto rf = decodeOpenRefused(bodyOf(encode(OpenRefused{7, {Field::kListenId, 0, 3}})));
+  ASSERT_TRUE(rf.ok());
+  EXPECT_EQ(rf->channel, 7u);
+  EXPECT_EQ(rf->why.field, Field::kListenId);
+  EXPECT_EQ(rf->why.got, 3u);
+
+  EXPECT_EQ(decodeClose(bodyOf(encode(Close{42})))->channel, 42u);
+  auto ab = decodeAbort(bodyOf(encode(Abort{5, "too big"})));
+  ASSERT_TRUE(ab.ok());
+  EXPECT_EQ(ab->channel, 5u);
+  EXPECT_EQ(ab->reason, "too big");
+}
+
 TEST(Frames, EveryTruncationIsRefusedWithTheField) {
-  auto body = bodyOf(encode(Hello{1, 2, 3, {9, 8, 7}}));
+  auto body = bodyOf(encode(Open{1, 2, 1, 2, 1, 4096}));
   for (size_t n = 0; n < body.size(); ++n) {
-    auto h = decodeHello(std::span(body).first(n));
+    auto h = decodeOpen(std::span(body).first(n));
     ASSERT_FALSE(h.ok()) << n;
-    EXPECT_NE(h.error().message.find("hello."), std::string::npos) << h.error().message;
+    EXPECT_NE(h.error().message.find("open."), std::string::npos) << h.error().message;
   }
-  EXPECT_EQ(decodeHello(std::span(body).first(3)).error().message, "hello.listen_id: truncated");
-  EXPECT_EQ(decodeHello(std::span(body).first(25)).error().message, "hello.worker_address: truncated");
-  EXPECT_EQ(decodeHello(std::span(body).first(30)).error().message, "hello.channel: truncated");
+  EXPECT_EQ(decodeOpen(std::span(body).first(3)).error().message, "open.listen_id: truncated");
+  EXPECT_EQ(decodeOpen(std::span(body).first(17)).error().message, "open.order_lanes: truncated");
+  auto hello = bodyOf(encode(Hello{1, 2, 3, 0, {}}));
+  EXPECT_EQ(decodeHello(std::span(hello).first(30)).error().message, "hello.nonce: truncated");
 }
 
 TEST(Frames, OversizedAndTrailingAndUnknownAreRefused) {
-  auto f = encode(Hello{1, 2, 3, {9}});
+  auto f = encode(Hello{1, 2, 3, 0, {}});
   f[8] = 0xff;
   f[9] = 0xff;  // length 65535
   EXPECT_EQ(decodeHeader(f).error().message, "frame.length: 65535 exceeds 4096");
-  f = encode(Hello{1, 2, 3, {9}});
+  f = encode(Hello{1, 2, 3, 0, {}});
   f[6] = 42;
   EXPECT_EQ(decodeHeader(f).error().message, "frame.type: unknown type 42");
   f[0] = 0;
   EXPECT_EQ(decodeHeader(f).error().message, "frame.magic: not a pact frame");
 
-  auto body = bodyOf(encode(Accept{1, 2, {{3}}}));
+  auto body = bodyOf(encode(Opened{1, 2, 3, {{3}}}));
   body.push_back(0);
-  EXPECT_EQ(decodeAccept(body).error().message, "accept.body: 1 trailing bytes");
-  auto empty = bodyOf(encode(Hello{1, 2, 3, {}}));
-  EXPECT_EQ(decodeHello(empty).error().message, "hello.worker_address: length 0 outside 1..2048");
+  EXPECT_EQ(decodeOpened(body).error().message, "opened.body: 1 trailing bytes");
   std::vector<uint8_t> big(kMaxWorkerAddress + 1, 1);
-  EXPECT_FALSE(decodeAccept(bodyOf(encode(Accept{1, 2, {big}}))).ok());
+  EXPECT_FALSE(decodeOpened(bodyOf(encode(Opened{1, 2, 3, {big}}))).ok());
+  EXPECT_EQ(decodeOpen(bodyOf(encode(Open{1, 2, 1, 2, 1, 5000}))).error().message,
+            "open.chunk: 5000 is not a power of two in [4096, 2^30]");
+  EXPECT_EQ(decodeOpen(bodyOf(encode(Open{1, 2, 0, 17, 1, 0}))).error().message,
+            "open.lanes: 17 outside 1..16");
+  EXPECT_EQ(decodeOpen(bodyOf(encode(Open{1, 0, 0, 1, 1, 0}))).error().message, "open.channel: 0");
   auto refuse = bodyOf(encode(Refuse{Field::kEpoch, 1, 2}));
   refuse[0] = 9;
   EXPECT_EQ(decodeRefuse(refuse).error().message, "refuse.field: unknown field 9");
@@ -140,8 +185,11 @@ TEST(TagLayout, SpaceTagSequenceAndPieceNeverCollide) {
   EXPECT_NE(make(1, 0, 0, 0, false), make(1, 1, 0, 0, false));
   EXPECT_NE(make(1, 0, 0, 0, false), make(1, 0, 1, 0, false));
   EXPECT_NE(make(1, 0, 0, 0, false), make(1, 0, 0, 1, false));
-  EXPECT_EQ(make(1, 5, 1024, 0, false), make(1, 5, 0, 0, false));  // sequence wraps after 1024
-  EXPECT_EQ(make(0xFFFF, -1, 0x3FF, net::tag::kMaxPieces - 1, true), ~0ull);
+  EXPECT_EQ(make(1, 5, 512, 0, false), make(1, 5, 0, 0, false));  // sequence wraps after 512
+  EXPECT_EQ(make((1u << net::tag::kSpaceBits) - 1, -1, net::tag::kSeqMask, net::tag::kMaxPieces - 1, true),
+            ~0ull);
+  // The generation is part of the space: the same index of another generation never collides.
+  EXPECT_NE(make(1, 0, 0, 0, false), make(1 | (1u << net::tag::kIndexBits), 0, 0, 0, false));
   // A receive (mask ignores `last`) matches the sender's last piece and learns it was the last.
   const uint64_t sent = make(7, 3, 9, 4, true);
   EXPECT_EQ(sent & net::tag::kRecvMask, make(7, 3, 9, 4, false));
@@ -156,28 +204,8 @@ TEST(TagLayout, PiecesPerMessage) {
   EXPECT_EQ(transport::piecesFor(4097, 4096), 2u);
 }
 
-TEST(Frames, HelloCarriesTheSendersChannel) {
-  Hello h{1, 2, 3, {4}};
-  h.unordered = 1;
-  h.lanes = 4;
-  h.chunk = 65536;
-  auto d = decodeHello(bodyOf(encode(h)));
-  ASSERT_TRUE(d.ok()) << d.error().message;
-  EXPECT_EQ(d->unordered, 1);
-  EXPECT_EQ(d->lanes, 4);
-  EXPECT_EQ(d->chunk, 65536u);
-  h.lanes = 17;
-  EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message, "hello.lanes: 17 outside 1..16");
-  h.lanes = 2;
-  h.chunk = 5000;
-  EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message,
-            "hello.chunk: 5000 is not a power of two in [4096, 2^30]");
-  h.unordered = 2;
-  EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message, "hello.order: 2 is not 0 or 1");
-}
-
 TEST(Frames, AuthenticationFieldsRoundTrip) {
-  Hello h{1, 2, 3, {9}};
+  Hello h{1, 2, 3, 0, {}};
   h.auth = 1;
   h.nonce[0] = 0xaa;
   auto hd = decodeHello(bodyOf(encode(h)));
@@ -186,7 +214,7 @@ TEST(Frames, AuthenticationFieldsRoundTrip) {
   EXPECT_EQ(hd->nonce, h.nonce);
   h.auth = 3;
   EXPECT_EQ(decodeHello(bodyOf(encode(h))).error().message, "hello.auth: expected 0 or 1, got 3");
-  Accept a{7, 0, {{1, 2}}};
+  Accept a{7, 0, {}, {}};
   a.nonce[5] = 1;
   a.mac[31] = 2;
   auto ad = decodeAccept(bodyOf(encode(a)));
@@ -207,23 +235,28 @@ TEST(Frames, AuthenticationFieldsRoundTrip) {
 }
 
 TEST(Frames, AbortCarriesAPrintableReasonOfBoundedLength) {
-  auto a = decodeAbort(bodyOf(encode(Abort{"piece 3 lost after 4 attempts"})));
+  auto a = decodeAbort(bodyOf(encode(Abort{1, "piece 3 lost after 4 attempts"})));
   ASSERT_TRUE(a.ok()) << a.error().message;
   EXPECT_EQ(a->reason, "piece 3 lost after 4 attempts");
   // The encoder cuts and cleans what it is given, so whatever it sends decodes.
-  auto longOne = decodeAbort(bodyOf(encode(Abort{std::string(2000, 'x') + "\n"})));
+  auto longOne = decodeAbort(bodyOf(encode(Abort{1, std::string(2000, 'x') + "\n"})));
   ASSERT_TRUE(longOne.ok()) << longOne.error().message;
   EXPECT_EQ(longOne->reason.size(), kMaxAbortReason);
-  EXPECT_EQ(decodeAbort(bodyOf(encode(Abort{"a\tb"})))->reason, "a?b");
-  EXPECT_EQ(decodeAbort(bodyOf(encode(Abort{""})))->reason, "?");
+  EXPECT_EQ(decodeAbort(bodyOf(encode(Abort{1, "a\tb"})))->reason, "a?b");
+  EXPECT_EQ(decodeAbort(bodyOf(encode(Abort{1, ""})))->reason, "?");
   // A peer's malformed frames are refused naming the field.
-  std::vector<uint8_t> bad = {3, 0, 'a', 0x01, 'c'};
+  const std::vector<uint8_t> id(8, 0);  // the channel
+  auto withId = [&](std::vector<uint8_t> rest) {
+    rest.insert(rest.begin(), id.begin(), id.end());
+    return rest;
+  };
+  std::vector<uint8_t> bad = withId({3, 0, 'a', 0x01, 'c'});
   EXPECT_EQ(decodeAbort(bad).error().message, "abort.reason: byte 1 is not printable ASCII");
-  std::vector<uint8_t> empty = {0, 0};
+  std::vector<uint8_t> empty = withId({0, 0});
   EXPECT_EQ(decodeAbort(empty).error().message, "abort.reason: length 0 outside 1..512");
-  std::vector<uint8_t> trailing = {1, 0, 'a', 'b'};
+  std::vector<uint8_t> trailing = withId({1, 0, 'a', 'b'});
   EXPECT_EQ(decodeAbort(trailing).error().message, "abort.body: 1 trailing bytes");
-  std::vector<uint8_t> huge = {0x01, 0x02};
+  std::vector<uint8_t> huge = withId({0x01, 0x02});
   EXPECT_EQ(decodeAbort(huge).error().message, "abort.reason: length 513 outside 1..512");
 }
 

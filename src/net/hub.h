@@ -1,0 +1,52 @@
+// Hub: what the net core keeps per device context, shared by the Net, every comm and memory
+// handle on the context: the request slab they draw from and the context's receive tag spaces.
+// The Net holds each hub for its whole life, so tag-space generations are never forgotten while
+// the context's workers live.
+#pragma once
+
+#include <memory>
+
+#include "net/request.h"
+#include "net/tags.h"
+#include "transport/device_ctx.h"
+
+namespace pact::net {
+
+using transport::DeviceCtx;
+
+class Reaper;
+
+class Hub {
+ public:
+  explicit Hub(std::shared_ptr<DeviceCtx> dev) : dev_(std::move(dev)), requests_(std::make_unique<RequestSlab>()) {}
+  // Requests UCX still holds go to the device context, which keeps them until UCX lets go.
+  ~Hub() {
+    std::lock_guard lock(dev_->mutex());
+    if (requests_->stillHeld() > 0) dev_->adoptOrphans(std::move(requests_));
+  }
+  Hub(const Hub&) = delete;
+  Hub& operator=(const Hub&) = delete;
+
+  DeviceCtx& dev() { return *dev_; }
+  const std::shared_ptr<DeviceCtx>& devPtr() const { return dev_; }
+  RequestSlab& requests() { return *requests_; }  // device mutex
+  // Shared: a closed receive comm's session callback gives its space back, maybe after the hub.
+  const std::shared_ptr<TagSpaces>& tags() const { return tags_; }
+  // Progresses (bounded) while UCX still holds an operation on [base, base + size) for any
+  // comm: deregMr calls it, so a cancelled receive never writes into a buffer the caller frees.
+  // Device mutex must be held.
+  void drainRange(uintptr_t base, size_t size);
+  // Work left for the background: endpoint closes and requests of closed comms. Device mutex.
+  size_t backgroundWork() { return dev_->closing() + requests_->orphaned(); }
+  // Where a close hands its background work (the Net's; gone with the Net).
+  void setReaper(std::weak_ptr<Reaper> r) { reaper_ = std::move(r); }
+  std::shared_ptr<Reaper> reaper() const { return reaper_.lock(); }
+
+ private:
+  std::weak_ptr<Reaper> reaper_;
+  std::shared_ptr<DeviceCtx> dev_;
+  std::unique_ptr<RequestSlab> requests_;
+  std::shared_ptr<TagSpaces> tags_ = std::make_shared<TagSpaces>();
+};
+
+}  // namespace pact::net

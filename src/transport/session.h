@@ -1,0 +1,161 @@
+// Sessions: the control plane of one face instance, per peer process rather than per comm.
+//
+// A session is one TCP control connection between two processes. It carries the handshake
+// (wire version, epoch, PACT_AUTH_KEY_FILE proofs) once, and afterwards every channel (comm)
+// between the two processes, multiplexed: the open of a comm to a listen id and its answer, each
+// side's goodbye (close) and abort. A process death closes the connection and so fails every
+// channel over it at once. Either process may open channels over a session, whichever side
+// started it; a connect to a process that already has a session with this one joins it.
+//
+// One listening socket per local address (device) serves every listen comm: a listen comm is a
+// listen id (index and generation, recycled) that handles name, not a port of its own.
+// Descriptors: one per listening address and one per peer process, whatever the number of comms.
+//
+// Nothing here blocks. step() does one pass over what epoll reports ready (new connections,
+// frames, connections lost) plus the handshake timeouts; every other call steps first. Channel
+// ids are this side's, unique for the instance's life and never reused.
+//
+// Thread-safe (one mutex). Lock order: a device mutex, then this; callbacks given to close() run
+// under this lock and may take only leaf locks (a tag-space allocator).
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/auth.h"
+#include "common/clock.h"
+#include "common/scoped_fd.h"
+#include "common/status.h"
+#include "transport/control_socket.h"
+#include "transport/wire.h"
+
+namespace pact::transport {
+
+// What one side of a channel knows of its peer.
+struct ChannelView {
+  bool peerClosed = false;   // the peer's goodbye arrived
+  TimePoint peerClosedAt{};
+  std::string abortReason;   // non-empty: the peer aborted the channel
+  std::string lostReason;    // non-empty: the session is gone (the peer process died or left)
+};
+
+class Sessions {
+ public:
+  struct Config {
+    uint64_t epoch = 0;
+    auth::Key key;                        // PACT_AUTH_KEY_FILE (may be disabled)
+    std::chrono::microseconds peerTimeout{};  // handshake bound; TCP keepalive
+    std::string face;                     // in log lines ("plugin")
+  };
+  explicit Sessions(Config cfg);
+  ~Sessions();  // says goodbye on every session (the process leaves)
+  Sessions(const Sessions&) = delete;
+  Sessions& operator=(const Sessions&) = delete;
+
+  uint64_t process() const { return process_; }
+
+  // ---- listening side
+  // A new listen id on the listener of ip (bound on first use); the handle names both.
+  Result<wire::ListenHandle> listen(const std::string& ip);
+  // The listen id is closed: opens still queued for it, or arriving later, are refused.
+  void unlisten(uint64_t listenId);
+  struct Incoming {
+    uint64_t session = 0;
+    wire::Open open;
+    std::string peer;  // "ip:port" of the connector's control connection
+  };
+  // Steps, then the next open for listenId. An error when a session this listen id started was
+  // refused (the connector's epoch, version or key), once per refusal; nullopt when none waits.
+  Result<std::optional<Incoming>> nextOpen(uint64_t listenId);
+  // Answers an open: the channel exists on both sides from now on; returns its id here.
+  Result<uint64_t> acceptOpen(const Incoming& in, uint32_t tagSpace,
+                              const std::vector<std::vector<uint8_t>>& railAddresses);
+  void refuseOpen(const Incoming& in, const wire::Refuse& why);
+
+  // ---- connecting side
+  // Joins (or starts) the session to the handle's process and asks for a channel to its listen
+  // id; returns this side's channel id. The open leaves once the session is ready.
+  Result<uint64_t> open(const wire::ListenHandle& h, wire::Open request);
+  // Steps; the answer once it came (then the channel is open), nullopt while waiting, or the
+  // error that ended it (refused: kRefused; the session lost: kRemoteError). An error forgets
+  // the channel.
+  Result<std::optional<wire::Opened>> opened(uint64_t channel);
+  // Gives up a channel whose open has not been answered (connect timed out).
+  void forget(uint64_t channel);
+
+  // ---- both
+  // Steps when step is set, then what the peer of an open channel has done.
+  ChannelView view(uint64_t channel, bool step = true);
+  // Tells the peer this side failed the channel (it fails too).
+  void abort(uint64_t channel, const std::string& reason);
+  // This side closed the channel: the peer gets its goodbye unless sayBye is false (PACT_FAULT
+  // lose_remote_done). whenDone runs once the peer has closed too or its session is gone (then
+  // nothing of the channel can still arrive through the session); immediately if so already.
+  void close(uint64_t channel, bool sayBye, std::function<void()> whenDone);
+  // "ip:port" of the channel's peer.
+  std::string peerName(uint64_t channel);
+  // Channels closed here whose peer has not closed yet.
+  size_t closing() const;
+  // One pass over what is ready; returns the number of events handled.
+  int step();
+
+ private:
+  struct Session;
+  struct Channel;
+  struct ListenSlot {
+    uint32_t generation = 0;
+    bool open = false;
+    std::deque<Incoming> incoming;
+    std::deque<std::string> refusals;  // why sessions this listen id started were refused
+  };
+
+  int stepLocked();
+  Session* sessionTo(const wire::ListenHandle& h);
+  Session& addSession(ControlSocket sock, bool outbound, std::string peer);
+  void watch(int fd, uint64_t key, bool out);
+  void acceptConnections(int listenFd);
+  void readSession(Session& s);
+  void onFrame(Session& s, const Frame& f);
+  void onHandshakeFrame(Session& s, const Frame& f);
+  void becomeReady(Session& s);
+  void refuseSession(Session& s, wire::Field field, uint64_t ours, uint64_t theirs);
+  void lose(Session& s, const std::string& why, bool refused = false);
+  void send(Session& s, const std::vector<uint8_t>& frame);
+  void flushPending();
+  void finish(Channel& c);
+  void reap();  // drops lost sessions whose channels are all gone
+  ListenSlot* slot(uint64_t listenId);
+  Channel* channelOf(Session& s, uint64_t channel, const char* frame);
+
+  Config cfg_;
+  const uint64_t process_;
+  mutable std::mutex mu_;
+  ScopedFd epoll_;
+  struct Listener_ {
+    Listener listener;
+    std::string ip;
+  };
+  std::vector<Listener_> listeners_;
+  std::vector<ListenSlot> slots_;     // index = listen id's low 32 bits - 1
+  std::deque<uint32_t> freeSlots_;
+  std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;  // by local session id
+  std::unordered_multimap<uint64_t, Session*> byProcess_;          // ready or handshaking
+  std::unordered_map<uint64_t, std::unique_ptr<Channel>> channels_;
+  std::vector<uint64_t> pendingOut_;  // sessions with bytes the socket has not taken yet
+  uint64_t nextSession_ = 1;
+  uint64_t nextChannel_ = 1;
+  size_t closing_ = 0;
+  bool lostAny_ = false;
+};
+
+}  // namespace pact::transport
