@@ -1,5 +1,6 @@
 #include "peer.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -136,6 +137,16 @@ void barrier() {
   ctlSend(&token, 1);
   ctlRecv(&token, 1);
   if (token != 'b') die("control channel out of step");
+}
+
+bool ctlReadable(int timeout_ms) {
+  pollfd p{g_fd, POLLIN, 0};
+  for (;;) {
+    const int n = ::poll(&p, 1, timeout_ms);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) die(std::string("control channel poll: ") + std::strerror(errno));
+    return n > 0;
+  }
 }
 
 void watchdog(unsigned seconds, const char* phase) {

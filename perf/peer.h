@@ -33,6 +33,9 @@ int myRank();
 void ctlSend(const void* data, size_t len);
 void ctlRecv(void* data, size_t len);
 void barrier();
+// Waits up to timeout_ms (0: only looks) for the peer's next control message (or its exit) to be
+// readable; true if it is. Lets a side poll the plugin and watch for the peer's word at once.
+bool ctlReadable(int timeout_ms);
 
 // Arms (or re-arms) the watchdog: if the process is still in the same phase after `seconds`, it
 // prints the phase and exits with status 2. seconds == 0 disarms it. phase must be a literal.

@@ -10,7 +10,9 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 #include <random>
+#include <string>
 #include <type_traits>
 #include <variant>
 
@@ -39,6 +41,11 @@ inline constexpr bool kHasCtx =
 // The logger is a bare function pointer (no user data), so its one knob is process-wide.
 std::atomic<bool> g_quiet{true};
 
+// The last WARN/ABORT message (process-wide, like the logger): what a caller can report next to a
+// failed call's ncclResult_t.
+std::mutex g_warn_mu;
+std::string g_last_warning;
+
 const char* levelName(ncclDebugLogLevel level) {
   switch (level) {
     case NCCL_LOG_NONE: return "NONE";
@@ -60,6 +67,10 @@ void logToStderr(ncclDebugLogLevel level, unsigned long /*flags*/, const char* f
   va_start(ap, fmt);
   std::vsnprintf(msg, sizeof(msg), fmt ? fmt : "", ap);
   va_end(ap);
+  if (always) {
+    std::lock_guard<std::mutex> lock(g_warn_mu);
+    g_last_warning = msg;
+  }
   // One fprintf call so that lines from several threads do not interleave.
   std::fprintf(stderr, "NCCL-LOG %s %s:%d %s\n", levelName(level), file ? file : "?", line, msg);
 }
@@ -204,6 +215,13 @@ std::unique_ptr<NetPlugin> NetPlugin::open(const std::string& path, int version,
 }
 
 int NetPlugin::version() const { return impl_->version; }
+
+std::string NetPlugin::takeLastWarning() {
+  std::lock_guard<std::mutex> lock(g_warn_mu);
+  std::string w;
+  w.swap(g_last_warning);
+  return w;
+}
 
 const char* NetPlugin::name() const {
   return std::visit([](auto* t) { return t->name; }, impl_->table);

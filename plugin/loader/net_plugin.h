@@ -54,6 +54,9 @@ class NetPlugin {
 
   int version() const;
   const char* name() const;
+  // The text of the last WARN/ABORT line any plugin logged in this process since the previous
+  // call (empty if none), and forgets it: the cause to print next to a failed call's result.
+  static std::string takeLastWarning();
 
   // init: v8/v9 init(logger), v10 init(logger, prof), v11/v12 init(&ctx, commId, &config, logger, prof).
   // trafficClass is passed in config for v11/v12 and remembered for v10's connect.
