@@ -1,9 +1,10 @@
 // pact-perf: benchmark driver. Each scenario lives in its own file and registers one subcommand;
-// main only dispatches. Scenarios: p2p (net plugin), kv and a2a (transfer engine); more plug in
-// the same way (addXCommand(app, &exit_code)).
+// main only dispatches. Scenarios: p2p and scale (net plugin), kv and a2a (transfer engine), soak
+// (both); more plug in the same way (addXCommand(app, &exit_code)).
 #include "a2a.h"
 #include "kv.h"
 #include "p2p.h"
+#include "scale.h"
 #include "soak.h"
 
 #include <CLI/CLI.hpp>
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   pact::perf::addKvCommand(app, &exit_code);
   pact::perf::addA2aCommand(app, &exit_code);
   pact::perf::addSoakCommand(app, &exit_code);
+  pact::perf::addScaleCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }
