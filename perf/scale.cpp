@@ -298,7 +298,8 @@ class Round {
       ok = message();
     }
     closeRound(ok);
-    me_.after_close = snapshot();
+    // pact finishes closes in the background; its resource count first lets that work end
+    // (bounded), so the snapshot after it sees what the process keeps, not what is on its way out.
     auto held = reinterpret_cast<pact_plugin_resources_fn>(net_.symbol("pact_plugin_resources"));
     pact_plugin_resources_t r{};
     if (held != nullptr && held(&r) == 0) {
@@ -306,6 +307,7 @@ class Round {
                        {"registrations", r.registrations},
                        {"orphaned_requests", r.orphaned_requests}};
     }
+    me_.after_close = snapshot();
     return me_;
   }
 

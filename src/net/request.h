@@ -100,6 +100,15 @@ class RequestSlab final : public transport::Orphan {
   }
   size_t used() const { return used_; }
   size_t capacity() const { return chunks_.size() * kChunk; }
+  // Gives the memory back when no request is taken (after a teardown: a burst of comms may have
+  // grown the slab far past what the survivors need).
+  void trim() {
+    if (used_ != 0) return;
+    free_.clear();
+    free_.shrink_to_fit();
+    chunks_.clear();
+    chunks_.shrink_to_fit();
+  }
   template <typename F>
   void forEachInUse(F&& f) {
     if (used_ == 0) return;

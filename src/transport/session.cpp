@@ -502,12 +502,12 @@ Result<std::optional<Sessions::Incoming>> Sessions::nextOpen(uint64_t listenId) 
   if (l == nullptr || !l->open) return Error{Status::kInvalidArgument, "listen id is not open"};
   if (!l->refusals.empty()) {
     Error e{Status::kRefused, l->refusals.front()};
-    l->refusals.pop_front();
+    l->refusals.erase(l->refusals.begin());
     return e;
   }
   while (!l->incoming.empty()) {
     Incoming in = std::move(l->incoming.front());
-    l->incoming.pop_front();
+    l->incoming.erase(l->incoming.begin());
     auto it = sessions_.find(in.session);
     if (it != sessions_.end() && it->second->ready()) return std::optional<Incoming>(std::move(in));
   }

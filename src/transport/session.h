@@ -115,8 +115,9 @@ class Sessions {
   struct ListenSlot {
     uint32_t generation = 0;
     bool open = false;
-    std::deque<Incoming> incoming;
-    std::deque<std::string> refusals;  // why sessions this listen id started were refused
+    // Small and usually empty (a deque would allocate for every listen id).
+    std::vector<Incoming> incoming;
+    std::vector<std::string> refusals;  // why sessions this listen id started were refused
   };
 
   int stepLocked();

@@ -30,6 +30,17 @@ TEST(RequestSlab, GrowsInsteadOfRefusing) {
   EXPECT_EQ(slab.capacity(), capacity) << "given-back requests are reused before the slab grows";
 }
 
+TEST(RequestSlab, TrimGivesTheMemoryBackOnlyWhenNothingIsTaken) {
+  RequestSlab slab;
+  Request* r = slab.acquire(nullptr, true, 1, 1);
+  slab.trim();
+  EXPECT_GT(slab.capacity(), 0u) << "a taken request keeps its chunk";
+  slab.release(r);
+  slab.trim();
+  EXPECT_EQ(slab.capacity(), 0u);
+  EXPECT_NE(slab.acquire(nullptr, true, 1, 1), nullptr) << "and it grows again";
+}
+
 TEST(RequestSlab, ResetsWhatARequestUses) {
   RequestSlab slab;
   Request* r = slab.acquire(nullptr, false, 2, 2);
