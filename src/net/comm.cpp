@@ -28,9 +28,9 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
     return;
   }
   r->comm->partDone(p);
-  if (p->status != Status::kOk && p->status != Status::kCanceled)
-    r->comm->fail(p->status, std::string(r->isSend ? "send" : "receive") + " failed: " +
-                                 ucs_status_string(st));
+  if (p->status != Status::kOk && p->status != Status::kCanceled)  // the endpoint failed
+    r->comm->failPeer(p->status, std::string(r->isSend ? "send" : "receive") + " failed: " +
+                                     ucs_status_string(st));
 }
 
 void onSendDone(void* request, ucs_status_t st, void* user) {
@@ -86,11 +86,25 @@ Comm::~Comm() {
   dev().counters().subShared(telemetry::kLiveComms);
 }
 
+void Comm::failPeer(Status s, const std::string& why) {
+  if (error_ != Status::kOk) return;
+  peerLost_ = true;
+  fail(s, why);
+}
+
 void Comm::fail(Status s, const std::string& why) {
   if (error_ != Status::kOk) return;
   error_ = s;
-  PACT_WARN("%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv", static_cast<void*>(this),
-            peer_.c_str(), dev().info().name.c_str(), why.c_str());
+  // A lost peer process fails every comm to it at once: one warning a second says so, the
+  // other comms are logged at INFO, so 1,000 comms do not print 1,000 warnings.
+  static std::atomic<int64_t> lastPeerWarning{0};
+  const int64_t sec = std::chrono::duration_cast<std::chrono::seconds>(now().time_since_epoch()).count();
+  if (peerLost_ && lastPeerWarning.exchange(sec) == sec)
+    PACT_INFO("%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv", static_cast<void*>(this),
+              peer_.c_str(), dev().info().name.c_str(), why.c_str());
+  else
+    PACT_WARN("%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv", static_cast<void*>(this),
+              peer_.c_str(), dev().info().name.c_str(), why.c_str());
 }
 
 void Comm::abort(Status s, const std::string& why) {
@@ -119,8 +133,7 @@ void Comm::readPeer(const transport::ChannelView& v) {
   }
   if (!byeReceived_ && !v.lostReason.empty() && error_ == Status::kOk) {
     dev().progress();  // drain what UCX already delivered before declaring the loss
-    peerLost_ = true;
-    fail(Status::kRemoteError, v.lostReason + " without goodbye (peer process died?)");
+    failPeer(Status::kRemoteError, v.lostReason + " without goodbye (peer process died?)");
   }
 }
 
@@ -191,6 +204,8 @@ void Comm::pollPeer() {
 Status Comm::failure() {
   if (error_ != Status::kOk && !aborted_) {
     aborted_ = true;
+    if (peerLost_)
+      for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) r->peerDead = true;
     abortInFlight();
   }
   return isError(error_) ? error_ : Status::kOk;
@@ -237,8 +252,9 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
 void SendComm::checkLinks() {
   if (error_ != Status::kOk) return;
   if (const ucs_status_t st = lanes_.failure(); st != UCS_OK) {
-    peerLost_ = true;
-    fail(Status::kRemoteError, std::string("ucx endpoint error: ") + ucs_status_string(st));
+    // The endpoint is shared: a lost session (the peer process died) is the better reason.
+    readPeer(sessions_->view(channel_, false));
+    failPeer(Status::kRemoteError, std::string("ucx endpoint error: ") + ucs_status_string(st));
   }
 }
 

@@ -74,6 +74,9 @@ class Comm {
   const telemetry::CounterSet& counters() const { return counters_; }
   // Records the first failure (sticky) and logs it once, naming the peer. Safe inside UCX callbacks.
   void fail(Status s, const std::string& why);
+  // fail() for a cause that is the peer's (its process or an endpoint to it), which every comm
+  // to it shares: what UCX holds for the comm is ended with the endpoints.
+  void failPeer(Status s, const std::string& why);
   // fail() for a reason the peer cannot see, and tells the peer (an abort frame), so that both
   // sides fail instead of one waiting for data that will never come.
   void abort(Status s, const std::string& why);

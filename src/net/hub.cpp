@@ -4,11 +4,12 @@
 
 namespace pact::net {
 
-void Hub::drainRange(uintptr_t base, size_t size) {
+void Hub::drainRange(const Comm* comm, uintptr_t base, size_t size) {
   constexpr auto kDrainLimit = std::chrono::milliseconds(200);
   auto busy = [&] {
     bool any = false;
     requests_->forEachInUse([&](Request& r) {
+      if ((r.comm != nullptr && r.comm != comm) || r.peerDead) return;
       for (const Part& p : r.parts) {
         const auto a = reinterpret_cast<uintptr_t>(p.data);
         any = any || (p.ucxRequest != nullptr && !p.done && a < base + size && a + p.size > base);

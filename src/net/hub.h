@@ -32,10 +32,11 @@ class Hub {
   RequestSlab& requests() { return *requests_; }  // device mutex
   // Shared: a closed receive comm's session callback gives its space back, maybe after the hub.
   const std::shared_ptr<TagSpaces>& tags() const { return tags_; }
-  // Progresses (bounded) while UCX still holds an operation on [base, base + size) for any
-  // comm: deregMr calls it, so a cancelled receive never writes into a buffer the caller frees.
-  // Device mutex must be held.
-  void drainRange(uintptr_t base, size_t size);
+  // Progresses (bounded) while UCX still holds an operation on [base, base + size) of comm (null:
+  // none) or of a closed comm: deregMr calls it, so a cancelled receive never writes into a
+  // buffer the caller frees. Operations whose peer is gone are skipped: nothing lands any more
+  // (UCX 1.13's shared memory never ends them). Device mutex must be held.
+  void drainRange(const Comm* comm, uintptr_t base, size_t size);
   // Work left for the background: endpoint closes and requests of closed comms. Device mutex.
   size_t backgroundWork() { return dev_->closing() + requests_->orphaned(); }
   // Where a close hands its background work (the Net's; gone with the Net).

@@ -170,8 +170,9 @@ Status Net::deregMr(Comm* comm, MemHandle* mh) {
     std::lock_guard lock(mh->hub->dev().mutex());
     // A failed comm whose error came from isend/irecv still has receives posted: withdraw them
     // first, or a late message of a dead peer could match one while this drains.
-    if (valid(comm)) (void)comm->failure();
-    mh->hub->drainRange(mh->base, mh->size);
+    const bool live = valid(comm);
+    if (live) (void)comm->failure();
+    mh->hub->drainRange(live ? comm : nullptr, mh->base, mh->size);
   }
   mh->hub->dev().counters().subShared(telemetry::kLiveMemHandles);
   delete mh;  // the region unmaps when its last handle is gone

@@ -58,6 +58,7 @@ struct Request {
   Request* olderPosted = nullptr;
   Request* newerPosted = nullptr;
   Comm* comm = nullptr;     // null once its comm closed (an orphan UCX still holds)
+  bool peerDead = false;    // its comm failed because the peer is gone: nothing lands any more
   RequestSlab* slab = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
@@ -140,6 +141,7 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.postIndex = posted_++;
   r.olderPosted = r.newerPosted = nullptr;
   r.comm = comm;
+  r.peerDead = false;
   r.slab = this;
   r.memHandle = nullptr;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.

@@ -157,8 +157,13 @@ void Sessions::flushPending() {
 
 void Sessions::lose(Session& s, const std::string& why, bool refused) {
   if (s.lost()) return;
-  PACT_INFO("%s: session with %s (process %016llx) lost: %s", cfg_.face.c_str(), s.peer.c_str(),
-            static_cast<unsigned long long>(s.peerProcess), why.c_str());
+  if (s.channels.empty())
+    PACT_INFO("%s: session with %s (process %016llx) lost: %s", cfg_.face.c_str(), s.peer.c_str(),
+              static_cast<unsigned long long>(s.peerProcess), why.c_str());
+  else
+    PACT_WARN("%s: session with %s (process %016llx) lost with %zu comm(s) over it: %s",
+              cfg_.face.c_str(), s.peer.c_str(), static_cast<unsigned long long>(s.peerProcess),
+              s.channels.size(), why.c_str());
   if (!s.outbound && refused && s.listenId != 0)
     if (ListenSlot* l = slot(s.listenId)) l->refusals.push_back(why);
   s.phase = Session::Phase::kLost;
