@@ -692,12 +692,14 @@ json roundJson(long n, Order order, const SideResult& a, const json& b_json) {
   r["ok"] = ok;
   r["message_round_s"] = nullptr;
   r["failed"] = nullptr;
-  if (ok) {
-    // Both processes read one CLOCK_MONOTONIC (same host): first isend to the last completion.
+  if (a.msg_last > 0 && b_json["message_t1"].get<double>() > 0) {
+    // The message round completed on both sides (a later close may still fail the round). Both
+    // processes read one CLOCK_MONOTONIC (same host): first isend to the last completion.
     const double t0 = b_json["message_t0"].get<double>();
     const double t1 = std::max(a.msg_last, b_json["message_t1"].get<double>());
     r["message_round_s"] = t1 - t0;
-  } else {
+  }
+  if (!ok) {
     const char* side = !r["recv"]["ok"].get<bool>() ? "recv" : "send";
     if (!r["recv"]["ok"].get<bool>() && !r["send"]["ok"].get<bool>() &&
         b_json["failure_phase"].get<int>() < a.status.phase) {
