@@ -111,6 +111,7 @@ void printDevices(pact::net::Net& net) {
         static_cast<double>(p.latencyUs), p.ptrSupport, p.maxComms, p.maxRecvs, p.regIsGlobal,
         p.maxP2pBytes, tls.c_str(), info.ipAddress.empty() ? "(none)" : info.ipAddress.c_str());
   }
+  std::printf("maxComms %d: bound by %s\n", net.limits().maxComms, net.limits().reason.c_str());
 }
 
 }  // namespace

@@ -39,9 +39,16 @@ fi
 # The counter registry: every scope's catalog, documented, and the process set live.
 out=$("$info" --counters 2>&1); rc=$?
 for want in "engine:" "committed " "credit_stall_ns" "comm:" "retransmits" "device:" "process:" \
-    "live process process: plugin_faults_injected=0"; do
+    "live process process: plugin_faults_injected=0" "sessions" "endpoints" "closes_abandoned"; do
   case "$out" in *"$want"*) ;; *) echo "FAIL: --counters: missing '$want' (rc=$rc)"; fail=1 ;; esac
 done
+
+# maxComms and what bounds it: tag spaces or memory, never descriptors (one per peer, not per comm).
+out=$(PACT_NET_DEVICES=lo "$info" 2>&1); rc=$?
+case "$out" in
+  *"maxComms "*": bound by "*"descriptors bound peer processes, not comms"*) echo "ok: maxComms names its bound" ;;
+  *) echo "FAIL: pact-info does not say what bounds maxComms (rc=$rc)"; fail=1 ;;
+esac
 
 help=$("$info" --help 2>&1)
 for want in PACT_NET_DEVICES PACT_EPOCH PACT_TC_DEFAULT PACT_FAULT PACT_AUTH_KEY_FILE PACT_TRACE_EVENTS "steer"; do
