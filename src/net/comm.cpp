@@ -211,10 +211,7 @@ Status Comm::failure() {
   return isError(error_) ? error_ : Status::kOk;
 }
 
-bool Comm::sayBye() {
-  if (error_ != Status::kOk) return false;
-  return !inject(cfg_.fault.loseRemoteDone);  // PACT_FAULT lose_remote_done: the goodbye is lost
-}
+bool Comm::byeLost() { return inject(cfg_.fault.loseRemoteDone); }
 
 // ---- send -------------------------------------------------------------------------------------
 
@@ -382,7 +379,7 @@ bool Comm::peerGone() {
 }
 
 void SendComm::shutdown() {
-  const bool bye = sayBye();
+  const bool lost = byeLost();
   dropHeld();
   bool inFlight = false;
   for (const Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) inFlight = inFlight || !r->done();
@@ -391,7 +388,7 @@ void SendComm::shutdown() {
   // flush, or forced when something is left in flight or the peer is gone (a flush needs its
   // cooperation).
   lanes_.release(inFlight || peerGone());
-  sessions_->close(channel_, bye, nullptr);
+  sessions_->close(channel_, lost, nullptr);
 }
 
 // ---- receive ----------------------------------------------------------------------------------
@@ -538,7 +535,7 @@ void RecvComm::shutdown() {
   // device mutex.
   std::shared_ptr<TagSpaces> tags = hub_->tags();
   const uint32_t space = tagSpace_;
-  sessions_->close(channel_, sayBye(), [tags, space] { tags->give(space); });
+  sessions_->close(channel_, byeLost(), [tags, space] { tags->give(space); });
 }
 
 }  // namespace pact::net

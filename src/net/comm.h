@@ -133,8 +133,8 @@ class Comm {
   // Hands the comm's requests to the slab: done ones go back, ones UCX still holds stay there
   // without a comm (the Reaper progresses them), so a late callback never touches the comm.
   void leaveInFlight();
-  // Whether the goodbye goes out (PACT_FAULT lose_remote_done may lose it).
-  bool sayBye();
+  // Whether the goodbye is lost once (PACT_FAULT lose_remote_done; the session delivers it late).
+  bool byeLost();
   // Something of the comm's own failed (a lane's endpoint): the send side looks.
   virtual void checkLinks() {}
   // One PACT_FAULT decision: true (and counted) with probability p. No dice: never.

@@ -91,6 +91,9 @@ Sessions::Sessions(Config cfg) : cfg_(std::move(cfg)), process_(randomId()) {
 
 Sessions::~Sessions() {
   std::lock_guard lock(mu_);
+  for (const LateBye& b : lateByes_)  // the process leaves: what a fault delayed goes now
+    if (auto it = sessions_.find(b.session); it != sessions_.end() && it->second->ready())
+      it->second->sock.queue(wire::encode(wire::Close{b.remote}));
   for (auto& [id, s] : sessions_) {
     if (!s->ready()) continue;
     s->sock.queue(wire::encodeBye());
@@ -184,7 +187,7 @@ void Sessions::lose(Session& s, const std::string& why, bool refused) {
     if (c.remote == 0 && !c.opened) {
       c.failed = Error{refused ? Status::kRefused : Status::kRemoteError, why};
     } else {
-      c.view.lostReason = why;
+      if (!c.view.peerClosed) c.view.lostReason = why;  // after its goodbye, nothing is lost
       if (c.closedHere) done.push_back(&c);
     }
   }
@@ -255,9 +258,15 @@ int Sessions::stepLocked() {
     n += k;
     if (k < 64) break;
   }
+  const auto t = now();
+  std::erase_if(lateByes_, [&](const LateBye& b) {
+    if (b.due > t) return false;
+    if (auto it = sessions_.find(b.session); it != sessions_.end())
+      send(*it->second, wire::encode(wire::Close{b.remote}));
+    return true;
+  });
   flushPending();
   // Handshakes that did not finish in time.
-  const auto t = now();
   for (auto& [id, s] : sessions_)
     if (!s->ready() && !s->lost() && t - s->start > cfg_.peerTimeout)
       lose(*s, "no handshake within PACT_PEER_TIMEOUT");
@@ -436,8 +445,17 @@ void Sessions::onFrame(Session& s, const Frame& f) {
         c->view.abortReason = m->reason;
       return;
     }
-    case wire::FrameType::kBye:
+    case wire::FrameType::kBye: {
+      // The process left on purpose: every comm of it is closed, as if each had said goodbye.
+      const auto t = now();
+      for (uint64_t id : s.channels) {
+        Channel& c = *channels_.at(id);
+        if (c.remote == 0 || c.view.peerClosed) continue;
+        c.view.peerClosed = true;
+        c.view.peerClosedAt = t;
+      }
       return lose(s, "the peer process closed its plugin");
+    }
     default:
       return lose(s, "unexpected frame type " + std::to_string(static_cast<int>(f.header.type)) +
                          " on an established session");
@@ -626,7 +644,7 @@ void Sessions::abort(uint64_t channel, const std::string& reason) {
   flushPending();
 }
 
-void Sessions::close(uint64_t channel, bool sayBye, std::function<void()> whenDone) {
+void Sessions::close(uint64_t channel, bool byeLost, std::function<void()> whenDone) {
   std::lock_guard lock(mu_);
   auto it = channels_.find(channel);
   if (it == channels_.end()) {
@@ -635,7 +653,12 @@ void Sessions::close(uint64_t channel, bool sayBye, std::function<void()> whenDo
   }
   Channel& c = *it->second;
   c.closedHere = true;
-  if (sayBye && c.remote != 0) send(*c.session, wire::encode(wire::Close{c.remote}));
+  if (c.remote != 0) {
+    if (byeLost)
+      lateByes_.push_back(LateBye{now() + kLostByeDelay, c.session->id, c.remote});
+    else
+      send(*c.session, wire::encode(wire::Close{c.remote}));
+  }
   c.whenDone = std::move(whenDone);
   if (c.view.peerClosed || c.session->lost()) {
     c.closedHere = false;  // not counted as closing

@@ -98,10 +98,12 @@ class Sessions {
   ChannelView view(uint64_t channel, bool step = true);
   // Tells the peer this side failed the channel (it fails too).
   void abort(uint64_t channel, const std::string& reason);
-  // This side closed the channel: the peer gets its goodbye unless sayBye is false (PACT_FAULT
-  // lose_remote_done). whenDone runs once the peer has closed too or its session is gone (then
-  // nothing of the channel can still arrive through the session); immediately if so already.
-  void close(uint64_t channel, bool sayBye, std::function<void()> whenDone);
+  // This side closed the channel: the peer gets its goodbye. byeLost (PACT_FAULT
+  // lose_remote_done): the first goodbye is lost, and the session, reliable as TCP is, delivers
+  // it kLostByeDelay later. whenDone runs once the peer has closed too or its session is gone
+  // (then nothing of the channel can still arrive through the session); immediately if so.
+  void close(uint64_t channel, bool byeLost, std::function<void()> whenDone);
+  static constexpr auto kLostByeDelay = std::chrono::milliseconds(200);
   // "ip:port" of the channel's peer.
   std::string peerName(uint64_t channel);
   // Channels closed here whose peer has not closed yet.
@@ -153,6 +155,12 @@ class Sessions {
   std::unordered_multimap<uint64_t, Session*> byProcess_;          // ready or handshaking
   std::unordered_map<uint64_t, std::unique_ptr<Channel>> channels_;
   std::vector<uint64_t> pendingOut_;  // sessions with bytes the socket has not taken yet
+  struct LateBye {
+    TimePoint due;
+    uint64_t session;
+    uint64_t remote;  // the peer's channel id
+  };
+  std::vector<LateBye> lateByes_;  // goodbyes a fault lost once
   uint64_t nextSession_ = 1;
   uint64_t nextChannel_ = 1;
   size_t closing_ = 0;
