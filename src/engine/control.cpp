@@ -10,7 +10,7 @@ namespace {
 
 enum class Type : uint16_t {
   kAdvertise = 1, kDone = 2, kVerdict = 3, kEpochChange = 4, kCredit = 5, kOffer = 6, kHello = 7,
-  kProof = 8, kCancel = 9,
+  kCancel = 9,  // 8 was the proof of the engine's own handshake (now the session's)
 };
 constexpr uint16_t kLastType = 9;
 constexpr uint32_t kPieceMagic = 0x50564b50;  // "PKVP" in memory order
@@ -69,8 +69,6 @@ struct Encoder {
     w.u64(m.token);
     w.u64(m.epoch);
     w.bytes(m.workerAddress);
-    w.u8(m.auth);
-    for (uint8_t b : m.nonce) w.u8(b);
     w.u8(static_cast<uint8_t>(m.contexts.size()));
     for (const ContextAddress& c : m.contexts) {
       w.bytes(std::vector<uint8_t>(c.service.begin(), c.service.end()));
@@ -82,10 +80,6 @@ struct Encoder {
   Type operator()(const Cancel& m) {
     putKey(w, m.key);
     return Type::kCancel;
-  }
-  Type operator()(const Proof& m) {
-    for (uint8_t b : m.mac) w.u8(b);
-    return Type::kProof;
   }
   Type operator()(const EpochChange& m) {
     w.u64(m.newEpoch);
@@ -178,13 +172,8 @@ Result<Control> decodeHello(ByteReader& r) {
   Hello m;
   std::vector<uint8_t> name;
   if (!r.bytes(&name, kMaxName, "name") || !r.u64(&m.token, "token") ||
-      !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address") ||
-      !r.u8(&m.auth, "auth") || !r.raw(m.nonce.data(), m.nonce.size(), "nonce"))
+      !r.u64(&m.epoch, "epoch") || !r.bytes(&m.workerAddress, kMaxWorkerAddress, "worker_address"))
     return r.error();
-  if (m.auth > 1) {
-    r.fail("auth", "expected 0 or 1, got " + std::to_string(m.auth));
-    return r.error();
-  }
   uint8_t contexts = 0;
   if (!r.u8(&contexts, "contexts")) return r.error();
   if (contexts > kMaxContexts) {
@@ -296,12 +285,6 @@ Result<Control> decode(std::span<const uint8_t> frame) {
       ByteReader r(body, "cancel");
       Cancel m;
       if (!getKey(r, &m.key) || !r.done()) return r.error();
-      return Control(m);
-    }
-    case Type::kProof: {
-      ByteReader r(body, "proof");
-      Proof m;
-      if (!r.raw(m.mac.data(), m.mac.size(), "mac") || !r.done()) return r.error();
       return Control(m);
     }
   }

@@ -21,7 +21,7 @@
 namespace pact::engine {
 
 inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
-inline constexpr uint16_t kControlVersion = 2;  // 2: Hello lists the engine's contexts
+inline constexpr uint16_t kControlVersion = 3;  // 2: Hello lists the engine's contexts; 3: auth moved to the session
 inline constexpr size_t kControlHeader = kFrameHeader;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
@@ -105,15 +105,14 @@ struct ContextAddress {
   bool operator==(const ContextAddress&) const = default;
 };
 
-// Either side, first on the connection's control socket: who this is and where its UCX workers are.
+// Either side, in its channel's open or answer (the session authenticated both already): who
+// this is and where its UCX workers are.
 struct Hello {
   std::string name;                    // 1..kMaxName bytes
   uint64_t token = 0;                  // the sender's id of this connection; the peer puts it in
                                        // every message so the sender knows where it came from
   uint64_t epoch = 0;                  // the sender's current model epoch
   std::vector<uint8_t> workerAddress;  // 1..kMaxWorkerAddress bytes: where control messages go
-  uint8_t auth = 0;                    // 1: the sender has PACT_AUTH_KEY_FILE set
-  std::array<uint8_t, 32> nonce{};     // the sender's fresh challenge
   std::vector<ContextAddress> contexts{};  // 0..kMaxContexts: where each class's pieces go
 };
 
@@ -123,14 +122,8 @@ struct Cancel {
   TransferKey key;
 };
 
-// Either side, after the peer's Hello when both authenticate: HMAC-SHA256(key, label || the
-// peer's nonce || own nonce) (common/auth.h).
-struct Proof {
-  std::array<uint8_t, 32> mac{};
-};
-
 using Control =
-    std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Proof, Cancel>;
+    std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Cancel>;
 
 std::vector<uint8_t> encode(const Control& m);
 // The same frame written into *out (replacing its contents, keeping its capacity).

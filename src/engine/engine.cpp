@@ -61,12 +61,19 @@ Status Engine::init() {
   proto_ = std::make_unique<Protocol>(pc, link);
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wakeFd_.valid()) return fail(Status::kSystemError, std::string("eventfd: ") + std::strerror(errno));
+  transport::Sessions::Config sc;
+  sc.epoch = config_.modelEpoch;
+  sc.key = params_.auth_key;
+  sc.peerTimeout = params_.peer_timeout;
+  sc.face = "engine " + config_.name;
+  sc.checkEpoch = false;  // the protocol judges epochs per transfer; setEpoch changes it live
+  sessions_ = std::make_unique<transport::Sessions>(sc);
   if (!config_.listenIp.empty()) {
-    auto l = transport::listenOn(config_.listenIp, config_.listenPort);
-    if (!l.ok()) return fail(l.status(), "listen on " + config_.listenIp + ":" +
+    auto h = sessions_->listen(config_.listenIp, config_.listenPort, true);
+    if (!h.ok()) return fail(h.status(), "listen on " + config_.listenIp + ":" +
                                                          std::to_string(config_.listenPort) +
-                                                         ": " + l.error().message);
-    listener_ = std::move(*l);
+                                                         ": " + h.error().message);
+    listenHandle_ = *h;
     listening_ = true;
   }
   if (config_.progressThread) thread_ = std::thread([this] { runProgressThread(); });
@@ -91,9 +98,9 @@ void Engine::shutdown() {
   proto_->abortAll();
   const auto limit = now() + std::chrono::seconds(2);
   while (proto_->busy() && now() < limit) progressWorkers();
-  for (auto& [id, p] : peers_) {
-    if (p->phase == Peer::Phase::kReady) ignore(p->socket.send(wire::encodeBye()));
-  }
+  // Goodbyes: each peer sees "the peer closed".
+  for (auto& [id, p] : peers_)
+    if (p->phase == Peer::Phase::kReady) peerLost(*p, "this engine closed");
   // Forced: a peer that no longer progresses would hold a flushing close for its timeout.
   for (auto& [id, p] : peers_) closePeerEndpoints(*p);
   if (!registrations_.empty())
@@ -131,12 +138,11 @@ int Engine::progressLocked() {
     events += static_cast<int>(n);
   }
   pumpLanes();
-  // The sockets only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
+  // The sessions only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
   // (every call while a handshake is under way), not on every spin of a busy progress loop.
   const TimePoint t = now();
   if (handshaking_ > 0 || t - lastSocketCheck_ >= params_.liveness_interval) {
     lastSocketCheck_ = t;
-    events += acceptConnections();
     events += pollPeers();
   }
   events += fireTimers();
@@ -156,13 +162,7 @@ void Engine::sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs) {
   std::vector<pollfd> fds{{wakeFd_.get(), POLLIN, 0}};
   for (const Context& c : contexts_)
     for (int fd : c.eventFds) fds.push_back({fd, POLLIN, 0});
-  if (listening_) fds.push_back({listener_.fd.get(), POLLIN, 0});
-  for (auto& [id, p] : peers_) {
-    if (p->phase == Peer::Phase::kLost) continue;
-    short ev = POLLIN;
-    if (p->phase == Peer::Phase::kHandshake) ev |= POLLOUT;
-    fds.push_back({p->socket.fd(), ev, 0});
-  }
+  fds.push_back({sessions_->fd(), POLLIN, 0});  // every session and the listener
   int wait = timeoutMs;
   const TimePoint next = std::min(timers_.next(), proto_->nextTimer());
   if (next != TimePoint::max()) {

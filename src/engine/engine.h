@@ -46,6 +46,7 @@
 #include "transport/control_socket.h"
 #include "transport/fabric.h"
 #include "transport/lanes.h"
+#include "transport/session.h"
 #include "transport/slab.h"
 #include "transport/wire.h"
 #include "ucx/worker.h"
@@ -185,14 +186,14 @@ class Engine final : private Link {
   int fireTimers();
 
   // ---- connections (peers.cpp) ----
-  int acceptConnections();
+  // Steps the sessions: engines connecting here, answers to this side's connects, peers that
+  // closed or were lost.
   int pollPeers();
-  Status startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id);
+  Peer& newPeer(bool outbound);
+  // This engine's Hello to p, as a channel payload.
+  std::vector<uint8_t> helloFor(const Peer& p);
   Status onHello(Peer& p, const Hello& hello);
-  Status onProof(Peer& p, const Proof& proof);
   Status connectEndpoint(Peer& p);
-  void sendHandshake(Peer& p, const Control& m);
-  void refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, const std::string& why);
   void peerLost(Peer& p, const std::string& why);
   // The ready peer with this id (our token for it), or nullptr.
   Peer* peerByToken(uint64_t token);
@@ -213,7 +214,9 @@ class Engine final : private Link {
   bool multiLane_ = false;  // a class has several lanes (pieces may wait for one)
   ucx::Worker* fetchWorker_ = nullptr;  // the worker of the active message being handled
   ScopedFd wakeFd_;
-  transport::Listener listener_;
+  // The per-peer-process control connections of the one core (the plugin's Net has its own).
+  std::unique_ptr<transport::Sessions> sessions_;
+  wire::ListenHandle listenHandle_;  // where other engines connect (listen id 0 reaches it)
   bool listening_ = false;
   std::thread thread_;
   bool stop_ = false;
@@ -223,7 +226,7 @@ class Engine final : private Link {
   std::list<std::unique_ptr<Registration>> registrations_;
   Timers<TimerKind> timers_;
   TimePoint lastSocketCheck_{};
-  size_t handshaking_ = 0;  // peers in Phase::kHandshake (their sockets are polled every call)
+  size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
   std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
 };
 

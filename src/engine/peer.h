@@ -12,9 +12,10 @@
 namespace pact::engine {
 
 
-// One connection to another engine (or to this one): the control socket (handshake, then
-// liveness), the control endpoint (to the peer's CTRL context) and, per engine class used to
-// send to it, that class's lanes (endpoints to the peer's context of the same service).
+// One connection to another engine (or to this one): a channel of the session to its process
+// (handshake, then liveness), the control endpoint (to the peer's CTRL context) and, per engine
+// class used to send to it, that class's lanes (endpoints to the peer's context of the same
+// service).
 struct Engine::Peer {
   enum class Phase : uint8_t { kHandshake, kReady, kLost };
   uint64_t id = 0;           // our token: the peer puts it in every message to us
@@ -22,7 +23,7 @@ struct Engine::Peer {
   std::string name;
   bool outbound = false;
   Phase phase = Phase::kHandshake;
-  transport::ControlSocket socket;
+  uint64_t channel = 0;      // of the session to the peer's process (0: none)
   // The control lane: one endpoint from the CTRL class's context to the peer's control worker.
   // Classes of one lane on the same context share it (one connection, pieces and Done in order).
   std::shared_ptr<transport::Lanes> ctrl;
@@ -30,9 +31,6 @@ struct Engine::Peer {
   std::vector<std::shared_ptr<transport::Lanes>> lanes;  // per route; null until first used
   std::string lostReason;
   bool refused = false;      // the handshake was refused (by either side): connect says REFUSED
-  // PACT_AUTH_KEY_FILE: our challenge, the peer's, and the peer's Hello until its proof arrives.
-  auth::Nonce nonce{};
-  auth::Nonce peerNonce{};
   std::vector<uint8_t> peerWorker;
 };
 

@@ -1,6 +1,7 @@
-// Engine connections: listen/connect, the handshake on the control socket (names, tokens, UCX
-// addresses, PACT_AUTH_KEY_FILE proofs), liveness, and the control messages on UCX active
-// messages handed to the protocol.
+// Engine connections: listen/connect over the transport core's sessions (transport/session.h:
+// one control connection per peer engine's process, its handshake with PACT_AUTH_KEY_FILE
+// proofs, its liveness), each peer a channel whose open and answer carry the two Hellos (names,
+// tokens, UCX addresses); and the control messages on UCX active messages handed to the protocol.
 #include <algorithm>
 #include <cstring>
 
@@ -16,41 +17,41 @@ namespace pact::engine {
 Status Engine::address(std::string* out) {
   std::lock_guard lock(mu_);
   if (!listening_) return fail(Status::kNotFound, "engine " + config_.name + " does not listen");
-  *out = transport::formatAddress(listener_.addr);
+  *out = transport::formatAddress(listenHandle_);
   return Status::kOk;
 }
 
-Status Engine::startPeer(transport::ControlSocket socket, bool outbound, uint64_t* id) {
+std::vector<uint8_t> Engine::helloFor(const Peer& p) {
+  transport::DeviceCtx& ctrl = *contexts_[routes_[ctrlRoute_].context].dev;
+  Hello hello{config_.name, p.id, proto_->epoch(), ctrl.worker(0).address(), {}};
+  for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
+  return encode(Control(hello));
+}
+
+Engine::Peer& Engine::newPeer(bool outbound) {
   auto p = std::make_unique<Peer>();
   p->id = nextId_++;
   p->outbound = outbound;
-  p->socket = std::move(socket);
-  transport::enableKeepalive(p->socket.fd(), params_.peer_timeout);
-  const auth::Key& key = params_.auth_key;
-  p->nonce = auth::freshNonce();
-  transport::DeviceCtx& ctrl = *contexts_[routes_[ctrlRoute_].context].dev;
-  Hello hello{config_.name, p->id, proto_->epoch(), ctrl.worker(0).address(),
-              key.enabled() ? uint8_t{1} : uint8_t{0}, p->nonce, {}};
-  for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
-  if (Status s = p->socket.send(wire::encodeEngine(encode(Control(hello)))); isError(s))
-    return fail(s, s == Status::kRefused ? "connection refused: nothing listens at that address"
-                                         : "connection reset before the handshake");
   timers_.add(now() + params_.peer_timeout, p->id, TimerKind::kHandshake);
-  *id = p->id;
-  peers_.emplace(p->id, std::move(p));
   ++handshaking_;
-  return Status::kOk;
+  Peer& ref = *p;
+  peers_.emplace(ref.id, std::move(p));
+  return ref;
 }
 
 Status Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer) {
   auto handle = transport::parseAddress(address);
   if (!handle.ok()) return fail(Status::kInvalidArgument, handle.error().message);
   std::unique_lock lock(mu_);
-  auto socket = transport::ControlSocket::connectTo(*handle);
-  if (!socket.ok()) return fail(socket.status(), socket.error().message);
-  uint64_t id = 0;
-  if (Status c = startPeer(std::move(*socket), true, &id); c != Status::kOk) return c;
-  Peer& p = *peers_.at(id);
+  Peer& p = newPeer(true);
+  // The session carries the handshake (wire version, PACT_AUTH_KEY_FILE proofs); the channel's
+  // open and its answer carry each side's Hello.
+  auto channel = sessions_->open(*handle, helloFor(p));
+  if (!channel.ok()) {
+    peerLost(p, channel.error().message);
+    return fail(channel.status(), "connect " + address + ": " + channel.error().message);
+  }
+  p.channel = *channel;
   if (!waitFor(lock, timeoutMs, [&] { return p.phase != Peer::Phase::kHandshake; })) {
     peerLost(p, "handshake timed out");
     return fail(Status::kTimeout, "connect " + address + ": no handshake within " +
@@ -58,7 +59,7 @@ Status Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer
   }
   if (p.phase == Peer::Phase::kLost)
     return fail(p.refused ? Status::kRefused : Status::kRemoteError, "connect " + address + ": " + p.lostReason);
-  *peer = id;
+  *peer = p.id;
   return Status::kOk;
 }
 
@@ -96,93 +97,77 @@ Status Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
   return proto_->peerCredit(peer, budget, inUse);
 }
 
-int Engine::acceptConnections() {
-  if (!listening_) return 0;
-  int n = 0;
-  for (;;) {
-    auto fd = transport::acceptOne(listener_.fd.get());
-    if (!fd.ok()) {
-      PACT_WARN("engine %s: accept: %s", config_.name.c_str(), fd.error().message.c_str());
-      return n;
-    }
-    if (!fd->valid()) return n;
-    uint64_t id = 0;
-    if (startPeer(transport::ControlSocket(std::move(*fd)), false, &id) == Status::kOk) ++n;
-  }
-}
-
-int Engine::pollPeers() {
-  int n = 0;
-  for (auto it = peers_.begin(); it != peers_.end();) {
-    Peer& p = *it->second;
-    if (p.phase == Peer::Phase::kLost) {
-      ++it;
-      continue;
-    }
-    if (Status s = p.socket.flush(); isError(s)) {
-      p.refused = s == Status::kRefused;
-      peerLost(p, p.refused ? "connection refused: nothing listens at that address"
-                            : "control connection reset");
-      ++it;
-      ++n;
-      continue;
-    }
-    for (;;) {
-      auto frame = p.socket.poll();
-      if (!frame.ok()) {
-        peerLost(p, frame.error().message);
-        ++n;
-        break;
-      }
-      if (!frame->has_value()) break;
-      ++n;
-      const transport::Frame& f = **frame;
-      if (f.header.type == wire::FrameType::kBye) {
-        peerLost(p, "the peer closed");
-        break;
-      }
-      if (f.header.type == wire::FrameType::kRefuse) {
-        auto r = wire::decodeRefuse(f.body);
-        p.refused = true;
-        peerLost(p, r.ok() ? std::string("refused by the peer: ") + wire::fieldName(r->field) +
-                                 " differs (remote " + std::to_string(r->expected) + ", local " +
-                                 std::to_string(r->got) + ")"
-                           : "refused by the peer: " + r.error().message);
-        break;
-      }
-      if (f.header.type != wire::FrameType::kEngine || p.phase != Peer::Phase::kHandshake) {
-        peerLost(p, "unexpected frame on the control connection");
-        break;
-      }
-      auto m = decode(f.body);
-      if (!m.ok()) {
-        peerLost(p, "handshake: " + m.error().message);
-        break;
-      }
-      if (const auto* proof = std::get_if<Proof>(&*m)) {
-        if (onProof(p, *proof) != Status::kOk) break;
-        continue;
-      }
-      if (!std::holds_alternative<Hello>(*m)) {
-        peerLost(p, "handshake: expected hello");
-        break;
-      }
-      if (onHello(p, std::get<Hello>(*m)) != Status::kOk) break;
-    }
-    ++it;
-  }
-  return n;
-}
-
 namespace {
-constexpr std::string_view kProofLabel = "pact-engine-proof-v1";
+// A peer's Hello from a channel payload, or why it is not one.
+Result<Hello> helloFrom(const std::vector<uint8_t>& payload) {
+  auto m = decode(payload);
+  if (!m.ok()) return m.error();
+  if (!std::holds_alternative<Hello>(*m)) return Error{Status::kInvalidArgument, "expected a hello"};
+  return std::get<Hello>(*m);
+}
 }  // namespace
 
-// Refuses the handshake on the control socket, so the peer reports a refusal too.
-void Engine::refuse(Peer& p, wire::Field field, uint64_t ours, uint64_t theirs, const std::string& why) {
-  ignore(p.socket.send(wire::encode(wire::Refuse{field, ours, theirs})));
-  p.refused = true;
-  peerLost(p, "refused: " + why);
+int Engine::pollPeers() {
+  int n = sessions_->step();
+  // Engines connecting to this one: a channel to its listen id each.
+  while (listening_) {
+    auto in = sessions_->nextOpen(listenHandle_.listenId);
+    if (!in.ok()) {  // a session this listener refused (another key, one side without one)
+      PACT_INFO("engine %s: %s", config_.name.c_str(), in.error().message.c_str());
+      if (in.status() == Status::kRefused) continue;
+      break;
+    }
+    if (!*in) break;
+    ++n;
+    auto hello = helloFrom((*in)->open.payload);
+    if (!hello.ok()) {
+      PACT_WARN("engine %s: connection from %s refused: handshake: %s", config_.name.c_str(),
+                (*in)->peer.c_str(), hello.error().message.c_str());
+      sessions_->refuseOpen(**in, wire::Refuse{wire::Field::kVersion, wire::kVersion, 0});
+      continue;
+    }
+    Peer& p = newPeer(false);
+    auto channel = sessions_->acceptOpen(**in, helloFor(p));
+    if (!channel.ok()) {
+      peerLost(p, channel.error().message);
+      continue;
+    }
+    p.channel = *channel;
+    ignore(onHello(p, *hello));
+  }
+  for (auto& [id, pp] : peers_) {
+    Peer& p = *pp;
+    if (p.phase == Peer::Phase::kLost) continue;
+    if (p.phase == Peer::Phase::kHandshake) {
+      if (!p.outbound || p.channel == 0) continue;
+      auto opened = sessions_->opened(p.channel);
+      if (!opened.ok()) {
+        p.channel = 0;  // the sessions forgot it
+        p.refused = opened.status() == Status::kRefused;
+        peerLost(p, opened.error().message);
+        ++n;
+        continue;
+      }
+      if (!*opened) continue;
+      ++n;
+      auto hello = helloFrom((*opened)->payload);
+      if (!hello.ok()) {
+        peerLost(p, "handshake: " + hello.error().message);
+        continue;
+      }
+      ignore(onHello(p, *hello));
+      continue;
+    }
+    const transport::ChannelView v = sessions_->view(p.channel, false);
+    if (v.peerClosed) {
+      peerLost(p, "the peer closed");
+      ++n;
+    } else if (!v.lostReason.empty()) {
+      peerLost(p, v.lostReason);
+      ++n;
+    }
+  }
+  return n;
 }
 
 Status Engine::onHello(Peer& p, const Hello& hello) {
@@ -190,36 +175,7 @@ Status Engine::onHello(Peer& p, const Hello& hello) {
   p.remoteToken = hello.token;
   p.peerWorker = hello.workerAddress;
   p.contexts = hello.contexts;
-  p.peerNonce = hello.nonce;
-  const auth::Key& key = params_.auth_key;
-  const uint8_t ours = key.enabled() ? 1 : 0;
-  if (hello.auth != ours) {
-    refuse(p, wire::Field::kAuth, ours, hello.auth,
-           std::string("authentication: PACT_AUTH_KEY_FILE is set on ") +
-               (ours ? "this side only" : "the peer only"));
-    return Status::kRefused;
-  }
-  if (!key.enabled()) return connectEndpoint(p);
-  // Prove we know the key (over the peer's challenge); the endpoint waits for the peer's proof.
-  sendHandshake(p, Proof{auth::mac(key.secret, kProofLabel, p.peerNonce, p.nonce)});
-  return Status::kOk;
-}
-
-Status Engine::onProof(Peer& p, const Proof& proof) {
-  const auth::Key& key = params_.auth_key;
-  if (!key.enabled() || p.peerWorker.empty()) {
-    peerLost(p, "handshake: unexpected proof");
-    return Status::kRefused;
-  }
-  if (!auth::verify(key.secret, kProofLabel, p.nonce, p.peerNonce, proof.mac)) {
-    refuse(p, wire::Field::kAuth, 1, 0, "authentication: the peer's proof does not verify (another key)");
-    return Status::kRefused;
-  }
   return connectEndpoint(p);
-}
-
-void Engine::sendHandshake(Peer& p, const Control& m) {
-  ignore(p.socket.send(wire::encodeEngine(encode(m))));
 }
 
 Status Engine::connectEndpoint(Peer& p) {
@@ -247,8 +203,15 @@ void Engine::peerLost(Peer& p, const std::string& why) {
   if (p.phase == Peer::Phase::kHandshake) --handshaking_;
   p.phase = Peer::Phase::kLost;
   p.lostReason = why;
-  ignore(p.socket.flush());  // a refusal on its way goes out; then the peer sees the close
-  p.socket = transport::ControlSocket();
+  if (p.channel != 0) {
+    // An answered channel says goodbye (the peer sees "the peer closed"); an unanswered open is
+    // given up.
+    if (p.outbound && p.remoteToken == 0)
+      sessions_->forget(p.channel);
+    else
+      sessions_->close(p.channel, false, nullptr);
+    p.channel = 0;
+  }
   proto_->peerLost(p.id);
   closePeerEndpoints(p);
   cv_.notify_all();

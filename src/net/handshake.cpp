@@ -1,8 +1,9 @@
 // listen / connect / accept over the process's sessions (transport/session.h):
 //   connector                               listener
 //   [session to the listener's process: made once per pair of processes, then shared]
-//   OPEN{listen id, channel, channel shape} ->  checks the listen id
-//                                          <- OPENED{tag space, rail addresses} | OPEN_REFUSED
+//   OPEN{listen id, channel, CommShape}     ->  checks the listen id
+//                                          <- OPENED{CommAccept: tag space, rail addresses}
+//                                             | OPEN_REFUSED
 // connect and accept each step their side and return a null comm until done, so both may be
 // called alternately from one thread (NCCL's GDR probe).
 #include <cstring>
@@ -94,13 +95,12 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     PACT_DEBUG("connect on %s: traffic class %s, profile %s", (*hb)->dev().info().name.c_str(),
                trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass).c_str(),
                params_.classes.forNccl(trafficClass).describe().c_str());
-    wire::Open open;
-    open.listenId = h->listenId;
-    open.unordered = cfg.ordered ? 0 : 1;
-    open.lanes = static_cast<uint8_t>(cfg.ordered ? 1 : cfg.lanes);
-    open.chunk = cfg.chunk;
-    open.rails = static_cast<uint8_t>((*hb)->dev().rails());
-    auto channel = sessions_->open(*h, open);
+    wire::CommShape shape;
+    shape.unordered = cfg.ordered ? 0 : 1;
+    shape.lanes = static_cast<uint8_t>(cfg.ordered ? 1 : cfg.lanes);
+    shape.chunk = cfg.chunk;
+    shape.rails = static_cast<uint8_t>((*hb)->dev().rails());
+    auto channel = sessions_->open(*h, wire::encode(shape));
     if (!channel.ok()) {
       PACT_WARN("connect: %s", channel.error().message.c_str());
       return channel.status();
@@ -120,18 +120,22 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
               sessions_->peerName(st->channel).c_str());
     return finish(Status::kTimeout);
   }
-  const wire::Opened& o = **opened;
+  auto o = wire::decodeCommAccept((*opened)->payload);
+  if (!o.ok()) {
+    PACT_WARN("connect: %s", o.error().message.c_str());
+    return finish(Status::kInvalidArgument);
+  }
   const std::string peer = sessions_->peerName(st->channel);
   std::lock_guard lock(st->hub->dev().mutex());
-  auto comm = std::make_unique<SendComm>(st->hub, sessions_, st->channel, o.tagSpace, peer, st->cfg);
+  auto comm = std::make_unique<SendComm>(st->hub, sessions_, st->channel, o->tagSpace, peer, st->cfg);
   st->channel = 0;  // the comm owns it now
-  if (Status s = comm->connectLanes(o.railAddresses); s != Status::kOk) {
+  if (Status s = comm->connectLanes(o->railAddresses); s != Status::kOk) {
     comm->shutdown();
     return finish(s);
   }
   PACT_DEBUG("send comm %p connected to %s on %s (tag space %#x, %s, %d lane(s), chunk %zu)",
              static_cast<void*>(comm.get()), peer.c_str(), st->hub->dev().info().name.c_str(),
-             o.tagSpace, st->cfg.ordered ? "ordered" : "unordered", st->cfg.ordered ? 1 : st->cfg.lanes,
+             o->tagSpace, st->cfg.ordered ? "ordered" : "unordered", st->cfg.ordered ? 1 : st->cfg.lanes,
              st->cfg.chunk);
   *out = comm.release();
   return finish(Status::kOk);
@@ -148,6 +152,12 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   if (!in.value()) return Status::kOk;
   const transport::Sessions::Incoming& inc = **in;
   Hub& hub = *lc->hub;
+  auto shape = wire::decodeCommShape(inc.open.payload);
+  if (!shape.ok()) {
+    PACT_WARN("accept from %s: %s", inc.peer.c_str(), shape.error().message.c_str());
+    lc->sessions->refuseOpen(inc, wire::Refuse{wire::Field::kVersion, wire::kVersion, 0});
+    return Status::kOk;  // the connector fails; this listen comm goes on
+  }
   auto space = hub.tags()->take();
   if (!space.ok()) {
     PACT_WARN("accept from %s on %s: %s", inc.peer.c_str(), hub.dev().info().name.c_str(),
@@ -155,7 +165,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
     lc->sessions->refuseOpen(inc, wire::Refuse{wire::Field::kCapacity, tag::kMaxIndex, 0});
     return space.status();
   }
-  auto channel = lc->sessions->acceptOpen(inc, *space, hub.dev().addresses());
+  auto channel = lc->sessions->acceptOpen(inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses()}));
   if (!channel.ok()) {
     // The connector's process went away between its open and this accept: nothing to accept.
     hub.tags()->give(*space);
@@ -164,10 +174,10 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   }
   // The sender's channel, with this process's PACT_FAULT (reject, lose_remote_done).
   ChannelConfig cfg = channelFor(-1);
-  cfg.ordered = inc.open.unordered == 0;
-  cfg.lanes = inc.open.lanes;
-  cfg.chunk = inc.open.chunk;
-  cfg.rails = static_cast<int>(std::min<size_t>({inc.open.lanes, inc.open.rails, hub.dev().rails()}));
+  cfg.ordered = shape->unordered == 0;
+  cfg.lanes = shape->lanes;
+  cfg.chunk = shape->chunk;
+  cfg.rails = static_cast<int>(std::min<size_t>({shape->lanes, shape->rails, hub.dev().rails()}));
   std::lock_guard lock(hub.dev().mutex());
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
   PACT_DEBUG("recv comm %p accepted from %s on %s (tag space %#x)", static_cast<void*>(comm),

@@ -147,6 +147,22 @@ std::string formatAddress(const sockaddr_storage& addr) {
   return std::string(ip) + ":" + std::to_string(ntohs(sin->sin_port));
 }
 
+std::string formatAddress(const wire::ListenHandle& h) {
+  sockaddr_storage ss{};
+  if (h.family == AF_INET) {
+    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(h.port);
+    std::memcpy(&s->sin_addr, h.addr, 4);
+  } else {
+    auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
+    s->sin6_family = AF_INET6;
+    s->sin6_port = htons(h.port);
+    std::memcpy(&s->sin6_addr, h.addr, 16);
+  }
+  return formatAddress(ss);
+}
+
 Result<wire::ListenHandle> parseAddress(const std::string& text) {
   const auto bad = [&](const char* why) {
     return Error{Status::kInvalidArgument,

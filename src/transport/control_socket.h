@@ -59,8 +59,9 @@ struct Listener {
   sockaddr_storage addr{};
 };
 Result<Listener> listenOn(const std::string& ip, uint16_t port = 0);
-// "ip:port" / "[ip6]:port" of a bound socket address.
+// "ip:port" / "[ip6]:port" of a bound socket address, or of a handle's.
 std::string formatAddress(const sockaddr_storage& addr);
+std::string formatAddress(const wire::ListenHandle& h);
 // Parses "ip:port" / "[ip6]:port" into a handle connectTo() accepts (listen id and epoch 0).
 Result<wire::ListenHandle> parseAddress(const std::string& text);
 // Accepts one pending connection, or returns an invalid fd when none is waiting.

@@ -32,22 +32,6 @@ std::string socketPeer(int fd) {
   return formatAddress(ss);
 }
 
-std::string handleAddress(const wire::ListenHandle& h) {
-  sockaddr_storage ss{};
-  if (h.family == AF_INET) {
-    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(h.port);
-    std::memcpy(&s->sin_addr, h.addr, 4);
-  } else {
-    auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
-    s->sin6_family = AF_INET6;
-    s->sin6_port = htons(h.port);
-    std::memcpy(&s->sin6_addr, h.addr, 16);
-  }
-  return formatAddress(ss);
-}
-
 telemetry::CounterSet& counters() { return telemetry::processCounters(); }
 
 }  // namespace
@@ -152,8 +136,10 @@ void Sessions::flushPending() {
       s.pending = true;
       pendingOut_.push_back(id);
     } else if (isError(st)) {
-      lose(s, st == Status::kRefused ? "connection refused: nothing listens at " + s.peer
-                                     : "control connection to " + s.peer + " reset");
+      if (st == Status::kRefused)
+        lose(s, "connection refused: nothing listens at " + s.peer, true);
+      else
+        lose(s, "control connection to " + s.peer + " reset");
     }
   }
 }
@@ -218,6 +204,7 @@ void Sessions::finish(Channel& c) {
 }
 
 Sessions::ListenSlot* Sessions::slot(uint64_t listenId) {
+  if (listenId == 0) listenId = defaultListen_;
   const uint64_t index = (listenId & 0xffffffffu);
   if (index == 0 || index > slots_.size()) return nullptr;
   ListenSlot& l = slots_[index - 1];
@@ -337,7 +324,8 @@ void Sessions::onHandshakeFrame(Session& s, const Frame& f) {
     }
     s.peerProcess = hello->process;
     s.listenId = hello->listenId;
-    if (hello->epoch != cfg_.epoch) return refuseSession(s, wire::Field::kEpoch, cfg_.epoch, hello->epoch);
+    if (cfg_.checkEpoch && hello->epoch != cfg_.epoch)
+      return refuseSession(s, wire::Field::kEpoch, cfg_.epoch, hello->epoch);
     if (hello->auth != ours) return refuseSession(s, wire::Field::kAuth, ours, hello->auth);
     wire::Accept accept{process_, cfg_.epoch, {}, {}};
     if (key.enabled()) {
@@ -368,8 +356,11 @@ void Sessions::onHandshakeFrame(Session& s, const Frame& f) {
     PACT_WARN("%s: handshake with %s: %s", cfg_.face.c_str(), s.peer.c_str(), acc.error().message.c_str());
     return lose(s, "handshake: " + acc.error().message);
   }
-  if (acc->epoch != cfg_.epoch) return refuseSession(s, wire::Field::kEpoch, cfg_.epoch, acc->epoch);
-  if (acc->process != s.peerProcess) {
+  if (cfg_.checkEpoch && acc->epoch != cfg_.epoch)
+    return refuseSession(s, wire::Field::kEpoch, cfg_.epoch, acc->epoch);
+  if (s.peerProcess == 0) {
+    s.peerProcess = acc->process;  // an address without a process: now it is known
+  } else if (acc->process != s.peerProcess) {
     // The handle is older than the process that listens there now (a restart on the same port).
     return lose(s, "another process listens at " + s.peer + " now (the handle is stale)", true);
   }
@@ -464,12 +455,18 @@ void Sessions::onFrame(Session& s, const Frame& f) {
 
 // ---- listening side ---------------------------------------------------------------------------
 
-Result<wire::ListenHandle> Sessions::listen(const std::string& ip) {
+Result<wire::ListenHandle> Sessions::listen(const std::string& ip, uint16_t port, bool asDefault) {
   std::lock_guard lock(mu_);
+  auto portOf = [](const sockaddr_storage& a) {
+    return ntohs(a.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&a)->sin_port
+                                        : reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+  };
   size_t li = 0;
-  while (li < listeners_.size() && listeners_[li].ip != ip) ++li;
+  while (li < listeners_.size() &&
+         (listeners_[li].ip != ip || (port != 0 && portOf(listeners_[li].listener.addr) != port)))
+    ++li;
   if (li == listeners_.size()) {
-    auto l = listenOn(ip);
+    auto l = listenOn(ip, port);
     if (!l.ok()) return l.error();
     listeners_.push_back(Listener_{std::move(l.value()), ip});
     watch(listeners_.back().listener.fd.get(), kListenerKey | li, false);
@@ -490,6 +487,7 @@ Result<wire::ListenHandle> Sessions::listen(const std::string& ip) {
   wire::ListenHandle h;
   h.family = addr.ss_family;
   h.listenId = (static_cast<uint64_t>(slotRef.generation) << 32) | index;
+  if (asDefault) defaultListen_ = h.listenId;
   h.epoch = cfg_.epoch;
   h.process = process_;
   if (h.family == AF_INET) {
@@ -508,6 +506,7 @@ void Sessions::unlisten(uint64_t listenId) {
   std::lock_guard lock(mu_);
   ListenSlot* l = slot(listenId);
   if (l == nullptr) return;
+  if (defaultListen_ == listenId) defaultListen_ = 0;
   for (const Incoming& in : l->incoming)
     if (auto it = sessions_.find(in.session); it != sessions_.end())
       send(*it->second, wire::encode(wire::OpenRefused{in.open.channel, {wire::Field::kListenId, 0, listenId}}));
@@ -537,8 +536,7 @@ Result<std::optional<Sessions::Incoming>> Sessions::nextOpen(uint64_t listenId) 
   return std::optional<Incoming>();
 }
 
-Result<uint64_t> Sessions::acceptOpen(const Incoming& in, uint32_t tagSpace,
-                                      const std::vector<std::vector<uint8_t>>& railAddresses) {
+Result<uint64_t> Sessions::acceptOpen(const Incoming& in, const std::vector<uint8_t>& payload) {
   std::lock_guard lock(mu_);
   auto it = sessions_.find(in.session);
   if (it == sessions_.end() || !it->second->ready())
@@ -552,7 +550,7 @@ Result<uint64_t> Sessions::acceptOpen(const Incoming& in, uint32_t tagSpace,
   s.channels.insert(id);
   channels_.emplace(id, std::move(c));
   counters().addShared(telemetry::kChannels);
-  send(s, wire::encode(wire::Opened{in.open.channel, id, tagSpace, railAddresses}));
+  send(s, wire::encode(wire::Opened{in.open.channel, id, payload}));
   flushPending();
   return id;
 }
@@ -567,23 +565,24 @@ void Sessions::refuseOpen(const Incoming& in, const wire::Refuse& why) {
 // ---- connecting side --------------------------------------------------------------------------
 
 Sessions::Session* Sessions::sessionTo(const wire::ListenHandle& h) {
+  if (h.process == 0) return nullptr;
   auto range = byProcess_.equal_range(h.process);
   for (auto it = range.first; it != range.second; ++it)
     if (!it->second->lost()) return it->second;
   return nullptr;
 }
 
-Result<uint64_t> Sessions::open(const wire::ListenHandle& h, wire::Open request) {
+Result<uint64_t> Sessions::open(const wire::ListenHandle& h, std::vector<uint8_t> payload) {
   std::lock_guard lock(mu_);
   stepLocked();
   Session* s = sessionTo(h);
   if (s == nullptr) {
     auto sock = ControlSocket::connectTo(h);
     if (!sock.ok()) return sock.error();
-    s = &addSession(std::move(sock.value()), true, handleAddress(h));
+    s = &addSession(std::move(sock.value()), true, formatAddress(h));
     s->peerProcess = h.process;
     s->listenId = h.listenId;
-    byProcess_.emplace(h.process, s);
+    if (h.process != 0) byProcess_.emplace(h.process, s);
     wire::Hello hello{process_, cfg_.epoch, h.listenId, cfg_.key.enabled() ? uint8_t{1} : uint8_t{0}, {}};
     s->nonce = auth::freshNonce();
     hello.nonce = s->nonce;
@@ -592,8 +591,8 @@ Result<uint64_t> Sessions::open(const wire::ListenHandle& h, wire::Open request)
   auto c = std::make_unique<Channel>();
   c->id = nextChannel_++;
   c->session = s;
-  request.channel = c->id;
-  c->request = request;
+  c->request = wire::Open{h.listenId, c->id, std::move(payload)};
+  const wire::Open& request = c->request;
   const uint64_t id = c->id;
   s->channels.insert(id);
   channels_.emplace(id, std::move(c));

@@ -56,6 +56,9 @@ class Sessions {
     auth::Key key;                        // PACT_AUTH_KEY_FILE (may be disabled)
     std::chrono::microseconds peerTimeout{};  // handshake bound; TCP keepalive
     std::string face;                     // in log lines ("plugin")
+    // Sessions of another epoch are refused (the plugin). The engine changes its epoch while
+    // connected and judges epochs per transfer, so its sessions do not compare them.
+    bool checkEpoch = true;
   };
   explicit Sessions(Config cfg);
   ~Sessions();  // says goodbye on every session (the process leaves)
@@ -63,10 +66,14 @@ class Sessions {
   Sessions& operator=(const Sessions&) = delete;
 
   uint64_t process() const { return process_; }
+  // Readable when step() has something to do (an epoll set): what a face that sleeps polls.
+  int fd() const { return epoll_.get(); }
 
   // ---- listening side
-  // A new listen id on the listener of ip (bound on first use); the handle names both.
-  Result<wire::ListenHandle> listen(const std::string& ip);
+  // A new listen id on the listener of ip (bound on first use, on port when not 0); the handle
+  // names both. asDefault: the id opens with listen id 0 also reach (an engine's address names
+  // no listen id).
+  Result<wire::ListenHandle> listen(const std::string& ip, uint16_t port = 0, bool asDefault = false);
   // The listen id is closed: opens still queued for it, or arriving later, are refused.
   void unlisten(uint64_t listenId);
   struct Incoming {
@@ -78,14 +85,15 @@ class Sessions {
   // refused (the connector's epoch, version or key), once per refusal; nullopt when none waits.
   Result<std::optional<Incoming>> nextOpen(uint64_t listenId);
   // Answers an open: the channel exists on both sides from now on; returns its id here.
-  Result<uint64_t> acceptOpen(const Incoming& in, uint32_t tagSpace,
-                              const std::vector<std::vector<uint8_t>>& railAddresses);
+  Result<uint64_t> acceptOpen(const Incoming& in, const std::vector<uint8_t>& payload);
   void refuseOpen(const Incoming& in, const wire::Refuse& why);
 
   // ---- connecting side
   // Joins (or starts) the session to the handle's process and asks for a channel to its listen
-  // id; returns this side's channel id. The open leaves once the session is ready.
-  Result<uint64_t> open(const wire::ListenHandle& h, wire::Open request);
+  // id, with the face's payload; returns this side's channel id. The open leaves once the
+  // session is ready. A handle without a process (0: an engine's address) always starts a
+  // session of its own.
+  Result<uint64_t> open(const wire::ListenHandle& h, std::vector<uint8_t> payload);
   // Steps; the answer once it came (then the channel is open), nullopt while waiting, or the
   // error that ended it (refused: kRefused; the session lost: kRemoteError). An error forgets
   // the channel.
@@ -150,6 +158,7 @@ class Sessions {
   };
   std::vector<Listener_> listeners_;
   std::vector<ListenSlot> slots_;     // index = listen id's low 32 bits - 1
+  uint64_t defaultListen_ = 0;        // the listen id that listen id 0 reaches (0: none)
   std::deque<uint32_t> freeSlots_;
   std::unordered_map<uint64_t, std::unique_ptr<Session>> sessions_;  // by local session id
   std::unordered_multimap<uint64_t, Session*> byProcess_;          // ready or handshaking

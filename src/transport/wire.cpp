@@ -65,7 +65,7 @@ Result<Header> decodeHeader(std::span<const uint8_t> in) {
       !r.u32(&h.length, "length"))
     return r.error();
   if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
-  if (type < 1 || type > static_cast<uint16_t>(FrameType::kClose))
+  if (type < 1 || type > static_cast<uint16_t>(FrameType::kClose) || type == 5)
     return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
   if (h.length > kMaxBody)
     return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
@@ -138,9 +138,7 @@ std::vector<uint8_t> encode(const Open& m) {
   Writer w;
   w.u64(m.listenId);
   w.u64(m.channel);
-  w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
-  w.u16(m.rails);
-  w.u64(m.chunk);
+  w.bytes(m.payload);
   return frame(FrameType::kOpen, w);
 }
 
@@ -148,10 +146,24 @@ std::vector<uint8_t> encode(const Opened& m) {
   Writer w;
   w.u64(m.channel);
   w.u64(m.peerChannel);
+  w.bytes(m.payload);
+  return frame(FrameType::kOpened, w);
+}
+
+std::vector<uint8_t> encode(const CommShape& m) {
+  Writer w;
+  w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
+  w.u16(m.rails);
+  w.u64(m.chunk);
+  return w.out;
+}
+
+std::vector<uint8_t> encode(const CommAccept& m) {
+  Writer w;
   w.u32(m.tagSpace);
   w.u16(static_cast<uint16_t>(m.railAddresses.size()));
   for (const auto& a : m.railAddresses) w.bytes(a);
-  return frame(FrameType::kOpened, w);
+  return w.out;
 }
 
 std::vector<uint8_t> encode(const OpenRefused& m) {
@@ -165,12 +177,6 @@ std::vector<uint8_t> encode(const Close& m) {
   Writer w;
   w.u64(m.channel);
   return frame(FrameType::kClose, w);
-}
-
-std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame) {
-  Writer w;
-  w.out = engineFrame;
-  return frame(FrameType::kEngine, w);
 }
 
 std::vector<uint8_t> encode(const Abort& m) {
@@ -228,38 +234,53 @@ Result<Refuse> decodeRefuse(std::span<const uint8_t> body) {
 Result<Open> decodeOpen(std::span<const uint8_t> body) {
   Reader r(body, "open");
   Open m;
-  uint16_t channel = 0, rails = 0;
   if (!r.u64(&m.listenId, "listen_id") || !r.u64(&m.channel, "channel") ||
-      !r.u16(&channel, "order_lanes") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
-      !r.done())
+      !r.bytes(&m.payload, kMaxPayload, "payload", 0) || !r.done())
     return r.error();
   if (m.channel == 0) return Error{Status::kInvalidArgument, "open.channel: 0"};
-  if (rails < 1 || rails > kMaxRails)
-    return Error{Status::kInvalidArgument, "open.rails: " + std::to_string(rails) + " outside 1..8"};
-  m.rails = static_cast<uint8_t>(rails);
-  m.unordered = static_cast<uint8_t>(channel & 0xff);
-  m.lanes = static_cast<uint8_t>(channel >> 8);
-  if (m.unordered > 1)
-    return Error{Status::kInvalidArgument, "open.order: " + std::to_string(m.unordered) + " is not 0 or 1"};
-  if (m.lanes < 1 || m.lanes > kMaxLanes)
-    return Error{Status::kInvalidArgument, "open.lanes: " + std::to_string(m.lanes) + " outside 1..16"};
-  if (m.unordered && (m.chunk < kMinChunk || m.chunk > kMaxChunk || (m.chunk & (m.chunk - 1)) != 0))
-    return Error{Status::kInvalidArgument,
-                 "open.chunk: " + std::to_string(m.chunk) + " is not a power of two in [4096, 2^30]"};
   return m;
 }
 
 Result<Opened> decodeOpened(std::span<const uint8_t> body) {
   Reader r(body, "opened");
   Opened m;
-  uint16_t rails = 0;
   if (!r.u64(&m.channel, "channel") || !r.u64(&m.peerChannel, "peer_channel") ||
-      !r.u32(&m.tagSpace, "tag_space") || !r.u16(&rails, "rails"))
+      !r.bytes(&m.payload, kMaxPayload, "payload", 0) || !r.done())
     return r.error();
   if (m.channel == 0 || m.peerChannel == 0)
     return Error{Status::kInvalidArgument, "opened.channel: 0"};
+  return m;
+}
+
+Result<CommShape> decodeCommShape(std::span<const uint8_t> payload) {
+  Reader r(payload, "comm_shape");
+  CommShape m;
+  uint16_t channel = 0, rails = 0;
+  if (!r.u16(&channel, "order_lanes") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
+      !r.done())
+    return r.error();
   if (rails < 1 || rails > kMaxRails)
-    return Error{Status::kInvalidArgument, "opened.rails: " + std::to_string(rails) + " outside 1..8"};
+    return Error{Status::kInvalidArgument, "comm_shape.rails: " + std::to_string(rails) + " outside 1..8"};
+  m.rails = static_cast<uint8_t>(rails);
+  m.unordered = static_cast<uint8_t>(channel & 0xff);
+  m.lanes = static_cast<uint8_t>(channel >> 8);
+  if (m.unordered > 1)
+    return Error{Status::kInvalidArgument, "comm_shape.order: " + std::to_string(m.unordered) + " is not 0 or 1"};
+  if (m.lanes < 1 || m.lanes > kMaxLanes)
+    return Error{Status::kInvalidArgument, "comm_shape.lanes: " + std::to_string(m.lanes) + " outside 1..16"};
+  if (m.unordered && (m.chunk < kMinChunk || m.chunk > kMaxChunk || (m.chunk & (m.chunk - 1)) != 0))
+    return Error{Status::kInvalidArgument,
+                 "comm_shape.chunk: " + std::to_string(m.chunk) + " is not a power of two in [4096, 2^30]"};
+  return m;
+}
+
+Result<CommAccept> decodeCommAccept(std::span<const uint8_t> payload) {
+  Reader r(payload, "comm_accept");
+  CommAccept m;
+  uint16_t rails = 0;
+  if (!r.u32(&m.tagSpace, "tag_space") || !r.u16(&rails, "rails")) return r.error();
+  if (rails < 1 || rails > kMaxRails)
+    return Error{Status::kInvalidArgument, "comm_accept.rails: " + std::to_string(rails) + " outside 1..8"};
   m.railAddresses.resize(rails);
   for (auto& a : m.railAddresses)
     if (!r.bytes(&a, kMaxWorkerAddress, "worker_address")) return r.error();

@@ -45,10 +45,10 @@ Result<ListenHandle> decodeHandle(std::span<const uint8_t> in);
 // listen id), kOpened / kOpenRefused (the answer), kClose (that side closed its comm: the
 // goodbye), kAbort (that side failed the comm for a reason the peer cannot see: a message larger
 // than the receive buffer, a piece lost past the retry budget, a refused message).
-// kEngine: the body is a transfer-engine control frame (engine/control.h) sent before the
-// engine's UCX endpoints exist (its Hello).
+// Both faces use sessions (the engine's Hello rides its channel's open and answer), so type 5,
+// the engine's own frame until wire version 4, is unused.
 enum class FrameType : uint16_t {
-  kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kEngine = 5, kProof = 6, kAbort = 7,
+  kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kProof = 6, kAbort = 7,
   kOpen = 8, kOpened = 9, kOpenRefused = 10, kClose = 11,
 };
 
@@ -78,9 +78,20 @@ struct Proof {           // session: connector -> listener, with auth: HMAC(key,
 };
 
 struct Open {           // channel: connector -> listener
-  uint64_t listenId = 0;
+  uint64_t listenId = 0;  // 0: the listening process's default listen id (an engine's address)
   uint64_t channel = 0;   // the connector's channel id (the answer names it)
-  // The sender's channel: the receiver cuts its buffers the same way.
+  std::vector<uint8_t> payload;  // the face's: the plugin's CommShape, the engine's Hello
+};
+struct Opened {         // channel: listener -> connector
+  uint64_t channel = 0;      // the connector's channel id
+  uint64_t peerChannel = 0;  // the listener's: what the connector's later frames name
+  std::vector<uint8_t> payload;  // the face's: the plugin's CommAccept, the engine's Hello
+};
+inline constexpr size_t kMaxPayload = kMaxBody - 64;
+
+// The plugin's payloads. CommShape: the sender's channel, so the receiver cuts its buffers the
+// same way. CommAccept: the receive comm's tag space and where its rails are.
+struct CommShape {
   uint8_t unordered = 0;  // 0 ordered, 1 unordered
   uint8_t lanes = 1;      // 1..16
   uint8_t rails = 1;      // the sender's rails (ports of its virtual device), 1..8
@@ -90,9 +101,7 @@ inline constexpr uint8_t kMaxLanes = 16;
 inline constexpr size_t kMaxRails = 8;
 inline constexpr uint64_t kMinChunk = 4096;
 inline constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
-struct Opened {         // channel: listener -> connector
-  uint64_t channel = 0;   // the connector's channel id
-  uint64_t peerChannel = 0;  // the listener's: what the connector's later frames name
+struct CommAccept {
   uint32_t tagSpace = 0;  // the receive comm's tag space and generation (net/tags.h)
   std::vector<std::vector<uint8_t>> railAddresses;  // one worker address per rail, 1..8
 };
@@ -131,8 +140,6 @@ std::vector<uint8_t> encode(const OpenRefused& m);
 std::vector<uint8_t> encode(const Close& m);
 std::vector<uint8_t> encode(const Abort& m);  // a longer reason is cut to kMaxAbortReason
 std::vector<uint8_t> encodeBye();
-// Wraps an engine control frame (at most kMaxBody bytes) as a kEngine frame.
-std::vector<uint8_t> encodeEngine(const std::vector<uint8_t>& engineFrame);
 
 Result<Hello> decodeHello(std::span<const uint8_t> body);
 Result<Accept> decodeAccept(std::span<const uint8_t> body);
@@ -140,6 +147,11 @@ Result<Refuse> decodeRefuse(std::span<const uint8_t> body);
 Result<Proof> decodeProof(std::span<const uint8_t> body);
 Result<Open> decodeOpen(std::span<const uint8_t> body);
 Result<Opened> decodeOpened(std::span<const uint8_t> body);
+// Payloads (no frame header).
+std::vector<uint8_t> encode(const CommShape& m);
+std::vector<uint8_t> encode(const CommAccept& m);
+Result<CommShape> decodeCommShape(std::span<const uint8_t> payload);
+Result<CommAccept> decodeCommAccept(std::span<const uint8_t> payload);
 Result<OpenRefused> decodeOpenRefused(std::span<const uint8_t> body);
 Result<Close> decodeClose(std::span<const uint8_t> body);
 Result<Abort> decodeAbort(std::span<const uint8_t> body);

@@ -108,24 +108,19 @@ TEST(Frames, SessionFramesRoundTrip) {
 }
 
 TEST(Frames, ChannelFramesRoundTrip) {
-  Open open{0x100000002ull, 7, 1, 4, 2, 65536};
-  auto o = decodeOpen(bodyOf(encode(open)));
+  auto o = decodeOpen(bodyOf(encode(Open{0x100000002ull, 7, {1, 2, 3}})));
   ASSERT_TRUE(o.ok()) << o.error().message;
   EXPECT_EQ(o->listenId, 0x100000002ull);
   EXPECT_EQ(o->channel, 7u);
-  EXPECT_EQ(o->unordered, 1u);
-  EXPECT_EQ(o->lanes, 4u);
-  EXPECT_EQ(o->rails, 2u);
-  EXPECT_EQ(o->chunk, 65536u);
+  EXPECT_EQ(o->payload, (std::vector<uint8_t>{1, 2, 3}));
+  EXPECT_TRUE(decodeOpen(bodyOf(encode(Open{0, 7, {}}))).ok()) << "listen id 0 and no payload";
 
-  auto d = decodeOpened(bodyOf(encode(Opened{7, 9, 0x2a0001, {{1}, {2, 3}}})));
+  auto d = decodeOpened(bodyOf(encode(Opened{7, 9, {4}})));
   ASSERT_TRUE(d.ok()) << d.error().message;
   EXPECT_EQ(d->channel, 7u);
   EXPECT_EQ(d->peerChannel, 9u);
-  EXPECT_EQ(d->tagSpace, 0x2a0001u);
-  EXPECT_EQ(d->railAddresses, (std::vector<std::vector<uint8_t>>{{1}, {2, 3}}));
-  EXPECT_EQ(decodeOpened(bodyOf(encode(Opened{7, 9, 1, {}}))).error().message,
-            "opened.rails: 0 outside 1..8");
+  EXPECT_EQ(d->payload, (std::vector<uint8_t>{4}));
+  EXPECT_EQ(decodeOpened(bodyOf(encode(Opened{7, 0, {}}))).error().message, "opened.channel: 0");
 
   auto rf = decodeOpenRefused(bodyOf(encode(OpenRefused{7, {Field::kListenId, 0, 3}})));
   ASSERT_TRUE(rf.ok());
@@ -140,15 +135,47 @@ TEST(Frames, ChannelFramesRoundTrip) {
   EXPECT_EQ(ab->reason, "too big");
 }
 
+TEST(Frames, ThePluginsPayloadsRoundTripAndRefuseBadFields) {
+  auto sh = decodeCommShape(encode(CommShape{1, 4, 2, 65536}));
+  ASSERT_TRUE(sh.ok()) << sh.error().message;
+  EXPECT_EQ(sh->unordered, 1u);
+  EXPECT_EQ(sh->lanes, 4u);
+  EXPECT_EQ(sh->rails, 2u);
+  EXPECT_EQ(sh->chunk, 65536u);
+  EXPECT_EQ(decodeCommShape(encode(CommShape{1, 2, 1, 5000})).error().message,
+            "comm_shape.chunk: 5000 is not a power of two in [4096, 2^30]");
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 17, 1, 0})).error().message,
+            "comm_shape.lanes: 17 outside 1..16");
+  EXPECT_EQ(decodeCommShape(encode(CommShape{2, 1, 1, 0})).error().message,
+            "comm_shape.order: 2 is not 0 or 1");
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 1, 9, 0})).error().message,
+            "comm_shape.rails: 9 outside 1..8");
+  auto shape = encode(CommShape{1, 2, 1, 4096});
+  for (size_t n = 0; n < shape.size(); ++n)
+    EXPECT_FALSE(decodeCommShape(std::span(shape).first(n)).ok()) << n;
+
+  auto ac = decodeCommAccept(encode(CommAccept{0x2a0001, {{1}, {2, 3}}}));
+  ASSERT_TRUE(ac.ok()) << ac.error().message;
+  EXPECT_EQ(ac->tagSpace, 0x2a0001u);
+  EXPECT_EQ(ac->railAddresses, (std::vector<std::vector<uint8_t>>{{1}, {2, 3}}));
+  EXPECT_EQ(decodeCommAccept(encode(CommAccept{1, {}})).error().message,
+            "comm_accept.rails: 0 outside 1..8");
+  std::vector<uint8_t> big(kMaxWorkerAddress + 1, 1);
+  EXPECT_FALSE(decodeCommAccept(encode(CommAccept{1, {big}})).ok());
+  auto accept = encode(CommAccept{1, {{3}}});
+  accept.push_back(0);
+  EXPECT_EQ(decodeCommAccept(accept).error().message, "comm_accept.body: 1 trailing bytes");
+}
+
 TEST(Frames, EveryTruncationIsRefusedWithTheField) {
-  auto body = bodyOf(encode(Open{1, 2, 1, 2, 1, 4096}));
+  auto body = bodyOf(encode(Open{1, 2, {5, 6}}));
   for (size_t n = 0; n < body.size(); ++n) {
     auto h = decodeOpen(std::span(body).first(n));
     ASSERT_FALSE(h.ok()) << n;
     EXPECT_NE(h.error().message.find("open."), std::string::npos) << h.error().message;
   }
   EXPECT_EQ(decodeOpen(std::span(body).first(3)).error().message, "open.listen_id: truncated");
-  EXPECT_EQ(decodeOpen(std::span(body).first(17)).error().message, "open.order_lanes: truncated");
+  EXPECT_EQ(decodeOpen(std::span(body).first(17)).error().message, "open.payload: truncated");
   auto hello = bodyOf(encode(Hello{1, 2, 3, 0, {}}));
   EXPECT_EQ(decodeHello(std::span(hello).first(30)).error().message, "hello.nonce: truncated");
 }
@@ -161,19 +188,15 @@ TEST(Frames, OversizedAndTrailingAndUnknownAreRefused) {
   f = encode(Hello{1, 2, 3, 0, {}});
   f[6] = 42;
   EXPECT_EQ(decodeHeader(f).error().message, "frame.type: unknown type 42");
+  f[6] = 5;  // the engine's own frame before wire version 4
+  EXPECT_EQ(decodeHeader(f).error().message, "frame.type: unknown type 5");
   f[0] = 0;
   EXPECT_EQ(decodeHeader(f).error().message, "frame.magic: not a pact frame");
 
-  auto body = bodyOf(encode(Opened{1, 2, 3, {{3}}}));
+  auto body = bodyOf(encode(Opened{1, 2, {3}}));
   body.push_back(0);
   EXPECT_EQ(decodeOpened(body).error().message, "opened.body: 1 trailing bytes");
-  std::vector<uint8_t> big(kMaxWorkerAddress + 1, 1);
-  EXPECT_FALSE(decodeOpened(bodyOf(encode(Opened{1, 2, 3, {big}}))).ok());
-  EXPECT_EQ(decodeOpen(bodyOf(encode(Open{1, 2, 1, 2, 1, 5000}))).error().message,
-            "open.chunk: 5000 is not a power of two in [4096, 2^30]");
-  EXPECT_EQ(decodeOpen(bodyOf(encode(Open{1, 2, 0, 17, 1, 0}))).error().message,
-            "open.lanes: 17 outside 1..16");
-  EXPECT_EQ(decodeOpen(bodyOf(encode(Open{1, 0, 0, 1, 1, 0}))).error().message, "open.channel: 0");
+  EXPECT_EQ(decodeOpen(bodyOf(encode(Open{1, 0, {}}))).error().message, "open.channel: 0");
   auto refuse = bodyOf(encode(Refuse{Field::kEpoch, 1, 2}));
   refuse[0] = 9;
   EXPECT_EQ(decodeRefuse(refuse).error().message, "refuse.field: unknown field 9");
