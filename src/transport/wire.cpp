@@ -134,20 +134,23 @@ std::vector<uint8_t> encode(const Refuse& m) {
   return frame(FrameType::kRefuse, w);
 }
 
-std::vector<uint8_t> encode(const Open& m) {
+namespace {
+// Open and Opened: two ids and the face's payload.
+std::vector<uint8_t> channelFrame(FrameType t, uint64_t a, uint64_t b, const std::vector<uint8_t>& payload) {
   Writer w;
-  w.u64(m.listenId);
-  w.u64(m.channel);
-  w.bytes(m.payload);
-  return frame(FrameType::kOpen, w);
+  w.u64(a);
+  w.u64(b);
+  w.bytes(payload);
+  return frame(t, w);
+}
+}  // namespace
+
+std::vector<uint8_t> encode(const Open& m) {
+  return channelFrame(FrameType::kOpen, m.listenId, m.channel, m.payload);
 }
 
 std::vector<uint8_t> encode(const Opened& m) {
-  Writer w;
-  w.u64(m.channel);
-  w.u64(m.peerChannel);
-  w.bytes(m.payload);
-  return frame(FrameType::kOpened, w);
+  return channelFrame(FrameType::kOpened, m.channel, m.peerChannel, m.payload);
 }
 
 std::vector<uint8_t> encode(const CommShape& m) {

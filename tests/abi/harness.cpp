@@ -1,6 +1,7 @@
 // Plugin opening, request and connection helpers, and the two-process runner (see harness.h).
 #include "tests/abi/harness.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <utility>
@@ -304,6 +305,19 @@ void PeerPair::expectSuccess(std::chrono::milliseconds timeout) {
   wait(timeout);
   EXPECT_TRUE(a_->outcome().ok()) << "peer " << a_->name() << " " << a_->outcome().describe();
   EXPECT_TRUE(b_->outcome().ok()) << "peer " << b_->name() << " " << b_->outcome().describe();
+}
+
+void killBWhenBothReady(PeerPair& pair) {
+  char note = 0;
+  ASSERT_TRUE(pair.controlA().recv(&note, 1, kOpTimeout * 2)) << "survivor did not get ready";
+  ASSERT_TRUE(pair.controlB().recv(&note, 1, kOpTimeout * 2)) << "victim did not get ready";
+  const char killing = 'K';
+  ASSERT_TRUE(pair.controlA().send(&killing, 1)) << "survivor already gone";
+  pair.b().kill(SIGKILL);
+  const auto& killed = pair.b().wait(kOpTimeout);
+  EXPECT_TRUE(killed.killedBy(SIGKILL)) << "victim " << killed.describe();
+  pair.wait();
+  EXPECT_TRUE(pair.a().outcome().ok()) << "survivor " << pair.a().outcome().describe();
 }
 
 void runInChild(const std::string& name, const std::function<void()>& body,

@@ -164,6 +164,11 @@ class PeerPair {
   std::optional<ForkPeer> a_, b_;
 };
 
+// The kill of a peer-death test: waits for A's and B's ready note, tells A (the survivor) that B
+// is being killed (BEFORE the kill, so an error A sees with no note readable is from before it),
+// SIGKILLs B and EXPECTs it died of that, waits for A and EXPECTs it succeeded.
+void killBWhenBothReady(PeerPair& pair);
+
 // Forks one child running body(plugin-less) and EXPECTs that it succeeds.
 void runInChild(const std::string& name, const std::function<void()>& body,
                 std::chrono::milliseconds timeout = kPairTimeout);

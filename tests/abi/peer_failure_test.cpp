@@ -6,7 +6,6 @@
 // A is the survivor, B the victim. Direction: the victim is the sender or the receiver. Mode:
 // "idle" (the victim posted its side of some large transfers, then stopped calling the plugin)
 // or "streaming" (both sides are moving 8 MiB messages continuously when the kill lands).
-#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -233,18 +232,7 @@ TEST_P(PeerFailure, SurvivorSeesErrorWithinBound) {
   PeerPair pair(
       version, [&](PeerIo& io) { survivor(io, !victimSends, mode); },
       [&](PeerIo& io) { victim(io, victimSends, mode); });
-  char note = 0;
-  ASSERT_TRUE(pair.controlA().recv(&note, 1, kOpTimeout * 2)) << "survivor did not get ready";
-  ASSERT_TRUE(pair.controlB().recv(&note, 1, kOpTimeout * 2)) << "victim did not get ready";
-  // The note goes out BEFORE the kill: an error the survivor sees with no note readable is an
-  // error from before the kill, and the survivor's clock starts no later than the kill.
-  const char killing = 'K';
-  ASSERT_TRUE(pair.controlA().send(&killing, 1)) << "survivor already gone";
-  pair.b().kill(SIGKILL);
-  const auto& killed = pair.b().wait(kOpTimeout);
-  EXPECT_TRUE(killed.killedBy(SIGKILL)) << "victim " << killed.describe();
-  pair.wait();
-  EXPECT_TRUE(pair.a().outcome().ok()) << "survivor " << pair.a().outcome().describe();
+  killBWhenBothReady(pair);
 }
 
 std::string failureName(const ::testing::TestParamInfo<FailureParam>& info) {

@@ -8,7 +8,6 @@
 // - A peer holding 1,000 comms with the survivor is SIGKILLed: every one of them fails on the
 //   survivor within the bound, while the survivor's other comms keep working.
 #include <array>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -322,15 +321,7 @@ TEST(ScalePeerFailure, AThousandCommsFailTogetherAndTheOthersKeepWorking) {
         io.parent->recv(&never, 1, kChildWatchdog);  // SIGKILLed while waiting here
         ADD_FAILURE() << "victim was not killed";
       });
-  char note = 0;
-  ASSERT_TRUE(pair.controlA().recv(&note, 1, kOpTimeout * 2)) << "survivor did not get ready";
-  ASSERT_TRUE(pair.controlB().recv(&note, 1, kOpTimeout * 2)) << "victim did not get ready";
-  const char killing = 'K';
-  ASSERT_TRUE(pair.controlA().send(&killing, 1)) << "survivor already gone";
-  pair.b().kill(SIGKILL);
-  EXPECT_TRUE(pair.b().wait(kOpTimeout).killedBy(SIGKILL));
-  pair.wait();
-  EXPECT_TRUE(pair.a().outcome().ok()) << "survivor " << pair.a().outcome().describe();
+  killBWhenBothReady(pair);
 }
 
 }  // namespace
