@@ -204,8 +204,13 @@ void Comm::pollPeer() {
 Status Comm::failure() {
   if (error_ != Status::kOk && !aborted_) {
     aborted_ = true;
-    if (peerLost_)
-      for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) r->peerDead = true;
+    if (peerLost_) {
+      const auto t = now();
+      for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) {
+        r->peerDead = true;
+        r->deadAt = t;
+      }
+    }
     abortInFlight();
   }
   return isError(error_) ? error_ : Status::kOk;
@@ -380,6 +385,14 @@ bool Comm::peerGone() {
 
 void SendComm::shutdown() {
   const bool lost = byeLost();
+  // PACT_FAULT delay: what the delayed lane holds is already on the wire; it arrives late.
+  if (cfg_.fault.delayLane >= 0 && error_ == Status::kOk) {
+    lanes_.takeHeld([&](transport::LanePiece* q) {
+      auto* p = static_cast<Part*>(q);
+      hub_->sendLate(p->queuedAt + cfg_.fault.delay, lanes_.shared(p->lane), p->ucxTag, p->data, p->size);
+      completePart(p, UCS_OK, p->size);
+    });
+  }
   dropHeld();
   bool inFlight = false;
   for (const Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) inFlight = inFlight || !r->done();

@@ -34,17 +34,35 @@ class Hub {
   const std::shared_ptr<TagSpaces>& tags() const { return tags_; }
   // Progresses (bounded) while UCX still holds an operation on [base, base + size) of comm (null:
   // none) or of a closed comm: deregMr calls it, so a cancelled receive never writes into a
-  // buffer the caller frees. Operations whose peer is gone are skipped: nothing lands any more
-  // (UCX 1.13's shared memory never ends them). Device mutex must be held.
+  // buffer the caller frees. Operations whose peer died are waited for only until 200 ms after
+  // the death was noticed: nothing lands later (UCX 1.13's shared memory never ends them).
+  // Device mutex must be held.
   void drainRange(const Comm* comm, uintptr_t base, size_t size);
-  // Work left for the background: endpoint closes and requests of closed comms. Device mutex.
-  size_t backgroundWork() { return dev_->closing() + requests_->orphaned(); }
+  // Work left for the background: endpoint closes, requests of closed comms, late sends.
+  // Device mutex.
+  size_t backgroundWork() { return dev_->closing() + requests_->orphaned() + late_.size() + *lateInFlight_; }
+  // PACT_FAULT delay: a piece a closed comm's delayed lane still held goes out when its delay
+  // ends, as a packet already on the wire would (a copy of its bytes: the caller may free the
+  // buffer once the comm is closed). postLate() posts the due ones. Device mutex.
+  void sendLate(TimePoint due, std::shared_ptr<transport::SharedEndpoint> ep, uint64_t tag,
+                const void* data, size_t size);
+  void postLate();
   // Where a close hands its background work (the Net's; gone with the Net).
   void setReaper(std::weak_ptr<Reaper> r) { reaper_ = std::move(r); }
   std::shared_ptr<Reaper> reaper() const { return reaper_.lock(); }
 
  private:
   std::weak_ptr<Reaper> reaper_;
+  struct LateSend {
+    TimePoint due;
+    std::shared_ptr<transport::SharedEndpoint> ep;  // kept open until the send completes
+    uint64_t tag = 0;
+    std::vector<uint8_t> data;
+    std::shared_ptr<size_t> inFlight;  // the hub's count, which may be gone by completion
+  };
+  static void onLateSent(void* request, ucs_status_t st, void* user);
+  std::vector<std::unique_ptr<LateSend>> late_;
+  std::shared_ptr<size_t> lateInFlight_ = std::make_shared<size_t>(0);
   std::shared_ptr<DeviceCtx> dev_;
   std::unique_ptr<RequestSlab> requests_;
   std::shared_ptr<TagSpaces> tags_ = std::make_shared<TagSpaces>();

@@ -33,6 +33,7 @@ void Reaper::pass(std::vector<Item>& items) {
   bool emptied = false;
   std::erase_if(items, [&](Item& i) {
     std::lock_guard lock(i.hub->dev().mutex());
+    i.hub->postLate();
     i.hub->dev().progress();
     const bool work = i.hub->backgroundWork() > 0 || sessions_->closing() > 0;
     if (work && t < i.until) return false;

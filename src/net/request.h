@@ -58,7 +58,8 @@ struct Request {
   Request* olderPosted = nullptr;
   Request* newerPosted = nullptr;
   Comm* comm = nullptr;     // null once its comm closed (an orphan UCX still holds)
-  bool peerDead = false;    // its comm failed because the peer is gone: nothing lands any more
+  bool peerDead = false;    // its comm failed because the peer is gone ...
+  TimePoint deadAt{};       // ... noticed then: what was on its way lands within moments
   RequestSlab* slab = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
@@ -142,6 +143,7 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.olderPosted = r.newerPosted = nullptr;
   r.comm = comm;
   r.peerDead = false;
+  r.deadAt = {};
   r.slab = this;
   r.memHandle = nullptr;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.

@@ -42,6 +42,7 @@ class Lanes {
   }
   size_t size() const { return lanes_.size(); }
   ucx::Endpoint& endpoint(size_t i) { return lanes_[i].ep->ep; }
+  const std::shared_ptr<SharedEndpoint>& shared(size_t i) const { return lanes_[i].ep; }
   // The error UCX reported on one of the lanes' endpoints (UCS_OK: none).
   ucs_status_t failure() const {
     for (const auto& l : lanes_)
@@ -73,6 +74,9 @@ class Lanes {
   // Pieces not yet posted (waiting, or held on a delayed lane) are given back: f(part) each.
   template <typename F>
   void dropDelayed(F&& f);
+  // Only the pieces a delayed lane holds (bound to it, "on the wire"): f(part) each.
+  template <typename F>
+  void takeHeld(F&& f);
   // Closes the endpoints for every user (force: what UCX still holds on them fails now).
   void closeAll(bool force);
   LaneStats stats(size_t i) const;
@@ -155,13 +159,18 @@ void Lanes::pump(Post&& post) {
 }
 
 template <typename F>
-void Lanes::dropDelayed(F&& f) {
-  for (LanePiece* p : waiting_) f(p);
-  waiting_.clear();
+void Lanes::takeHeld(F&& f) {
   for (auto& l : lanes_) {
     for (LanePiece* p : l.delayed) f(p);
     l.delayed.clear();
   }
+}
+
+template <typename F>
+void Lanes::dropDelayed(F&& f) {
+  for (LanePiece* p : waiting_) f(p);
+  waiting_.clear();
+  takeHeld(f);
 }
 
 }  // namespace pact::transport

@@ -16,6 +16,7 @@
 
 #include "pact/nccl_ext.h"
 #include "tests/abi/harness.h"
+#include "tests/common/scoped_env.h"
 
 namespace pact::abi_test {
 namespace {
@@ -172,6 +173,63 @@ TEST(Scale, ReusedTagSpaceNeverMatchesAClosedCommsMessage) {
         }
         awaitDone(*io.peer);
         ASSERT_EQ(plugin->closeSend(second), loader::kSuccess);
+      });
+  pair.expectSuccess();
+}
+
+// The same with a message that is still on its way: B's lane 0 holds every piece for 300 ms
+// (PACT_FAULT delay), B closes comm 1 with its message held, and the message goes out after the
+// close, as a packet already on the wire would, over the endpoint comm 2 then shares. A's
+// receive on comm 2 (the reused index) is posted before the old message arrives; it must still
+// get comm 2's bytes.
+TEST(Scale, ADelayedMessageOfAClosedCommNeverLandsInANewOne) {
+  PeerPair pair(
+      loader::kNewestVersion,
+      [](PeerIo& io) {
+        auto plugin = openPlugin(io.version);
+        ASSERT_TRUE(plugin);
+        void* first = nullptr;
+        ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &first));
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));  // B closed comm 1 with its message held
+        ASSERT_EQ(plugin->closeRecv(first), loader::kSuccess);
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
+        void* second = nullptr;
+        ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &second));
+        HostBuffer buf(kSmall);
+        std::memset(buf.data(), kPoison, kSmall);
+        {
+          MemReg mr(*plugin, second, buf.data(), kSmall);
+          ASSERT_NO_FATAL_FAILURE(recvOne(*plugin, second, buf.data(), kSmall, mr.handle(), kSmall));
+        }
+        EXPECT_TRUE(matchesPattern(buf.data(), kSmall, 2)) << "comm 2 received comm 1's late message";
+        notifyDone(*io.peer);
+        ASSERT_EQ(plugin->closeRecv(second), loader::kSuccess);
+      },
+      [](PeerIo& io) {
+        test::ScopedEnv env("PACT_FAULT", "delay=lane0:300ms");
+        auto plugin = openPlugin(io.version);
+        ASSERT_TRUE(plugin);
+        HostBuffer first(kSmall), second(kSmall);
+        void* comm = nullptr;
+        ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
+        fillPattern(first.data(), kSmall, 1);
+        void* req = nullptr;
+        Deadline deadline(kOpTimeout);
+        ASSERT_NO_FATAL_FAILURE(postSend(*plugin, comm, first.data(), kSmall, kTag, nullptr, deadline, &req));
+        int done = 1;
+        ASSERT_EQ(plugin->test(req, &done, nullptr), loader::kSuccess);
+        ASSERT_EQ(done, 0) << "the lane delay did not hold the message";
+        ASSERT_EQ(plugin->closeSend(comm), loader::kSuccess);  // its message still held
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
+        ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));  // A closed comm 1
+        ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
+        fillPattern(second.data(), kSmall, 2);
+        {
+          MemReg mr(*plugin, comm, second.data(), kSmall);
+          ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comm, second.data(), kSmall, mr.handle()));
+        }
+        awaitDone(*io.peer);
+        ASSERT_EQ(plugin->closeSend(comm), loader::kSuccess);
       });
   pair.expectSuccess();
 }
