@@ -52,6 +52,7 @@ struct Sessions::Session {
   std::unordered_set<uint64_t> channels;  // every channel over this session
   std::string lostReason;
   bool pending = false;                  // listed in pendingOut_
+  bool watchingOut = false;              // its epoll entry asks for EPOLLOUT too
   bool ready() const { return phase == Phase::kReady; }
   bool lost() const { return phase == Phase::kLost; }
 };
@@ -98,6 +99,14 @@ void Sessions::watch(int fd, uint64_t key, bool out) {
     PACT_WARN("%s: epoll_ctl: %s", cfg_.face.c_str(), std::strerror(errno));
 }
 
+void Sessions::watchOut(Session& s, bool out) {
+  if (s.watchingOut == out || s.lost()) return;
+  epoll_event ev{};
+  ev.events = EPOLLIN | EPOLLRDHUP | (out ? uint32_t{EPOLLOUT} : 0u);
+  ev.data.u64 = s.id;
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_MOD, s.sock.fd(), &ev) == 0) s.watchingOut = out;
+}
+
 Sessions::Session& Sessions::addSession(ControlSocket sock, bool outbound, std::string peer) {
   auto s = std::make_unique<Session>();
   s->id = nextSession_++;
@@ -135,6 +144,9 @@ void Sessions::flushPending() {
     if (st == Status::kInProgress) {
       s.pending = true;
       pendingOut_.push_back(id);
+      watchOut(s, true);
+    } else if (st == Status::kOk) {
+      watchOut(s, false);
     } else if (isError(st)) {
       if (st == Status::kRefused)
         lose(s, "connection refused: nothing listens at " + s.peer, true);

@@ -134,6 +134,8 @@ class Sessions {
   Session* sessionTo(const wire::ListenHandle& h);
   Session& addSession(ControlSocket sock, bool outbound, std::string peer);
   void watch(int fd, uint64_t key, bool out);
+  // Also wake a sleeper (epoll) when the socket can take the bytes it holds.
+  void watchOut(Session& s, bool out);
   void acceptConnections(int listenFd);
   void readSession(Session& s);
   void onFrame(Session& s, const Frame& f);
