@@ -110,6 +110,35 @@ constexpr size_t kSmall = 64;
 
 // ---- a late message and a reused tag space ---------------------------------------------------
 
+// A accepts comm 2 (it takes comm 1's tag space, the next generation), receives one message and
+// checks it is comm 2's (pattern 2); B connects comm 2 and sends it.
+void receiveOnComm2(NetPlugin& plugin, PeerIo& io) {
+  void* comm = nullptr;
+  ASSERT_NO_FATAL_FAILURE(acceptPeer(plugin, *io.peer, &comm));
+  HostBuffer buf(kSmall);
+  std::memset(buf.data(), kPoison, kSmall);
+  {
+    MemReg mr(plugin, comm, buf.data(), kSmall);
+    ASSERT_NO_FATAL_FAILURE(recvOne(plugin, comm, buf.data(), kSmall, mr.handle(), kSmall));
+  }
+  EXPECT_TRUE(matchesPattern(buf.data(), kSmall, 2)) << "comm 2 received comm 1's message";
+  notifyDone(*io.peer);
+  ASSERT_EQ(plugin.closeRecv(comm), loader::kSuccess);
+}
+
+void sendOnComm2(NetPlugin& plugin, PeerIo& io) {
+  void* comm = nullptr;
+  ASSERT_NO_FATAL_FAILURE(connectPeer(plugin, *io.peer, &comm));
+  HostBuffer buf(kSmall);
+  fillPattern(buf.data(), kSmall, 2);
+  {
+    MemReg mr(plugin, comm, buf.data(), kSmall);
+    ASSERT_NO_FATAL_FAILURE(sendOne(plugin, comm, buf.data(), kSmall, mr.handle()));
+  }
+  awaitDone(*io.peer);
+  ASSERT_EQ(plugin.closeSend(comm), loader::kSuccess);
+}
+
 // A (receiver) accepts comm 1 and closes it without posting a receive, so B's message on it
 // stays in A's UCX unexpected queue. Both close comm 1; its tag space goes back to the pool.
 // Comm 2 then takes that space (the next generation) and carries another message with the same
@@ -135,17 +164,7 @@ TEST(Scale, ReusedTagSpaceNeverMatchesAClosedCommsMessage) {
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));  // B's message on comm 1 is out
         ASSERT_EQ(plugin->closeRecv(first), loader::kSuccess);
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
-        void* second = nullptr;  // B closed comm 1 before it connects this one
-        ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &second));
-        HostBuffer buf(kSmall);
-        std::memset(buf.data(), kPoison, kSmall);
-        {
-          MemReg mr(*plugin, second, buf.data(), kSmall);
-          ASSERT_NO_FATAL_FAILURE(recvOne(*plugin, second, buf.data(), kSmall, mr.handle(), kSmall));
-        }
-        EXPECT_TRUE(matchesPattern(buf.data(), kSmall, 2)) << "comm 2 received comm 1's message";
-        notifyDone(*io.peer);
-        ASSERT_EQ(plugin->closeRecv(second), loader::kSuccess);
+        ASSERT_NO_FATAL_FAILURE(receiveOnComm2(*plugin, io));  // B closed comm 1 before
         ASSERT_EQ(plugin->closeSend(selfSend), loader::kSuccess);
         ASSERT_EQ(plugin->closeRecv(selfRecv), loader::kSuccess);
       },
@@ -164,15 +183,7 @@ TEST(Scale, ReusedTagSpaceNeverMatchesAClosedCommsMessage) {
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));  // A closed comm 1
         ASSERT_EQ(plugin->closeSend(first), loader::kSuccess);
-        void* second = nullptr;
-        ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &second));
-        fillPattern(buf.data(), kSmall, 2);
-        {
-          MemReg mr(*plugin, second, buf.data(), kSmall);
-          ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, second, buf.data(), kSmall, mr.handle()));
-        }
-        awaitDone(*io.peer);
-        ASSERT_EQ(plugin->closeSend(second), loader::kSuccess);
+        ASSERT_NO_FATAL_FAILURE(sendOnComm2(*plugin, io));
       });
   pair.expectSuccess();
 }
@@ -193,23 +204,13 @@ TEST(Scale, ADelayedMessageOfAClosedCommNeverLandsInANewOne) {
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));  // B closed comm 1 with its message held
         ASSERT_EQ(plugin->closeRecv(first), loader::kSuccess);
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
-        void* second = nullptr;
-        ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &second));
-        HostBuffer buf(kSmall);
-        std::memset(buf.data(), kPoison, kSmall);
-        {
-          MemReg mr(*plugin, second, buf.data(), kSmall);
-          ASSERT_NO_FATAL_FAILURE(recvOne(*plugin, second, buf.data(), kSmall, mr.handle(), kSmall));
-        }
-        EXPECT_TRUE(matchesPattern(buf.data(), kSmall, 2)) << "comm 2 received comm 1's late message";
-        notifyDone(*io.peer);
-        ASSERT_EQ(plugin->closeRecv(second), loader::kSuccess);
+        ASSERT_NO_FATAL_FAILURE(receiveOnComm2(*plugin, io));
       },
       [](PeerIo& io) {
         test::ScopedEnv env("PACT_FAULT", "delay=lane0:300ms");
         auto plugin = openPlugin(io.version);
         ASSERT_TRUE(plugin);
-        HostBuffer first(kSmall), second(kSmall);
+        HostBuffer first(kSmall);
         void* comm = nullptr;
         ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
         fillPattern(first.data(), kSmall, 1);
@@ -222,14 +223,7 @@ TEST(Scale, ADelayedMessageOfAClosedCommNeverLandsInANewOne) {
         ASSERT_EQ(plugin->closeSend(comm), loader::kSuccess);  // its message still held
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
         ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));  // A closed comm 1
-        ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
-        fillPattern(second.data(), kSmall, 2);
-        {
-          MemReg mr(*plugin, comm, second.data(), kSmall);
-          ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comm, second.data(), kSmall, mr.handle()));
-        }
-        awaitDone(*io.peer);
-        ASSERT_EQ(plugin->closeSend(comm), loader::kSuccess);
+        ASSERT_NO_FATAL_FAILURE(sendOnComm2(*plugin, io));
       });
   pair.expectSuccess();
 }
@@ -240,52 +234,50 @@ constexpr int kPairs = 200000;
 constexpr int kBatch = 2000;
 constexpr int kFresh = 16;
 
+// One side of the sequence: kPairs comms opened and closed in batches, then kFresh comms that
+// each carry one message (receiver: accepts and receives; sender: connects and sends).
+void openCloseThenTraffic(PeerIo& io, bool receiver) {
+  auto plugin = openPlugin(io.version);
+  ASSERT_TRUE(plugin);
+  auto open = [&](int n, std::vector<void*>* comms) {
+    if (receiver)
+      acceptMany(*plugin, *io.peer, n, comms);
+    else
+      connectMany(*plugin, *io.peer, n, comms);
+  };
+  std::vector<void*> comms;
+  for (int done = 0; done < kPairs; done += kBatch) {
+    ASSERT_NO_FATAL_FAILURE(open(kBatch, &comms)) << "after " << done;
+    ASSERT_NO_FATAL_FAILURE(closeAll(*plugin, comms, receiver));
+    ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
+  }
+  ASSERT_NO_FATAL_FAILURE(open(kFresh, &comms));
+  HostBuffer buf(kSmall);
+  for (int i = 0; i < kFresh; ++i) {
+    void* c = comms[static_cast<size_t>(i)];
+    const auto seed = static_cast<uint64_t>(i);
+    MemReg mr(*plugin, c, buf.data(), kSmall);
+    if (receiver) {
+      ASSERT_NO_FATAL_FAILURE(recvOne(*plugin, c, buf.data(), kSmall, mr.handle(), kSmall));
+      EXPECT_TRUE(matchesPattern(buf.data(), kSmall, seed)) << "comm " << i;
+    } else {
+      fillPattern(buf.data(), kSmall, seed);
+      ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, c, buf.data(), kSmall, mr.handle()));
+    }
+  }
+  if (receiver)
+    notifyDone(*io.peer);
+  else
+    awaitDone(*io.peer);
+  ASSERT_NO_FATAL_FAILURE(closeAll(*plugin, comms, receiver));
+  expectNothingHeld(*plugin, receiver ? "receiver" : "sender");
+}
+
 TEST(Scale, TwoHundredThousandCommPairsInSequenceThenTrafficOnFreshComms) {
   if (sharedMemoryOnly()) GTEST_SKIP() << "tag spaces and listen ids do not depend on the transport";
   PeerPair pair(
-      loader::kNewestVersion,
-      [](PeerIo& io) {
-        auto plugin = openPlugin(io.version);
-        ASSERT_TRUE(plugin);
-        std::vector<void*> comms;
-        for (int done = 0; done < kPairs; done += kBatch) {
-          ASSERT_NO_FATAL_FAILURE(acceptMany(*plugin, *io.peer, kBatch, &comms)) << "after " << done;
-          ASSERT_NO_FATAL_FAILURE(closeAll(*plugin, comms, true));
-          ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
-        }
-        ASSERT_NO_FATAL_FAILURE(acceptMany(*plugin, *io.peer, kFresh, &comms));
-        HostBuffer buf(kSmall);
-        for (int i = 0; i < kFresh; ++i) {
-          MemReg mr(*plugin, comms[static_cast<size_t>(i)], buf.data(), kSmall);
-          ASSERT_NO_FATAL_FAILURE(
-              recvOne(*plugin, comms[static_cast<size_t>(i)], buf.data(), kSmall, mr.handle(), kSmall));
-          EXPECT_TRUE(matchesPattern(buf.data(), kSmall, static_cast<uint64_t>(i))) << "comm " << i;
-        }
-        notifyDone(*io.peer);
-        ASSERT_NO_FATAL_FAILURE(closeAll(*plugin, comms, true));
-        expectNothingHeld(*plugin, "receiver");
-      },
-      [](PeerIo& io) {
-        auto plugin = openPlugin(io.version);
-        ASSERT_TRUE(plugin);
-        std::vector<void*> comms;
-        for (int done = 0; done < kPairs; done += kBatch) {
-          ASSERT_NO_FATAL_FAILURE(connectMany(*plugin, *io.peer, kBatch, &comms)) << "after " << done;
-          ASSERT_NO_FATAL_FAILURE(closeAll(*plugin, comms, false));
-          ASSERT_NO_FATAL_FAILURE(barrier(*io.peer));
-        }
-        ASSERT_NO_FATAL_FAILURE(connectMany(*plugin, *io.peer, kFresh, &comms));
-        HostBuffer buf(kSmall);
-        for (int i = 0; i < kFresh; ++i) {
-          fillPattern(buf.data(), kSmall, static_cast<uint64_t>(i));
-          MemReg mr(*plugin, comms[static_cast<size_t>(i)], buf.data(), kSmall);
-          ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comms[static_cast<size_t>(i)], buf.data(), kSmall, mr.handle()));
-        }
-        awaitDone(*io.peer);
-        ASSERT_NO_FATAL_FAILURE(closeAll(*plugin, comms, false));
-        expectNothingHeld(*plugin, "sender");
-      },
-      std::chrono::seconds(120));
+      loader::kNewestVersion, [](PeerIo& io) { openCloseThenTraffic(io, true); },
+      [](PeerIo& io) { openCloseThenTraffic(io, false); }, std::chrono::seconds(120));
   pair.expectSuccess(std::chrono::seconds(150));
 }
 

@@ -70,6 +70,18 @@ struct Pair {
   }
 };
 
+// Opens a channel that the listener side refuses; the error the connector gets.
+Error refusedOpen(Sessions& listener, Sessions& connector, const wire::ListenHandle& h) {
+  auto ch = connector.open(h, {1});
+  EXPECT_TRUE(ch.ok());
+  Result<std::optional<wire::Opened>> opened = std::optional<wire::Opened>();
+  EXPECT_TRUE(stepUntil(listener, connector, [&] {
+    opened = connector.opened(*ch);
+    return !opened.ok();
+  }));
+  return opened.ok() ? Error{Status::kOk, "opened"} : opened.error();
+}
+
 uint64_t sessionsNow() { return telemetry::processCounters().get(telemetry::kSessions); }
 
 TEST(Sessions, OneHandshakeCarriesManyChannels) {
@@ -158,29 +170,18 @@ TEST(Sessions, AProcessThatLeavesClosesItsChannels) {
 TEST(Sessions, RefusalsAreSeenOnBothSides) {
   {  // another epoch: the connector's open fails refused, the listener's next accept too
     Pair p(config(1), config(2));
-    auto ch = p.connector.open(p.handle, {1});
-    ASSERT_TRUE(ch.ok());
-    Result<std::optional<wire::Opened>> opened = std::optional<wire::Opened>();
-    ASSERT_TRUE(stepUntil(p.listener, p.connector, [&] {
-      opened = p.connector.opened(*ch);
-      return !opened.ok();
-    }));
-    EXPECT_EQ(opened.status(), Status::kRefused);
-    EXPECT_NE(opened.error().message.find("epoch"), std::string::npos) << opened.error().message;
+    const Error e = refusedOpen(p.listener, p.connector, p.handle);
+    EXPECT_EQ(e.status, Status::kRefused);
+    EXPECT_NE(e.message.find("epoch"), std::string::npos) << e.message;
     auto acc = p.listener.nextOpen(p.handle.listenId);
     EXPECT_EQ(acc.status(), Status::kRefused);
   }
   {  // a key on one side only
     const test::TempFile key{"a test key of sixteen bytes or more"};
     Pair p(config(0, key.path()), config());
-    auto ch = p.connector.open(p.handle, {1});
-    Result<std::optional<wire::Opened>> opened = std::optional<wire::Opened>();
-    ASSERT_TRUE(stepUntil(p.listener, p.connector, [&] {
-      opened = p.connector.opened(*ch);
-      return !opened.ok();
-    }));
-    EXPECT_EQ(opened.status(), Status::kRefused);
-    EXPECT_NE(opened.error().message.find("authentication"), std::string::npos) << opened.error().message;
+    const Error e = refusedOpen(p.listener, p.connector, p.handle);
+    EXPECT_EQ(e.status, Status::kRefused);
+    EXPECT_NE(e.message.find("authentication"), std::string::npos) << e.message;
   }
   {  // the same key: opens
     const test::TempFile key{"a test key of sixteen bytes or more"};
@@ -198,14 +199,9 @@ TEST(Sessions, AClosedListenIdIsRefusedAndItsSlotComesBackWithAnotherGeneration)
   EXPECT_EQ(again->listenId & 0xffffffffu, old.listenId & 0xffffffffu) << "the slot is reused";
   EXPECT_NE(again->listenId, old.listenId) << "with another generation";
   EXPECT_EQ(again->port, old.port) << "one listening socket for every listen id";
-  auto ch = p.connector.open(old, {1});
-  Result<std::optional<wire::Opened>> opened = std::optional<wire::Opened>();
-  ASSERT_TRUE(stepUntil(p.listener, p.connector, [&] {
-    opened = p.connector.opened(*ch);
-    return !opened.ok();
-  }));
-  EXPECT_EQ(opened.status(), Status::kRefused);
-  EXPECT_NE(opened.error().message.find("is not listening"), std::string::npos) << opened.error().message;
+  const Error e = refusedOpen(p.listener, p.connector, old);
+  EXPECT_EQ(e.status, Status::kRefused);
+  EXPECT_NE(e.message.find("is not listening"), std::string::npos) << e.message;
   auto none = p.listener.nextOpen(again->listenId);
   ASSERT_TRUE(none.ok());
   EXPECT_FALSE(none->has_value()) << "the old id's open reached the new listen comm";
