@@ -113,6 +113,7 @@ Sessions::Session& Sessions::addSession(ControlSocket sock, bool outbound, std::
   s->outbound = outbound;
   s->sock = std::move(sock);
   s->peer = std::move(peer);
+  ++handshaking_;
   enableKeepalive(s->sock.fd(), cfg_.peerTimeout);
   watch(s->sock.fd(), s->id, false);
   counters().addShared(telemetry::kSessions);
@@ -158,6 +159,7 @@ void Sessions::flushPending() {
 
 void Sessions::lose(Session& s, const std::string& why, bool refused) {
   if (s.lost()) return;
+  if (!s.ready()) --handshaking_;
   if (s.channels.empty())
     PACT_INFO("%s: session with %s (process %016llx) lost: %s", cfg_.face.c_str(), s.peer.c_str(),
               static_cast<unsigned long long>(s.peerProcess), why.c_str());
@@ -241,6 +243,7 @@ int Sessions::step() {
 }
 
 int Sessions::stepLocked() {
+  lastStep_ = now();
   int n = 0;
   epoll_event ev[64];
   for (int round = 0; round < 16; ++round) {
@@ -265,10 +268,11 @@ int Sessions::stepLocked() {
     return true;
   });
   flushPending();
-  // Handshakes that did not finish in time.
-  for (auto& [id, s] : sessions_)
-    if (!s->ready() && !s->lost() && t - s->start > cfg_.peerTimeout)
-      lose(*s, "no handshake within PACT_PEER_TIMEOUT");
+  // Handshakes that did not finish in time (ready sessions are not walked on every step).
+  if (handshaking_ > 0)
+    for (auto& [id, s] : sessions_)
+      if (!s->ready() && !s->lost() && t - s->start > cfg_.peerTimeout)
+        lose(*s, "no handshake within PACT_PEER_TIMEOUT");
   reap();
   return n;
 }
@@ -386,6 +390,7 @@ void Sessions::onHandshakeFrame(Session& s, const Frame& f) {
 
 void Sessions::becomeReady(Session& s) {
   s.phase = Session::Phase::kReady;
+  --handshaking_;
   if (!s.outbound) byProcess_.emplace(s.peerProcess, &s);
   PACT_DEBUG("%s: session with %s (process %016llx) ready", cfg_.face.c_str(), s.peer.c_str(),
              static_cast<unsigned long long>(s.peerProcess));
@@ -641,7 +646,8 @@ void Sessions::forget(uint64_t channel) {
 
 ChannelView Sessions::view(uint64_t channel, bool step) {
   std::lock_guard lock(mu_);
-  if (step) stepLocked();
+  // Every comm looks every PACT_LIVENESS_INTERVAL; one epoll look serves all comms for a while.
+  if (step && now() - lastStep_ >= kMinStepInterval) stepLocked();
   auto it = channels_.find(channel);
   if (it == channels_.end()) return ChannelView{false, {}, {}, "the channel is closed"};
   return it->second->view;

@@ -175,7 +175,10 @@ class Sessions {
   uint64_t nextSession_ = 1;
   uint64_t nextChannel_ = 1;
   size_t closing_ = 0;
+  size_t handshaking_ = 0;  // sessions neither ready nor lost
   bool lostAny_ = false;
+  TimePoint lastStep_{};
+  static constexpr auto kMinStepInterval = std::chrono::microseconds(250);
 };
 
 }  // namespace pact::transport
