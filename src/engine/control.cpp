@@ -311,7 +311,8 @@ const char* reasonName(Reason r) {
 }
 
 void encodePiece(const PieceHeader& h, uint8_t out[kPieceHeaderSize]) {
-  ByteWriter w;
+  thread_local ByteWriter w;  // keeps its capacity: no allocation per piece
+  w.out.clear();
   w.u32(kPieceMagic);
   w.u64(h.token);
   putKey(w, h.key);

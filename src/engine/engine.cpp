@@ -159,7 +159,8 @@ void Engine::wake() {
 // Sleeps until the worker, a socket or wake() has something, or the next timer, at most timeoutMs.
 void Engine::sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs) {
   if (!armWorkers()) return;  // busy: events are pending already
-  std::vector<pollfd> fds{{wakeFd_.get(), POLLIN, 0}};
+  thread_local std::vector<pollfd> fds;  // keeps its capacity: no allocation per sleep
+  fds.assign(1, pollfd{wakeFd_.get(), POLLIN, 0});
   for (const Context& c : contexts_)
     for (int fd : c.eventFds) fds.push_back({fd, POLLIN, 0});
   fds.push_back({sessions_->fd(), POLLIN, 0});  // every session and the listener

@@ -8,11 +8,11 @@
 #pragma once
 
 #include <algorithm>
-#include <deque>
 #include <vector>
 
 #include "transport/channel.h"
 #include "transport/endpoint.h"
+#include "transport/ring.h"
 #include "ucx/worker.h"
 
 namespace pact::transport {
@@ -89,7 +89,7 @@ class Lanes {
     double bytesPerUs = 0;    // EWMA over busy windows
     TimePoint windowStart{};  // start of the current busy window
     size_t windowBytes = 0;   // completed in the current window
-    std::deque<LanePiece*> delayed;
+    Ring<LanePiece*> delayed;
     uint64_t pieces = 0;
     uint64_t bytes = 0;
   };
@@ -102,7 +102,7 @@ class Lanes {
 
   ChannelConfig cfg_;
   std::vector<Lane> lanes_;
-  std::deque<LanePiece*> waiting_;  // pieces not bound to a lane yet
+  Ring<LanePiece*> waiting_;  // pieces not bound to a lane yet
   size_t next_ = 0;
 };
 
@@ -161,14 +161,14 @@ void Lanes::pump(Post&& post) {
 template <typename F>
 void Lanes::takeHeld(F&& f) {
   for (auto& l : lanes_) {
-    for (LanePiece* p : l.delayed) f(p);
+    l.delayed.forEach(f);
     l.delayed.clear();
   }
 }
 
 template <typename F>
 void Lanes::dropDelayed(F&& f) {
-  for (LanePiece* p : waiting_) f(p);
+  waiting_.forEach(f);
   waiting_.clear();
   takeHeld(f);
 }

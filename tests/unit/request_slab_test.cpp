@@ -1,11 +1,12 @@
-// The request slab every comm of a device context draws from (reuse, growth, orphans) and the
-// receive tag spaces (recycling with a generation).
+// The request slab every comm of a device context draws from (reuse, growth, orphans), the
+// receive tag spaces (recycling with a generation), and the lanes' allocation-free queue.
 #include <gtest/gtest.h>
 
 #include <set>
 
 #include "net/request.h"
 #include "net/tags.h"
+#include "transport/ring.h"
 
 namespace pact::net {
 namespace {
@@ -137,6 +138,27 @@ TEST(TagSpaces, ExhaustionIsAnError) {
   auto more = spaces.take();
   EXPECT_EQ(more.status(), Status::kNoResource);
   EXPECT_NE(more.error().message.find("receive tag spaces"), std::string::npos);
+}
+
+TEST(Ring, FifoAcrossWrapAndGrowth) {
+  transport::Ring<int> q;
+  EXPECT_TRUE(q.empty());
+  int next = 0, expect = 0;
+  // Interleaved pushes and pops wrap the array; bursts make it grow with elements in the middle.
+  for (int round = 0; round < 50; ++round) {
+    for (int i = 0; i < round % 23 + 1; ++i) q.push_back(next++);
+    for (int i = 0; i < round % 7 + 1 && !q.empty(); ++i) {
+      EXPECT_EQ(q.front(), expect++);
+      q.pop_front();
+    }
+  }
+  std::vector<int> rest;
+  q.forEach([&](int v) { rest.push_back(v); });
+  ASSERT_EQ(rest.size(), q.size());
+  for (int v : rest) EXPECT_EQ(v, expect++);
+  EXPECT_EQ(expect, next);
+  q.clear();
+  EXPECT_TRUE(q.empty());
 }
 
 }  // namespace

@@ -1,0 +1,47 @@
+// Ring<T>: a FIFO queue on one growing array. Unlike std::deque (which allocates and frees a
+// block of nodes as the queue moves), it allocates only when it outgrows its capacity, so a
+// queue the data path pushes and pops all day costs no heap operation once warm. An empty Ring
+// holds no memory. Not thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+namespace pact::transport {
+
+template <typename T>
+class Ring {
+ public:
+  bool empty() const { return size_ == 0; }
+  size_t size() const { return size_; }
+  T& front() { return slots_[head_]; }
+  void push_back(T v) {
+    if (size_ == slots_.size()) grow();
+    slots_[(head_ + size_) % slots_.size()] = v;
+    ++size_;
+  }
+  void pop_front() {
+    head_ = (head_ + 1) % slots_.size();
+    --size_;
+  }
+  void clear() { head_ = size_ = 0; }
+  // f(element) in FIFO order.
+  template <typename F>
+  void forEach(F&& f) {
+    for (size_t i = 0; i < size_; ++i) f(slots_[(head_ + i) % slots_.size()]);
+  }
+
+ private:
+  void grow() {
+    std::vector<T> bigger(slots_.empty() ? 16 : slots_.size() * 2);
+    for (size_t i = 0; i < size_; ++i) bigger[i] = slots_[(head_ + i) % slots_.size()];
+    slots_.swap(bigger);
+    head_ = 0;
+  }
+
+  std::vector<T> slots_;
+  size_t head_ = 0;
+  size_t size_ = 0;
+};
+
+}  // namespace pact::transport
