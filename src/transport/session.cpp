@@ -1,11 +1,11 @@
 #include "transport/session.h"
+#include "transport/session_state.h"
 
 #include <arpa/inet.h>
 #include <sys/epoll.h>
 
 #include <cstring>
 #include <random>
-#include <unordered_set>
 
 #include "common/log.h"
 #include "telemetry/counters.h"
@@ -15,10 +15,6 @@ namespace pact::transport {
 namespace {
 
 constexpr uint64_t kListenerKey = uint64_t{1} << 63;  // epoll keys of listening sockets
-// The listener proves the key over the connector's nonce in its accept, the connector over the
-// listener's nonce in a proof frame; no channel opens before both verified.
-constexpr std::string_view kAcceptLabel = "pact-session-accept-v1";
-constexpr std::string_view kProofLabel = "pact-session-proof-v1";
 
 uint64_t randomId() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -32,42 +28,8 @@ std::string socketPeer(int fd) {
   return formatAddress(ss);
 }
 
-telemetry::CounterSet& counters() { return telemetry::processCounters(); }
-
 }  // namespace
 
-struct Sessions::Session {
-  enum class Phase : uint8_t { kHello, kAwaitProof, kReady, kLost };
-  uint64_t id = 0;
-  bool outbound = false;
-  Phase phase = Phase::kHello;
-  ControlSocket sock;
-  TimePoint start = now();
-  std::string peer;
-  uint64_t peerProcess = 0;
-  uint64_t listenId = 0;  // the listen id whose connect started the session
-  auth::Nonce nonce{};
-  auth::Nonce peerNonce{};
-  std::vector<uint64_t> queued;          // channels whose open waits for the handshake
-  std::unordered_set<uint64_t> channels;  // every channel over this session
-  std::string lostReason;
-  bool pending = false;                  // listed in pendingOut_
-  bool watchingOut = false;              // its epoll entry asks for EPOLLOUT too
-  bool ready() const { return phase == Phase::kReady; }
-  bool lost() const { return phase == Phase::kLost; }
-};
-
-struct Sessions::Channel {
-  uint64_t id = 0;
-  Session* session = nullptr;
-  uint64_t remote = 0;                  // the peer's channel id (0 until the open is answered)
-  wire::Open request;                   // connecting side: the open, until it is sent
-  std::optional<wire::Opened> opened;   // connecting side: the answer
-  std::optional<Error> failed;          // connecting side: why the open ended without a channel
-  bool closedHere = false;
-  ChannelView view;
-  std::function<void()> whenDone;
-};
 
 Sessions::Sessions(Config cfg) : cfg_(std::move(cfg)), process_(randomId()) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
@@ -85,8 +47,8 @@ Sessions::~Sessions() {
     ignore(s->sock.flush());
   }
   for (auto& [id, s] : sessions_)
-    if (!s->lost()) counters().subShared(telemetry::kSessions);
-  counters().subShared(telemetry::kChannels, channels_.size());
+    if (!s->lost()) sessionCounters().subShared(telemetry::kSessions);
+  sessionCounters().subShared(telemetry::kChannels, channels_.size());
 }
 
 // ---- plumbing ---------------------------------------------------------------------------------
@@ -116,7 +78,7 @@ Sessions::Session& Sessions::addSession(ControlSocket sock, bool outbound, std::
   ++handshaking_;
   enableKeepalive(s->sock.fd(), cfg_.peerTimeout);
   watch(s->sock.fd(), s->id, false);
-  counters().addShared(telemetry::kSessions);
+  sessionCounters().addShared(telemetry::kSessions);
   Session& ref = *s;
   sessions_.emplace(ref.id, std::move(s));
   return ref;
@@ -171,7 +133,7 @@ void Sessions::lose(Session& s, const std::string& why, bool refused) {
     if (ListenSlot* l = slot(s.listenId)) l->refusals.push_back(why);
   s.phase = Session::Phase::kLost;
   s.lostReason = why;
-  counters().subShared(telemetry::kSessions);
+  sessionCounters().subShared(telemetry::kSessions);
   for (auto it = byProcess_.begin(); it != byProcess_.end(); ++it) {
     if (it->second == &s) {
       byProcess_.erase(it);
@@ -213,7 +175,7 @@ void Sessions::finish(Channel& c) {
   if (c.whenDone) c.whenDone();
   c.session->channels.erase(c.id);
   if (c.session->lost() && c.session->channels.empty()) lostAny_ = true;
-  counters().subShared(telemetry::kChannels);
+  sessionCounters().subShared(telemetry::kChannels);
   channels_.erase(c.id);
 }
 
@@ -302,171 +264,6 @@ void Sessions::readSession(Session& s) {
       onFrame(s, **f);
     else
       onHandshakeFrame(s, **f);
-  }
-}
-
-void Sessions::refuseSession(Session& s, wire::Field field, uint64_t ours, uint64_t theirs) {
-  PACT_WARN("%s: handshake with %s refused: %s differs (local %llu, remote %llu)",
-            cfg_.face.c_str(), s.peer.c_str(), wire::fieldName(field),
-            static_cast<unsigned long long>(ours), static_cast<unsigned long long>(theirs));
-  s.sock.queue(wire::encode(wire::Refuse{field, ours, theirs}));
-  lose(s, std::string("refused: ") + wire::fieldName(field) + " differs (local " +
-              std::to_string(ours) + ", remote " + std::to_string(theirs) + ")",
-       true);
-}
-
-void Sessions::onHandshakeFrame(Session& s, const Frame& f) {
-  const auth::Key& key = cfg_.key;
-  const uint8_t ours = key.enabled() ? 1 : 0;
-  if (f.header.version != wire::kVersion)
-    return refuseSession(s, wire::Field::kVersion, wire::kVersion, f.header.version);
-  if (f.header.type == wire::FrameType::kRefuse) {
-    auto r = wire::decodeRefuse(f.body);
-    std::string why = r.ok() ? std::string("refused by the peer: ") + wire::fieldName(r->field) +
-                                   " differs (remote " + std::to_string(r->expected) + ", local " +
-                                   std::to_string(r->got) + ")"
-                             : "refused by the peer (" + r.error().message + ")";
-    PACT_WARN("%s: handshake with %s %s", cfg_.face.c_str(), s.peer.c_str(), why.c_str());
-    return lose(s, why, true);
-  }
-  if (!s.outbound && s.phase == Session::Phase::kHello) {
-    auto hello = f.header.type == wire::FrameType::kHello
-                     ? wire::decodeHello(f.body)
-                     : Result<wire::Hello>(Status::kInvalidArgument, "expected a hello frame");
-    if (!hello.ok()) {
-      PACT_WARN("%s: malformed hello from %s: %s", cfg_.face.c_str(), s.peer.c_str(),
-                hello.error().message.c_str());
-      return lose(s, "malformed hello: " + hello.error().message);
-    }
-    s.peerProcess = hello->process;
-    s.listenId = hello->listenId;
-    if (cfg_.checkEpoch && hello->epoch != cfg_.epoch)
-      return refuseSession(s, wire::Field::kEpoch, cfg_.epoch, hello->epoch);
-    if (hello->auth != ours) return refuseSession(s, wire::Field::kAuth, ours, hello->auth);
-    wire::Accept accept{process_, cfg_.epoch, {}, {}};
-    if (key.enabled()) {
-      s.peerNonce = hello->nonce;
-      s.nonce = auth::freshNonce();
-      accept.nonce = s.nonce;
-      accept.mac = auth::mac(key.secret, kAcceptLabel, hello->nonce, s.nonce);
-      send(s, wire::encode(accept));
-      s.phase = Session::Phase::kAwaitProof;
-      return;
-    }
-    send(s, wire::encode(accept));
-    return becomeReady(s);
-  }
-  if (!s.outbound && s.phase == Session::Phase::kAwaitProof) {
-    auto proof = f.header.type == wire::FrameType::kProof
-                     ? wire::decodeProof(f.body)
-                     : Result<wire::Proof>(Status::kInvalidArgument, "expected a proof frame");
-    if (!proof.ok() || !auth::verify(key.secret, kProofLabel, s.nonce, s.peerNonce, proof->mac))
-      return refuseSession(s, wire::Field::kAuth, 1, 0);
-    return becomeReady(s);
-  }
-  // The connector, waiting for the accept.
-  auto acc = f.header.type == wire::FrameType::kAccept
-                 ? wire::decodeAccept(f.body)
-                 : Result<wire::Accept>(Status::kInvalidArgument, "expected an accept frame");
-  if (!acc.ok()) {
-    PACT_WARN("%s: handshake with %s: %s", cfg_.face.c_str(), s.peer.c_str(), acc.error().message.c_str());
-    return lose(s, "handshake: " + acc.error().message);
-  }
-  if (cfg_.checkEpoch && acc->epoch != cfg_.epoch)
-    return refuseSession(s, wire::Field::kEpoch, cfg_.epoch, acc->epoch);
-  if (s.peerProcess == 0) {
-    s.peerProcess = acc->process;  // an address without a process: now it is known
-  } else if (acc->process != s.peerProcess) {
-    // The handle is older than the process that listens there now (a restart on the same port).
-    return lose(s, "another process listens at " + s.peer + " now (the handle is stale)", true);
-  }
-  if (key.enabled()) {
-    if (!auth::verify(key.secret, kAcceptLabel, s.nonce, acc->nonce, acc->mac))
-      return refuseSession(s, wire::Field::kAuth, 1, 0);
-    send(s, wire::encode(wire::Proof{auth::mac(key.secret, kProofLabel, acc->nonce, s.nonce)}));
-  }
-  becomeReady(s);
-}
-
-void Sessions::becomeReady(Session& s) {
-  s.phase = Session::Phase::kReady;
-  --handshaking_;
-  if (!s.outbound) byProcess_.emplace(s.peerProcess, &s);
-  PACT_DEBUG("%s: session with %s (process %016llx) ready", cfg_.face.c_str(), s.peer.c_str(),
-             static_cast<unsigned long long>(s.peerProcess));
-  for (uint64_t id : s.queued)
-    if (auto it = channels_.find(id); it != channels_.end()) send(s, wire::encode(it->second->request));
-  s.queued.clear();
-}
-
-void Sessions::onFrame(Session& s, const Frame& f) {
-  auto malformed = [&](const Error& e) { lose(s, "malformed frame from the peer: " + e.message); };
-  switch (f.header.type) {
-    case wire::FrameType::kOpen: {
-      auto m = wire::decodeOpen(f.body);
-      if (!m.ok()) return malformed(m.error());
-      ListenSlot* l = slot(m->listenId);
-      if (l == nullptr || !l->open) {
-        send(s, wire::encode(wire::OpenRefused{m->channel, {wire::Field::kListenId, 0, m->listenId}}));
-        return;
-      }
-      l->incoming.push_back(Incoming{s.id, *m, s.peer});
-      return;
-    }
-    case wire::FrameType::kOpened: {
-      auto m = wire::decodeOpened(f.body);
-      if (!m.ok()) return malformed(m.error());
-      Channel* c = channelOf(s, m->channel, "opened");
-      if (c == nullptr || c->remote != 0) {
-        send(s, wire::encode(wire::Close{m->peerChannel}));  // nobody waits for it any more
-        return;
-      }
-      c->remote = m->peerChannel;
-      c->opened = std::move(*m);
-      return;
-    }
-    case wire::FrameType::kOpenRefused: {
-      auto m = wire::decodeOpenRefused(f.body);
-      if (!m.ok()) return malformed(m.error());
-      if (Channel* c = channelOf(s, m->channel, "open refused"); c != nullptr && c->remote == 0)
-        c->failed = Error{Status::kRefused,
-                          "refused by " + s.peer + ": " + wire::fieldName(m->why.field) +
-                              (m->why.field == wire::Field::kListenId
-                                   ? " " + std::to_string(m->why.got) + " is not listening (closed)"
-                                   : " (limit " + std::to_string(m->why.expected) + ")")};
-      return;
-    }
-    case wire::FrameType::kClose: {
-      auto m = wire::decodeClose(f.body);
-      if (!m.ok()) return malformed(m.error());
-      Channel* c = channelOf(s, m->channel, "close");
-      if (c == nullptr) return;
-      c->view.peerClosed = true;
-      c->view.peerClosedAt = now();
-      if (c->closedHere) finish(*c);
-      return;
-    }
-    case wire::FrameType::kAbort: {
-      auto m = wire::decodeAbort(f.body);
-      if (!m.ok()) return malformed(m.error());
-      if (Channel* c = channelOf(s, m->channel, "abort"); c != nullptr && c->view.abortReason.empty())
-        c->view.abortReason = m->reason;
-      return;
-    }
-    case wire::FrameType::kBye: {
-      // The process left on purpose: every comm of it is closed, as if each had said goodbye.
-      const auto t = now();
-      for (uint64_t id : s.channels) {
-        Channel& c = *channels_.at(id);
-        if (c.remote == 0 || c.view.peerClosed) continue;
-        c.view.peerClosed = true;
-        c.view.peerClosedAt = t;
-      }
-      return lose(s, "the peer process closed its plugin");
-    }
-    default:
-      return lose(s, "unexpected frame type " + std::to_string(static_cast<int>(f.header.type)) +
-                         " on an established session");
   }
 }
 
@@ -566,7 +363,7 @@ Result<uint64_t> Sessions::acceptOpen(const Incoming& in, const std::vector<uint
   const uint64_t id = c->id;
   s.channels.insert(id);
   channels_.emplace(id, std::move(c));
-  counters().addShared(telemetry::kChannels);
+  sessionCounters().addShared(telemetry::kChannels);
   send(s, wire::encode(wire::Opened{in.open.channel, id, payload}));
   flushPending();
   return id;
@@ -613,7 +410,7 @@ Result<uint64_t> Sessions::open(const wire::ListenHandle& h, std::vector<uint8_t
   const uint64_t id = c->id;
   s->channels.insert(id);
   channels_.emplace(id, std::move(c));
-  counters().addShared(telemetry::kChannels);
+  sessionCounters().addShared(telemetry::kChannels);
   if (s->ready())
     send(*s, wire::encode(request));
   else

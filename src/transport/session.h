@@ -65,7 +65,6 @@ class Sessions {
   Sessions(const Sessions&) = delete;
   Sessions& operator=(const Sessions&) = delete;
 
-  uint64_t process() const { return process_; }
   // Readable when step() has something to do (an epoll set): what a face that sleeps polls.
   int fd() const { return epoll_.get(); }
 
