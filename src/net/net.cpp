@@ -40,18 +40,21 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
 }
 
 Net::~Net() {
-  settle(std::chrono::milliseconds(500));
+  // A receiver that leaves keeps its workers going until its senders have said goodbye (or the
+  // bound passes): UCX 1.13 loses a sender's rendezvous completions (sm/cma) when the receiving
+  // worker is destroyed right after the bytes landed, so the sender's send would never finish.
+  settle(std::chrono::milliseconds(500), true);
   reaper_.reset();  // stops its thread before the hubs go
 }
 
-void Net::settle(std::chrono::milliseconds limit) {
+void Net::settle(std::chrono::milliseconds limit, bool awaitPeers) {
   if (!reaper_) return;  // create() failed before it existed
   std::vector<std::shared_ptr<Hub>> hubs;
   {
     std::lock_guard lock(hubsMu_);
     for (auto& [d, h] : hubs_) hubs.push_back(h);
   }
-  reaper_->settle(hubs, limit);
+  reaper_->settle(hubs, limit, awaitPeers);
 }
 
 int Net::deviceCount() const { return fabric_->deviceCount(); }

@@ -62,8 +62,8 @@ class Net {
   static Result<std::shared_ptr<Net>> create(const Params& params);
   ~Net();
   // Finishes background teardown (bounded by limit) before resources() counts: what a check
-  // that nothing is left wants to see.
-  void settle(std::chrono::milliseconds limit);
+  // that nothing is left wants to see. awaitPeers: see Reaper::settle.
+  void settle(std::chrono::milliseconds limit, bool awaitPeers = false);
   CommLimits limits() const;
 
   int deviceCount() const;

@@ -87,11 +87,12 @@ void Reaper::run() {
   }
 }
 
-bool Reaper::settle(const std::vector<std::shared_ptr<Hub>>& hubs, std::chrono::milliseconds limit) {
+bool Reaper::settle(const std::vector<std::shared_ptr<Hub>>& hubs, std::chrono::milliseconds limit,
+                    bool awaitPeers) {
   const auto deadline = now() + limit;
   for (;;) {
     sessions_->step();
-    size_t work = 0;
+    size_t work = awaitPeers ? sessions_->closing() : 0;
     for (auto& h : hubs) {
       std::lock_guard lock(h->dev().mutex());
       h->dev().progress();

@@ -30,8 +30,10 @@ class Reaper {
   // A close on hub left work behind (or may have): progress it for up to kLinger from now.
   void add(const std::shared_ptr<Hub>& hub);
   // Runs the background work of the hubs now, until none is left or limit passes (what a
-  // resource count wants to see settled). Returns whether none is left.
-  bool settle(const std::vector<std::shared_ptr<Hub>>& hubs, std::chrono::milliseconds limit);
+  // resource count wants to see settled). awaitPeers: also until every peer has said goodbye
+  // to the channels closed here (a process that leaves). Returns whether none is left.
+  bool settle(const std::vector<std::shared_ptr<Hub>>& hubs, std::chrono::milliseconds limit,
+              bool awaitPeers = false);
 
  private:
   struct Item {
