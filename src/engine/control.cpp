@@ -91,8 +91,14 @@ struct Encoder {
   }
 };
 
-Result<Control> decodeAdvertise(ByteReader& r) {
+Result<Control> decodeAdvertise(ByteReader& r, Advertise* spare) {
   Advertise m;
+  if (spare != nullptr) {
+    m.rkey = std::move(spare->rkey);
+    m.blocks = std::move(spare->blocks);
+    m.rkey.clear();
+    m.blocks.clear();
+  }
   uint32_t n = 0;
   if (!getKey(r, &m.key) || !r.u64(&m.deadlineUs, "deadline_us") ||
       !r.u64(&m.creditBytes, "credit_bytes") || !r.u64(&m.regionBase, "region_base") ||
@@ -239,7 +245,7 @@ Result<size_t> frameLength(std::span<const uint8_t> header) {
   return static_cast<size_t>(length);
 }
 
-Result<Control> decode(std::span<const uint8_t> frame) {
+Result<Control> decode(std::span<const uint8_t> frame, Advertise* spare) {
   auto len = frameLength(frame);
   if (!len.ok()) return len.error();
   if (frame.size() != kControlHeader + *len)
@@ -251,7 +257,7 @@ Result<Control> decode(std::span<const uint8_t> frame) {
   switch (type) {
     case Type::kAdvertise: {
       ByteReader r(body, "advertise");
-      return decodeAdvertise(r);
+      return decodeAdvertise(r, spare);
     }
     case Type::kDone: {
       ByteReader r(body, "done");

@@ -129,8 +129,9 @@ std::vector<uint8_t> encode(const Control& m);
 // The same frame written into *out (replacing its contents, keeping its capacity).
 void encodeInto(const Control& m, std::vector<uint8_t>* out);
 // Decodes one whole frame (header + body). Errors name the field: "advertise.blocks[3]: offset
-// 4096 + length 8192 exceeds the region (8192 bytes)".
-Result<Control> decode(std::span<const uint8_t> frame);
+// 4096 + length 8192 exceeds the region (8192 bytes)". spare: an Advertise no longer needed; an
+// Advertise decoded takes its vectors (a steady stream decodes without allocating).
+Result<Control> decode(std::span<const uint8_t> frame, Advertise* spare = nullptr);
 // Body length announced by a header (to frame a byte stream), or an error naming the field.
 Result<size_t> frameLength(std::span<const uint8_t> header);
 

@@ -8,7 +8,8 @@
 // the number of transfers that can still be retried. Capacity 0 is taken as 1.
 //
 // Not internally synchronized: the engine holds its lock. Construction is cheap; memory grows
-// with use up to capacity entries (one hash node and one ring slot each) and no further.
+// with use up to capacity entries (one hash node and one ring slot each) and no further; the nodes
+// come from a NodePool, so a full table that forgets one entry per new one allocates nothing.
 #pragma once
 
 #include <cstddef>
@@ -17,6 +18,7 @@
 #include <unordered_set>
 #include <vector>
 
+#include "common/node_pool.h"
 #include "common/transfer_key.h"
 
 namespace pact::engine {
@@ -34,7 +36,7 @@ class DedupSet {
 
  private:
   size_t capacity_;
-  std::unordered_set<TransferKey, IdentityHash, SameTransfer> set_;
+  std::unordered_set<TransferKey, IdentityHash, SameTransfer, NodePool<TransferKey>> set_;
   std::vector<TransferKey> order_;  // insertion order, a ring once full; order_[next_] is the oldest
   size_t next_ = 0;
 };
@@ -56,7 +58,9 @@ class GenerationTracker {
   // The table's key: the transfer with generation (and epoch) 0, the highest generation its value.
   static TransferKey slot(const TransferKey& k) { return {k.requestId, k.transferId, 0, 0}; }
   size_t capacity_;
-  std::unordered_map<TransferKey, uint32_t, IdentityHash, SameTransfer> highest_;
+  std::unordered_map<TransferKey, uint32_t, IdentityHash, SameTransfer,
+                     NodePool<std::pair<const TransferKey, uint32_t>>>
+      highest_;
   std::vector<TransferKey> order_;  // as in DedupSet
   size_t next_ = 0;
 };

@@ -185,8 +185,7 @@ void Engine::runProgressThread() {
   }
 }
 
-bool Engine::waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs,
-                     const std::function<bool()>& pred) {
+bool Engine::waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs, FunctionRef<bool()> pred) {
   const auto limit = now() + std::chrono::milliseconds(std::max(timeoutMs, 0));
   while (!pred()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now());

@@ -38,6 +38,7 @@
 #include <vector>
 
 #include "transport/params.h"
+#include "common/function_ref.h"
 #include "common/scoped_fd.h"
 #include "engine/protocol.h"
 #include "engine/timers.h"
@@ -121,7 +122,7 @@ class Engine final : private Link {
   std::mutex& mutex() { return mu_; }
   // Waits with the lock held (by `lock`) until pred() or the timeout; progresses the engine itself
   // when it has no progress thread. False on timeout.
-  bool waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs, const std::function<bool()>& pred);
+  bool waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs, FunctionRef<bool()> pred);
   Status expectLocked(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
                     const char* trafficClass, uint64_t* xfer);
   Status sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
@@ -228,6 +229,7 @@ class Engine final : private Link {
   TimePoint lastSocketCheck_{};
   size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
   std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
+  Advertise spareAdvertise_;  // the last Advertise decoded: the next one reuses its vectors
 };
 
 }  // namespace pact::engine

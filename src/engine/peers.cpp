@@ -240,13 +240,14 @@ ucx::AmVerdict Engine::onControlAm(void* arg, const ucx::AmMessage& msg) {
   std::memcpy(&token, msg.header, sizeof token);
   Peer* p = e->peerByToken(token);
   if (p == nullptr) return ucx::AmVerdict::kDone;  // from a connection already closed
-  auto m = decode(std::span(static_cast<const uint8_t*>(msg.data), msg.length));
+  auto m = decode(std::span(static_cast<const uint8_t*>(msg.data), msg.length), &e->spareAdvertise_);
   if (!m.ok()) {
     PACT_WARN("engine %s: control message from %s refused: %s", e->config_.name.c_str(),
               p->name.c_str(), m.error().message.c_str());
     return ucx::AmVerdict::kDone;
   }
   e->proto_->onControl(p->id, *m);
+  if (auto* a = std::get_if<Advertise>(&*m)) e->spareAdvertise_ = std::move(*a);  // for the next one
   e->cv_.notify_all();
   return ucx::AmVerdict::kDone;
 }

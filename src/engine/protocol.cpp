@@ -129,7 +129,14 @@ std::string Protocol::keyText(const TransferKey& k) {
 Transfer& Protocol::newTransfer(Role role, const TransferKey& key, std::span<const BlockRef> blocks,
                               size_t route, uint64_t peer, uint64_t deadlineUs) {
   const Profile& profile = config_.routes[route];
-  auto x = std::make_unique<Transfer>();
+  std::unique_ptr<Transfer> x;
+  if (spare_.empty()) {
+    x = std::make_unique<Transfer>();
+  } else {
+    x = std::move(spare_.back());
+    spare_.pop_back();
+    x->reset();
+  }
   x->id = nextId_++;
   x->role = role;
   x->key = key;
@@ -202,7 +209,9 @@ void Protocol::maybeFinish(Transfer& x) {
   step(x, Event::kRelease);
   for (Extent& b : x.blocks) --b.mr->users;
   counters_.sub(telemetry::kOpenTransfers);
-  xfers_.erase(x.id);
+  auto it = xfers_.find(x.id);
+  if (spare_.size() < kSpareTransfers) spare_.push_back(std::move(it->second));
+  xfers_.erase(it);
 }
 
 void Protocol::opDone(uint64_t xferId) {
@@ -213,9 +222,9 @@ void Protocol::opDone(uint64_t xferId) {
   if (x.pendingOps == 0) maybeFinish(x);
 }
 
-void Protocol::forEachLive(const std::function<bool(const Transfer&)>& pred,
-                         const std::function<void(Transfer&)>& fn) {
-  std::vector<uint64_t> ids;
+void Protocol::forEachLive(FunctionRef<bool(const Transfer&)> pred, FunctionRef<void(Transfer&)> fn) {
+  std::vector<uint64_t> ids = std::move(liveIds_);  // fn may come back here: each call its own list
+  ids.clear();
   for (auto& [id, x] : xfers_) {
     if (x->live() && pred(*x)) ids.push_back(id);
   }
@@ -223,6 +232,7 @@ void Protocol::forEachLive(const std::function<bool(const Transfer&)>& pred,
     auto it = xfers_.find(id);
     if (it != xfers_.end() && it->second->live()) fn(*it->second);
   }
+  liveIds_ = std::move(ids);
 }
 
 const Transfer* Protocol::find(uint64_t xfer) const {

@@ -21,6 +21,8 @@
 #include <vector>
 
 #include "common/fault.h"
+#include "common/function_ref.h"
+#include "common/node_pool.h"
 #include "engine/credits.h"
 #include "engine/dedup.h"
 #include "engine/link.h"
@@ -153,8 +155,7 @@ class Protocol {
   void opDone(uint64_t xferId);
   Transfer* openReceiver(const TransferKey& key);
   // Calls fn on every live transfer matching pred; fn may settle (and so free) it.
-  void forEachLive(const std::function<bool(const Transfer&)>& pred,
-                   const std::function<void(Transfer&)>& fn);
+  void forEachLive(FunctionRef<bool(const Transfer&)> pred, FunctionRef<void(Transfer&)> fn);
 
   // ---- receiver (receiver.cpp) ----
   void onOffer(uint64_t from, const Offer& m);
@@ -189,7 +190,18 @@ class Protocol {
   ProtocolConfig config_;
   Link& link_;
   uint64_t nextId_ = 1;
-  std::unordered_map<uint64_t, std::unique_ptr<Transfer>> xfers_;
+  // Every container of per-transfer state takes its nodes from a NodePool, and a freed Transfer
+  // waits in spare_ (its vectors keep their capacity): a warm engine allocates nothing per transfer.
+  template <typename K, typename V, typename Less = std::less<K>>
+  using Map = std::map<K, V, Less, NodePool<std::pair<const K, V>>>;
+  std::unordered_map<uint64_t, std::unique_ptr<Transfer>, std::hash<uint64_t>, std::equal_to<uint64_t>,
+                     NodePool<std::pair<const uint64_t, std::unique_ptr<Transfer>>>>
+      xfers_;
+  std::vector<std::unique_ptr<Transfer>> spare_;
+  static constexpr size_t kSpareTransfers = 256;
+  std::vector<BlockRef> commitTable_;  // the blocks the commit hook is shown (kept capacity)
+  std::vector<uint64_t> liveIds_;      // forEachLive's list (kept capacity)
+  Control advertiseOut_;               // the Advertise being sent (kept capacity)
   std::map<uint64_t, PeerView> peers_;
   Timers<TimerKind> timers_;
 
@@ -199,23 +211,23 @@ class Protocol {
   CreditLedger credits_;
   bool creditSet_ = false;  // the application set a budget (config or setCredit)
   // Staged bytes per (sender, route), against the class's `credits` when the application set none.
-  std::map<std::pair<uint64_t, size_t>, uint64_t> classStaged_;
+  Map<std::pair<uint64_t, size_t>, uint64_t> classStaged_;
   struct PendingOffer {
     uint64_t peer;
     Offer offer;
     uint64_t id = 0;  // for its expiry timer
   };
-  std::map<TransferKey, PendingOffer, ByIdentity> offers_;
-  std::map<TransferKey, uint64_t, ByIdentity> receiving_;  // open receivers
-  std::list<uint64_t> waitingCredit_;
+  Map<TransferKey, PendingOffer, ByIdentity> offers_;
+  Map<TransferKey, uint64_t, ByIdentity> receiving_;  // open receivers
+  std::list<uint64_t, NodePool<uint64_t>> waitingCredit_;
   DedupSet committed_{1 << 16};
   GenerationTracker generations_{1 << 16};
   // Expects the application released before an offer came: a later offer is told kCanceled.
-  std::set<TransferKey, ByIdentity> canceled_;
-  std::list<TransferKey> canceledOrder_;  // oldest first (bounded)
+  std::set<TransferKey, ByIdentity, NodePool<TransferKey>> canceled_;
+  std::list<TransferKey, NodePool<TransferKey>> canceledOrder_;  // oldest first (bounded)
 
   // Sender: open transfers by (peer, key).
-  std::map<std::pair<uint64_t, TransferKey>, uint64_t, BySendIdentity> sending_;
+  Map<std::pair<uint64_t, TransferKey>, uint64_t, BySendIdentity> sending_;
 
   telemetry::CounterSet counters_;
   telemetry::TraceRing trace_;

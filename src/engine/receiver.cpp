@@ -213,7 +213,10 @@ void Protocol::advertise(Transfer& x) {
       std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count()));
   syncCredit();
   step(x, Event::kAdvertise);
-  Advertise m;
+  if (!std::holds_alternative<Advertise>(advertiseOut_)) advertiseOut_ = Advertise{};
+  Advertise& m = std::get<Advertise>(advertiseOut_);  // kept: its vectors keep their capacity
+  m.rkey.clear();
+  m.blocks.clear();
   m.key = x.key;
   m.deadlineUs = remainingUs(x.deadline);
   m.creditBytes = x.bytes;
@@ -223,7 +226,7 @@ void Protocol::advertise(Transfer& x) {
     m.blocks.push_back({off, b.length});
     off += b.length;
   }
-  link_.sendControl(x.peer, m);
+  link_.sendControl(x.peer, advertiseOut_);
   step(x, Event::kPost);  // the destination is posted: pieces may land from now on
 }
 
@@ -406,7 +409,8 @@ void Protocol::tryComplete(Transfer& x) {
   }
   step(x, Event::kVerified);
   const uint64_t id = x.id;
-  std::vector<BlockRef> table;
+  std::vector<BlockRef>& table = commitTable_;
+  table.clear();
   for (const Extent& b : x.blocks) table.push_back({b.mr, b.offset, b.length});
   const bool refused = inject(fault_.reject);
   const bool accepted = !refused && (x.groupChunk || !hook_ || hook_(id, x.key, x.peer, table));

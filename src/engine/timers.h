@@ -7,6 +7,7 @@
 #include <map>
 
 #include "common/clock.h"
+#include "common/node_pool.h"
 
 namespace pact::engine {
 
@@ -37,7 +38,8 @@ class Timers {
   }
 
  private:
-  std::multimap<TimePoint, Timer> timers_;
+  // Pooled nodes: arming and firing timers allocates nothing once warm.
+  std::multimap<TimePoint, Timer, std::less<>, NodePool<std::pair<const TimePoint, Timer>>> timers_;
 };
 
 }  // namespace pact::engine

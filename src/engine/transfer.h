@@ -76,6 +76,20 @@ struct Transfer {
   bool doneSent = false;          // this attempt's Done left: a release can no longer un-commit
   TimePoint doneSentAt;
 
+  // Back to a fresh transfer for reuse, keeping what the vectors hold (no allocation next time).
+  void reset() {
+    auto b = std::move(blocks);
+    auto l = std::move(landed);
+    auto r = std::move(remoteBlocks);
+    *this = Transfer{};
+    b.clear();
+    l.clear();
+    r.clear();
+    blocks = std::move(b);
+    landed = std::move(l);
+    remoteBlocks = std::move(r);
+  }
+
   bool live() const { return !settled; }
   // Final for the application: settled and nothing touches the blocks any more.
   bool final() const { return settled && pendingOps == 0; }
