@@ -172,7 +172,7 @@ void Sessions::onFrame(Session& s, const Frame& f) {
         c.view.peerClosed = true;
         c.view.peerClosedAt = t;
       }
-      return lose(s, "the peer process closed its plugin");
+      return lose(s, "the peer process left (it said goodbye)");
     }
     default:
       return lose(s, "unexpected frame type " + std::to_string(static_cast<int>(f.header.type)) +
