@@ -56,6 +56,7 @@ Status Engine::init() {
   pc.creditBudget = config_.creditBudget;
   for (const Route& r : routes_) pc.routes.push_back(r.profile);
   pc.traceEvents = params_.trace_events;
+  pc.exactlyOnceWindow = config_.exactlyOnceWindow;
   pc.fault = params_.fault;
   Link& link = *this;  // (a private base: converted here, inside the class)
   proto_ = std::make_unique<Protocol>(pc, link);

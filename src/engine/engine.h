@@ -64,6 +64,7 @@ struct EngineConfig {
   uint64_t modelEpoch = 0;
   uint64_t creditBudget = 0;  // 0 = unlimited (as PACT_CREDIT_UNLIMITED)
   bool progressThread = false;
+  size_t exactlyOnceWindow = 1 << 16;  // ProtocolConfig::exactlyOnceWindow
 };
 
 class Group;

@@ -11,6 +11,7 @@ namespace pact::engine {
 Protocol::Protocol(const ProtocolConfig& config, Link& link)
     : config_(config), link_(link), epoch_(config.epoch),
       credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
+      committed_(config.exactlyOnceWindow), generations_(config.exactlyOnceWindow),
       counters_(telemetry::kEngineCatalog, "engine " + config.name), trace_(config.traceEvents),
       fault_(config.fault) {
   creditSet_ = config.creditBudget != 0;
@@ -208,6 +209,8 @@ void Protocol::maybeFinish(Transfer& x) {
   if (!x.final() || !x.userReleased) return;
   step(x, Event::kRelease);
   for (Extent& b : x.blocks) --b.mr->users;
+  timers_.cancel(x.deadline, x.id, TimerKind::kDeadline);
+  timers_.cancel(x.resendDoneAt, x.id, TimerKind::kResendDone);
   counters_.sub(telemetry::kOpenTransfers);
   auto it = xfers_.find(x.id);
   if (spare_.size() < kSpareTransfers) spare_.push_back(std::move(it->second));

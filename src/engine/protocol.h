@@ -42,6 +42,9 @@ struct ProtocolConfig {
   size_t traceEvents = 1 << 16;
   FaultSpec fault;               // PACT_FAULT
   TimePoint (*clock)() = &pact::now;  // the tests' own clock
+  // Finished transfers remembered for exactly-once (duplicates, stale generations): size it above
+  // the transfers that can still be retried.
+  size_t exactlyOnceWindow = 1 << 16;
 };
 
 class Protocol {
@@ -144,6 +147,14 @@ class Protocol {
   void addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt = 0) {
     timers_.add(at, id, kind, attempt);
   }
+  // Moves the transfer's deadline earlier (a peer's budget is shorter): the old timer is disarmed,
+  // so a finished transfer leaves no timer behind (a KV class's timeout would keep thousands).
+  void advanceDeadline(Transfer& x, TimePoint at) {
+    if (at >= x.deadline) return;
+    timers_.cancel(x.deadline, x.id, TimerKind::kDeadline);
+    x.deadline = at;
+    addTimer(x.deadline, x.id, TimerKind::kDeadline);
+  }
 
   // ---- transfers (protocol.cpp) ----
   // peer: the receiver (sender side), 0 until an offer matches (receiver side).
@@ -220,8 +231,8 @@ class Protocol {
   Map<TransferKey, PendingOffer, ByIdentity> offers_;
   Map<TransferKey, uint64_t, ByIdentity> receiving_;  // open receivers
   std::list<uint64_t, NodePool<uint64_t>> waitingCredit_;
-  DedupSet committed_{1 << 16};
-  GenerationTracker generations_{1 << 16};
+  DedupSet committed_;
+  GenerationTracker generations_;
   // Expects the application released before an offer came: a later offer is told kCanceled.
   std::set<TransferKey, ByIdentity, NodePool<TransferKey>> canceled_;
   std::list<TransferKey, NodePool<TransferKey>> canceledOrder_;  // oldest first (bounded)

@@ -150,11 +150,7 @@ void Protocol::match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
   x.peer = from;
   x.matchedAt = now();
   if (offerDeadlineUs != 0) {
-    const TimePoint theirs = x.matchedAt + std::chrono::microseconds(offerDeadlineUs);
-    if (theirs < x.deadline) {
-      x.deadline = theirs;
-      addTimer(x.deadline, x.id, TimerKind::kDeadline);
-    }
+    advanceDeadline(x, x.matchedAt + std::chrono::microseconds(offerDeadlineUs));
   }
   // Larger than the budget its sender is held to: it waits until the application raises the
   // budget (a decode worker grants credit as pages free up), or until its deadline. Said once,

@@ -71,11 +71,7 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
   for (const Block& b : m.blocks) x.remoteBlocks.push_back(b.length);
   if (PeerView* p = peer(from)) p->creditInUse += x.bytes;
   if (m.deadlineUs != 0) {
-    const TimePoint theirs = now() + std::chrono::microseconds(m.deadlineUs);
-    if (theirs < x.deadline) {
-      x.deadline = theirs;
-      addTimer(x.deadline, x.id, TimerKind::kDeadline);
-    }
+    advanceDeadline(x, now() + std::chrono::microseconds(m.deadlineUs));
   }
   step(x, Event::kAdvertise);
   step(x, Event::kPost);
@@ -153,7 +149,9 @@ void Protocol::sendDone(Transfer& x) {
   if (x.deadline != TimePoint::max())
     again = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(x.deadline - now()) / 4,
                        std::chrono::milliseconds(5), again);
-  addTimer(x.doneSentAt + again, x.id, TimerKind::kResendDone, x.attempt);
+  timers_.cancel(x.resendDoneAt, x.id, TimerKind::kResendDone);
+  x.resendDoneAt = x.doneSentAt + again;
+  addTimer(x.resendDoneAt, x.id, TimerKind::kResendDone, x.attempt);
 }
 
 void Protocol::onVerdict(uint64_t from, const Verdict& m) {

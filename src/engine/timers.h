@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <iterator>
 #include <map>
 
 #include "common/clock.h"
@@ -23,7 +24,14 @@ class Timers {
   void add(TimePoint at, uint64_t id, Kind kind, uint32_t attempt = 0) {
     if (at != TimePoint::max()) timers_.emplace(at, Timer{id, kind, attempt});
   }
+  // Disarms the timers of id and kind armed for at (none: nothing happens).
+  void cancel(TimePoint at, uint64_t id, Kind kind) {
+    if (at == TimePoint::max()) return;
+    auto [it, end] = timers_.equal_range(at);
+    while (it != end) it = it->second.id == id && it->second.kind == kind ? timers_.erase(it) : std::next(it);
+  }
   bool empty() const { return timers_.empty(); }
+  size_t size() const { return timers_.size(); }
   TimePoint next() const { return timers_.empty() ? TimePoint::max() : timers_.begin()->first; }
   // Calls fire(timer) for each timer due at t, earliest first (fire may add timers); the count.
   template <typename Fire>

@@ -75,6 +75,7 @@ struct Transfer {
   bool piecesPosted = false;
   bool doneSent = false;          // this attempt's Done left: a release can no longer un-commit
   TimePoint doneSentAt;
+  TimePoint resendDoneAt = TimePoint::max();  // the armed kResendDone timer (disarmed when freed)
 
   // Back to a fresh transfer for reuse, keeping what the vectors hold (no allocation next time).
   void reset() {

@@ -27,8 +27,10 @@ inline Params paramsOf(const EnvMap& env) {
   return p.ok() ? *p : Params{};
 }
 
-inline std::unique_ptr<Engine> makeEngine(const std::string& name, const EnvMap& env, bool listen) {
+inline std::unique_ptr<Engine> makeEngine(const std::string& name, const EnvMap& env, bool listen,
+                                          size_t exactlyOnceWindow = EngineConfig{}.exactlyOnceWindow) {
   EngineConfig c;
+  c.exactlyOnceWindow = exactlyOnceWindow;
   c.name = name;
   if (listen) c.listenIp = "127.0.0.1";
   c.progressThread = true;
@@ -47,9 +49,11 @@ struct Pair {
   Registration* dstMr = nullptr;
   std::string sendError;  // lastError() of a send that failed
 
-  Pair(const EnvMap& rxEnv, const EnvMap& txEnv, size_t bytes) : src(bytes), dst(bytes) {
-    rx = makeEngine("rx", rxEnv, true);
-    tx = makeEngine("tx", txEnv, false);
+  Pair(const EnvMap& rxEnv, const EnvMap& txEnv, size_t bytes,
+       size_t exactlyOnceWindow = EngineConfig{}.exactlyOnceWindow)
+      : src(bytes), dst(bytes) {
+    rx = makeEngine("rx", rxEnv, true, exactlyOnceWindow);
+    tx = makeEngine("tx", txEnv, false, exactlyOnceWindow);
     if (!rx || !tx) return;
     std::string address;
     EXPECT_EQ(rx->address(&address), Status::kOk);
