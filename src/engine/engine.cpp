@@ -142,8 +142,8 @@ int Engine::progressLocked() {
   // The sessions only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
   // (every call while a handshake is under way), not on every spin of a busy progress loop.
   const TimePoint t = now();
-  if (handshaking_ > 0 || t - lastSocketCheck_ >= params_.liveness_interval) {
-    lastSocketCheck_ = t;
+  if (handshaking_ > 0 || t - lastSessionCheck_ >= params_.liveness_interval) {
+    lastSessionCheck_ = t;
     events += pollPeers();
   }
   events += fireTimers();

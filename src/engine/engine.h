@@ -227,7 +227,7 @@ class Engine final : private Link {
   std::map<uint64_t, std::unique_ptr<Peer>> peers_;
   std::list<std::unique_ptr<Registration>> registrations_;
   Timers<TimerKind> timers_;
-  TimePoint lastSocketCheck_{};
+  TimePoint lastSessionCheck_{};
   size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
   std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
   Advertise spareAdvertise_;  // the last Advertise decoded: the next one reuses its vectors

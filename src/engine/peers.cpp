@@ -219,8 +219,8 @@ void Engine::peerLost(Peer& p, const std::string& why) {
 
 void Engine::onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
   auto* p = static_cast<Peer*>(arg);
-  // Runs inside ucp_worker_progress with the engine lock held; the socket check reports it too,
-  // this only marks the reason.
+  // Runs inside ucp_worker_progress with the engine lock held. The peer's session reports a dead
+  // peer (pollPeers -> peerLost); this only keeps UCX's reason for a send refused before that.
   if (p->lostReason.empty()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
 }
 

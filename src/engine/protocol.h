@@ -147,8 +147,9 @@ class Protocol {
   void addTimer(TimePoint at, uint64_t id, TimerKind kind, uint32_t attempt = 0) {
     timers_.add(at, id, kind, attempt);
   }
-  // Moves the transfer's deadline earlier (a peer's budget is shorter): the old timer is disarmed,
-  // so a finished transfer leaves no timer behind (a KV class's timeout would keep thousands).
+  // Moves the transfer's deadline earlier (a peer's budget is shorter), disarming the old timer.
+  // Freeing a transfer disarms its deadline and Done-resend timers (a KV class's timeout would
+  // keep thousands armed); a kMissing grace timer (kStragglerGrace) is left to fire and find none.
   void advanceDeadline(Transfer& x, TimePoint at) {
     if (at >= x.deadline) return;
     timers_.cancel(x.deadline, x.id, TimerKind::kDeadline);

@@ -179,8 +179,8 @@ void Engine::closePeerEndpoints(Peer& p) {
   // Forced close fails whatever UCX still has in flight with the peer, so no receive keeps
   // writing into application memory.
   for (auto& l : p.lanes)
-    if (l) l->closeAll(true);
-  if (p.ctrl) p.ctrl->closeAll(true);
+    if (l) l->closeAll();
+  if (p.ctrl) p.ctrl->closeAll();
 }
 
 // ---- the Link ---------------------------------------------------------------------------------

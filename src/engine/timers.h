@@ -31,7 +31,6 @@ class Timers {
     while (it != end) it = it->second.id == id && it->second.kind == kind ? timers_.erase(it) : std::next(it);
   }
   bool empty() const { return timers_.empty(); }
-  size_t size() const { return timers_.size(); }
   TimePoint next() const { return timers_.empty() ? TimePoint::max() : timers_.begin()->first; }
   // Calls fire(timer) for each timer due at t, earliest first (fire may add timers); the count.
   template <typename Fire>

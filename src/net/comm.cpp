@@ -11,8 +11,6 @@ namespace pact::net {
 
 namespace {
 
-constexpr auto kDrainLimit = std::chrono::milliseconds(200);
-
 // Salt of each comm's fault dice: comms created in the same order draw the same faults.
 std::atomic<uint64_t> commsCreated{0};
 
@@ -99,12 +97,9 @@ void Comm::fail(Status s, const std::string& why) {
   // other comms are logged at INFO, so 1,000 comms do not print 1,000 warnings.
   static std::atomic<int64_t> lastPeerWarning{0};
   const int64_t sec = std::chrono::duration_cast<std::chrono::seconds>(now().time_since_epoch()).count();
-  if (peerLost_ && lastPeerWarning.exchange(sec) == sec)
-    PACT_INFO("%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv", static_cast<void*>(this),
-              peer_.c_str(), dev().info().name.c_str(), why.c_str());
-  else
-    PACT_WARN("%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv", static_cast<void*>(this),
-              peer_.c_str(), dev().info().name.c_str(), why.c_str());
+  const auto level = peerLost_ && lastPeerWarning.exchange(sec) == sec ? log::Level::kInfo : log::Level::kWarn;
+  PACT_LOG_AT(level, "%s comm %p to %s on %s failed: %s", isSend_ ? "send" : "recv",
+              static_cast<void*>(this), peer_.c_str(), dev().info().name.c_str(), why.c_str());
 }
 
 void Comm::abort(Status s, const std::string& why) {
@@ -154,17 +149,21 @@ void Comm::release(Request* r) {
   hub_->requests().release(r);
 }
 
-void Comm::leaveInFlight() {
+bool Comm::leaveInFlight() {
+  bool left = false;
   for (Request* r = oldestPosted_; r != nullptr;) {
     Request* next = r->newerPosted;
-    if (r->done())
+    if (r->done()) {
       hub_->requests().release(r);
-    else
+    } else {
       r->comm = nullptr;  // completePart gives it back once UCX lets go
+      left = true;
+    }
     r = next;
   }
   oldestPosted_ = newestPosted_ = nullptr;
   inFlight_ = 0;
+  return left;
 }
 
 Status Comm::test(Request* r, bool* done, int* sizes) {
@@ -299,8 +298,8 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
 
 Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out) {
   *out = nullptr;
-  // A sender whose sends complete at once (eager) may never wait in test(): look at the control
-  // socket here too, so a peer's abort or death fails the next send.
+  // A sender whose sends complete at once (eager) may never wait in test(): look at the session
+  // here too, so a peer's abort or death fails the next send.
   checkLinks();
   pollPeer();
   if (Status s = failure(); s != Status::kOk) return s;
@@ -374,7 +373,7 @@ void SendComm::abortInFlight() {
   dropHeld();
   // The peer is gone: the endpoints to it are of no use to any comm, and a forced close ends
   // what UCX still has in flight on them. A failure of this comm alone leaves them to the others.
-  if (peerLost_) lanes_.closeAll(true);
+  if (peerLost_) lanes_.closeAll();
 }
 
 bool Comm::peerGone() {
@@ -394,9 +393,7 @@ void SendComm::shutdown() {
     });
   }
   dropHeld();
-  bool inFlight = false;
-  for (const Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) inFlight = inFlight || !r->done();
-  leaveInFlight();
+  const bool inFlight = leaveInFlight();
   // The endpoints close in the background once the last comm to the peer lets go of them: a
   // flush, or forced when something is left in flight or the peer is gone (a flush needs its
   // cooperation).

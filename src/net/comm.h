@@ -132,7 +132,8 @@ class Comm {
   bool peerGone();
   // Hands the comm's requests to the slab: done ones go back, ones UCX still holds stay there
   // without a comm (the Reaper progresses them), so a late callback never touches the comm.
-  void leaveInFlight();
+  // Whether any stayed with UCX.
+  bool leaveInFlight();
   // Whether the goodbye is lost once (PACT_FAULT lose_remote_done; the session delivers it late).
   bool byeLost();
   // Something of the comm's own failed (a lane's endpoint): the send side looks.
@@ -176,7 +177,7 @@ class SendComm final : public Comm, private Ticker {
   // Takes the device context's endpoint per lane to the receiver's worker (shared with every
   // other comm to that worker; a new one wires up in progress).
   Status connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails);
-  // Posts a send; *out = nullptr when the request pool is full (retry later).
+  // Posts a send; *out = nullptr when the comm has its most sends in flight (retry later).
   Status isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out);
   void shutdown() override;
   void partDone(Part* p) override;

@@ -131,6 +131,9 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   st->channel = 0;  // the comm owns it now
   if (Status s = comm->connectLanes(o->railAddresses); s != Status::kOk) {
     comm->shutdown();
+    comm.reset();
+    // As any close: the endpoints it let go of close in the background.
+    if (auto reaper = st->hub->reaper()) reaper->add(st->hub);
     return finish(s);
   }
   PACT_DEBUG("send comm %p connected to %s on %s (tag space %#x, %s, %d lane(s), chunk %zu)",

@@ -28,7 +28,6 @@ class Hub {
   Hub& operator=(const Hub&) = delete;
 
   DeviceCtx& dev() { return *dev_; }
-  const std::shared_ptr<DeviceCtx>& devPtr() const { return dev_; }
   RequestSlab& requests() { return *requests_; }  // device mutex
   // Shared: a closed receive comm's session callback gives its space back, maybe after the hub.
   const std::shared_ptr<TagSpaces>& tags() const { return tags_; }
@@ -41,6 +40,18 @@ class Hub {
   // Work left for the background: endpoint closes, requests of closed comms, late sends.
   // Device mutex.
   size_t backgroundWork() { return dev_->closing() + requests_->orphaned() + late_.size() + *lateInFlight_; }
+  // One step of the background work (device mutex): late sends due, progress; what is left.
+  size_t stepBackground() {
+    postLate();
+    dev_->progress();
+    return backgroundWork();
+  }
+  // With no comm left on the device, the request slab's memory goes back; whether it did.
+  bool trimIfIdle() {
+    if (dev_->counters().get(telemetry::kLiveComms) != 0) return false;
+    requests_->trim();
+    return true;
+  }
   // PACT_FAULT delay: a piece a closed comm's delayed lane still held goes out when its delay
   // ends, as a packet already on the wire would (a copy of its bytes: the caller may free the
   // buffer once the comm is closed). postLate() posts the due ones. Device mutex.

@@ -45,17 +45,13 @@ void Reaper::add(const std::shared_ptr<Hub>& hub) {
 void Reaper::pass(std::vector<Item>& items) {
   sessions_->step();
   const auto t = now();
+  const bool closing = sessions_->closing() > 0;
   bool emptied = false;
   std::erase_if(items, [&](Item& i) {
     std::lock_guard lock(i.hub->dev().mutex());
-    i.hub->postLate();
-    i.hub->dev().progress();
-    const bool work = i.hub->backgroundWork() > 0 || sessions_->closing() > 0;
+    const bool work = i.hub->stepBackground() > 0 || closing;
     if (work && t < i.until) return false;
-    if (i.hub->dev().counters().get(telemetry::kLiveComms) == 0) {
-      i.hub->requests().trim();
-      emptied = true;
-    }
+    emptied = i.hub->trimIfIdle() || emptied;
     return true;
   });
   // The last comm of a context is gone and its teardown done: hand what the burst of comms
@@ -95,16 +91,13 @@ bool Reaper::settle(const std::vector<std::shared_ptr<Hub>>& hubs, std::chrono::
     size_t work = awaitPeers ? sessions_->closing() : 0;
     for (auto& h : hubs) {
       std::lock_guard lock(h->dev().mutex());
-      h->dev().progress();
-      work += h->backgroundWork();
+      work += h->stepBackground();
     }
     if (work == 0) {
       bool emptied = false;
       for (auto& h : hubs) {
         std::lock_guard lock(h->dev().mutex());
-        if (h->dev().counters().get(telemetry::kLiveComms) != 0) continue;
-        h->requests().trim();
-        emptied = true;
+        emptied = h->trimIfIdle() || emptied;
       }
       if (emptied) trimHeap();
       return true;

@@ -16,6 +16,7 @@
 #include "common/status.h"
 #include "transport/device_ctx.h"
 #include "transport/lanes.h"
+#include "transport/slab.h"
 
 namespace pact::net {
 
@@ -97,43 +98,28 @@ class RequestSlab final : public transport::Orphan {
   void release(Request* r) {
     r->inUse = false;
     r->comm = nullptr;
-    free_.push_back(r);
-    --used_;
+    slots_.give(r);
   }
-  size_t used() const { return used_; }
-  size_t capacity() const { return chunks_.size() * kChunk; }
+  size_t used() const { return slots_.live(); }
+  size_t capacity() const { return slots_.capacity(); }
   // Gives the memory back when no request is taken (after a teardown: a burst of comms may have
   // grown the slab far past what the survivors need).
-  void trim() {
-    if (used_ != 0) return;
-    free_.clear();
-    free_.shrink_to_fit();
-    chunks_.clear();
-    chunks_.shrink_to_fit();
-  }
+  void trim() { (void)slots_.trim(); }
   template <typename F>
   void forEachInUse(F&& f) {
-    if (used_ == 0) return;
-    for (auto& c : chunks_)
-      for (size_t i = 0; i < kChunk; ++i)
-        if (c[i].inUse) f(c[i]);
+    if (slots_.live() == 0) return;
+    slots_.forEach([&](Request& r) {
+      if (r.inUse) f(r);
+    });
   }
 
  private:
-  static constexpr size_t kChunk = 32;
-  std::vector<std::unique_ptr<Request[]>> chunks_;
-  std::vector<Request*> free_;
-  size_t used_ = 0;
+  transport::Slab<Request> slots_;
   uint64_t posted_ = 0;
 };
 
 inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts) {
-  if (free_.empty()) {
-    chunks_.push_back(std::make_unique<Request[]>(kChunk));
-    for (size_t i = kChunk; i > 0; --i) free_.push_back(&chunks_.back()[i - 1]);
-  }
-  Request& r = *free_.back();
-  free_.pop_back();
+  Request& r = *slots_.take();
   r.inUse = true;
   r.isSend = isSend;
   r.nbuffers = nbuffers;
@@ -159,7 +145,6 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
     r.doneCount[b] = 0;
     r.landedBytes[b] = 0;
   }
-  ++used_;
   return &r;
 }
 

@@ -66,11 +66,6 @@ Result<ControlSocket> ControlSocket::connectTo(const wire::ListenHandle& h) {
   return ControlSocket(std::move(fd));
 }
 
-Status ControlSocket::send(const std::vector<uint8_t>& bytes) {
-  out_.insert(out_.end(), bytes.begin(), bytes.end());
-  return flush();
-}
-
 Status ControlSocket::flush() {
   while (!out_.empty()) {
     ssize_t n = ::send(fd_.get(), out_.data(), out_.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -79,7 +74,6 @@ Status ControlSocket::flush() {
         return Status::kInProgress;
       return errno == ECONNREFUSED ? Status::kRefused : Status::kRemoteError;  // nothing listens
     }
-    connected_ = true;
     out_.erase(out_.begin(), out_.begin() + n);
   }
   return Status::kOk;
@@ -106,7 +100,6 @@ Result<std::optional<Frame>> ControlSocket::poll() {
       if (errno == EINTR) continue;
       return Error{Status::kRemoteError, std::string("control connection: ") + std::strerror(errno)};
     }
-    connected_ = true;
     in_.insert(in_.end(), buf, buf + n);
   }
 }

@@ -30,22 +30,17 @@ class ControlSocket {
   static Result<ControlSocket> connectTo(const wire::ListenHandle& h);
 
   int fd() const { return fd_.get(); }
-  // Queues bytes and writes as much as the socket takes now.
-  Status send(const std::vector<uint8_t>& bytes);
   // Queues bytes for the next flush.
   void queue(const std::vector<uint8_t>& bytes) { out_.insert(out_.end(), bytes.begin(), bytes.end()); }
-  bool pending() const { return !out_.empty(); }
   // Writes queued bytes; kOk when all are out, kInProgress when some remain, kRefused when nothing
   // listens (ECONNREFUSED), kRemoteError when the connection failed otherwise.
   Status flush();
   // Reads what is available; returns a frame once one is complete. Error on EOF (the message says
   // "closed"), on a socket error, or on a malformed header (the codec's message).
   Result<std::optional<Frame>> poll();
-  bool connected() const { return connected_; }
 
  private:
   ScopedFd fd_;
-  bool connected_ = false;
   std::vector<uint8_t> out_;
   std::vector<uint8_t> in_;
 };

@@ -69,18 +69,19 @@ void DeviceCtx::retire(SharedEndpoint* ep, const std::string& key) {
   counters_.sub(telemetry::kLiveEndpoints);
   if (auto it = endpoints_.find(key); it != endpoints_.end() && it->second.expired())
     endpoints_.erase(it);
-  Closing c{std::unique_ptr<SharedEndpoint>(ep), ucx::PendingClose(), now() + kCloseBound};
-  c.close = ep->ep.closeLater(ep->failed() || ep->forceClose);
-  if (c.close.done()) return;  // closed at once
+  std::unique_ptr<SharedEndpoint> owned(ep);
+  ucx::PendingClose close = ep->ep.closeLater(ep->failed() || ep->forceClose);
+  if (close.done()) return;  // closed at once
   counters_.add(telemetry::kClosingEndpoints);
-  closing_.push_back(std::move(c));
+  closing_.push_back(Closing{std::move(owned), std::move(close), now() + kCloseBound});
 }
 
 void DeviceCtx::reapClosing() {
   const auto t = now();
   std::erase_if(closing_, [&](Closing& c) {
-    if (!c.close.done() && t < c.deadline) return false;
-    if (t >= c.deadline && !c.close.done()) {
+    const bool finished = c.close.done();
+    if (!finished && t < c.deadline) return false;
+    if (!finished) {
       counters_.add(telemetry::kClosesAbandoned);
       PACT_INFO("device %s: an endpoint close did not finish within %lld ms; left to UCX",
                 info_.name.c_str(), static_cast<long long>(std::chrono::milliseconds(kCloseBound).count()));

@@ -54,10 +54,10 @@ void Lanes::measure(Lane& l, const LanePiece& p) {
   }
 }
 
-void Lanes::closeAll(bool force) {
+void Lanes::closeAll() {
   for (auto& l : lanes_) {
     if (!l.ep->failed()) l.ep->error = UCS_ERR_CANCELED;  // its other users stop posting on it
-    l.ep->ep.close(force);
+    l.ep->ep.close(true);
   }
 }
 

@@ -77,8 +77,8 @@ class Lanes {
   // Only the pieces a delayed lane holds (bound to it, "on the wire"): f(part) each.
   template <typename F>
   void takeHeld(F&& f);
-  // Closes the endpoints for every user (force: what UCX still holds on them fails now).
-  void closeAll(bool force);
+  // Closes the endpoints, forced, for every user: what UCX still holds on them fails now.
+  void closeAll();
   LaneStats stats(size_t i) const;
 
  private:

@@ -134,7 +134,7 @@ void Sessions::lose(Session& s, const std::string& why, bool refused) {
   s.phase = Session::Phase::kLost;
   s.lostReason = why;
   sessionCounters().subShared(telemetry::kSessions);
-  for (auto it = byProcess_.begin(); it != byProcess_.end(); ++it) {
+  for (auto [it, end] = byProcess_.equal_range(s.peerProcess); it != end; ++it) {
     if (it->second == &s) {
       byProcess_.erase(it);
       break;
@@ -154,27 +154,19 @@ void Sessions::lose(Session& s, const std::string& why, bool refused) {
     }
   }
   for (Channel* c : done) finish(*c);
-  lostAny_ = true;
+  if (s.channels.empty()) reapable_.push_back(s.id);
 }
 
 void Sessions::reap() {
-  if (!lostAny_) return;
-  lostAny_ = false;
-  std::erase_if(sessions_, [&](const auto& e) {
-    if (!e.second->lost()) return false;
-    if (!e.second->channels.empty()) {
-      lostAny_ = true;  // look again once its channels are gone
-      return false;
-    }
-    return true;
-  });
+  for (uint64_t id : reapable_) sessions_.erase(id);  // an id twice: the second finds nothing
+  reapable_.clear();
 }
 
 void Sessions::finish(Channel& c) {
   if (c.closedHere && c.whenDone) --closing_;
   if (c.whenDone) c.whenDone();
   c.session->channels.erase(c.id);
-  if (c.session->lost() && c.session->channels.empty()) lostAny_ = true;
+  if (c.session->lost() && c.session->channels.empty()) reapable_.push_back(c.session->id);
   sessionCounters().subShared(telemetry::kChannels);
   channels_.erase(c.id);
 }
@@ -395,7 +387,6 @@ Result<uint64_t> Sessions::open(const wire::ListenHandle& h, std::vector<uint8_t
     if (!sock.ok()) return sock.error();
     s = &addSession(std::move(sock.value()), true, formatAddress(h));
     s->peerProcess = h.process;
-    s->listenId = h.listenId;
     if (h.process != 0) byProcess_.emplace(h.process, s);
     wire::Hello hello{process_, cfg_.epoch, h.listenId, cfg_.key.enabled() ? uint8_t{1} : uint8_t{0}, {}};
     s->nonce = auth::freshNonce();
@@ -466,7 +457,6 @@ void Sessions::close(uint64_t channel, bool byeLost, std::function<void()> whenD
     return;
   }
   Channel& c = *it->second;
-  c.closedHere = true;
   if (c.remote != 0) {
     if (byeLost)
       lateByes_.push_back(LateBye{now() + kLostByeDelay, c.session->id, c.remote});
@@ -475,10 +465,10 @@ void Sessions::close(uint64_t channel, bool byeLost, std::function<void()> whenD
   }
   c.whenDone = std::move(whenDone);
   if (c.view.peerClosed || c.session->lost()) {
-    c.closedHere = false;  // not counted as closing
-    finish(c);
-  } else if (c.whenDone) {
-    ++closing_;
+    finish(c);  // nothing of the channel can arrive any more
+  } else {
+    c.closedHere = true;
+    if (c.whenDone) ++closing_;
   }
   flushPending();
 }

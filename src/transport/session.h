@@ -19,12 +19,9 @@
 // under this lock and may take only leaf locks (a tag-space allocator).
 #pragma once
 
-#include <sys/socket.h>
-
 #include <cstdint>
 #include <deque>
 #include <functional>
-#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -113,7 +110,8 @@ class Sessions {
   static constexpr auto kLostByeDelay = std::chrono::milliseconds(200);
   // "ip:port" of the channel's peer.
   std::string peerName(uint64_t channel);
-  // Channels closed here whose peer has not closed yet.
+  // Channels closed here with a whenDone whose peer has not closed yet (receive comms waiting for
+  // their sender's goodbye; a send comm's close waits for nothing).
   size_t closing() const;
   // One pass over what is ready; returns the number of events handled.
   int step();
@@ -175,7 +173,7 @@ class Sessions {
   uint64_t nextChannel_ = 1;
   size_t closing_ = 0;
   size_t handshaking_ = 0;  // sessions neither ready nor lost
-  bool lostAny_ = false;
+  std::vector<uint64_t> reapable_;  // lost sessions with no channel left: freed by the next step
   TimePoint lastStep_{};
   static constexpr auto kMinStepInterval = std::chrono::microseconds(250);
 };

@@ -16,13 +16,11 @@ constexpr std::string_view kProofLabel = "pact-session-proof-v1";
 }  // namespace
 
 void Sessions::refuseSession(Session& s, wire::Field field, uint64_t ours, uint64_t theirs) {
-  PACT_WARN("%s: handshake with %s refused: %s differs (local %llu, remote %llu)",
-            cfg_.face.c_str(), s.peer.c_str(), wire::fieldName(field),
-            static_cast<unsigned long long>(ours), static_cast<unsigned long long>(theirs));
-  s.sock.queue(wire::encode(wire::Refuse{field, ours, theirs}));
-  lose(s, std::string("refused: ") + wire::fieldName(field) + " differs (local " +
-              std::to_string(ours) + ", remote " + std::to_string(theirs) + ")",
-       true);
+  const wire::Refuse r{field, ours, theirs};
+  const std::string why = "refused: " + wire::describe(r, false);
+  PACT_WARN("%s: handshake with %s %s", cfg_.face.c_str(), s.peer.c_str(), why.c_str());
+  s.sock.queue(wire::encode(r));
+  lose(s, why, true);
 }
 
 void Sessions::onHandshakeFrame(Session& s, const Frame& f) {
@@ -32,10 +30,8 @@ void Sessions::onHandshakeFrame(Session& s, const Frame& f) {
     return refuseSession(s, wire::Field::kVersion, wire::kVersion, f.header.version);
   if (f.header.type == wire::FrameType::kRefuse) {
     auto r = wire::decodeRefuse(f.body);
-    std::string why = r.ok() ? std::string("refused by the peer: ") + wire::fieldName(r->field) +
-                                   " differs (remote " + std::to_string(r->expected) + ", local " +
-                                   std::to_string(r->got) + ")"
-                             : "refused by the peer (" + r.error().message + ")";
+    const std::string why = r.ok() ? "refused by the peer: " + wire::describe(*r, true)
+                                   : "refused by the peer (" + r.error().message + ")";
     PACT_WARN("%s: handshake with %s %s", cfg_.face.c_str(), s.peer.c_str(), why.c_str());
     return lose(s, why, true);
   }
@@ -59,12 +55,11 @@ void Sessions::onHandshakeFrame(Session& s, const Frame& f) {
       s.nonce = auth::freshNonce();
       accept.nonce = s.nonce;
       accept.mac = auth::mac(key.secret, kAcceptLabel, hello->nonce, s.nonce);
-      send(s, wire::encode(accept));
-      s.phase = Session::Phase::kAwaitProof;
-      return;
     }
     send(s, wire::encode(accept));
-    return becomeReady(s);
+    if (!key.enabled()) return becomeReady(s);
+    s.phase = Session::Phase::kAwaitProof;  // no channel opens before the connector's proof
+    return;
   }
   if (!s.outbound && s.phase == Session::Phase::kAwaitProof) {
     auto proof = f.header.type == wire::FrameType::kProof
@@ -139,11 +134,7 @@ void Sessions::onFrame(Session& s, const Frame& f) {
       auto m = wire::decodeOpenRefused(f.body);
       if (!m.ok()) return malformed(m.error());
       if (Channel* c = channelOf(s, m->channel, "open refused"); c != nullptr && c->remote == 0)
-        c->failed = Error{Status::kRefused,
-                          "refused by " + s.peer + ": " + wire::fieldName(m->why.field) +
-                              (m->why.field == wire::Field::kListenId
-                                   ? " " + std::to_string(m->why.got) + " is not listening (closed)"
-                                   : " (limit " + std::to_string(m->why.expected) + ")")};
+        c->failed = Error{Status::kRefused, "refused by " + s.peer + ": " + wire::describe(m->why, true)};
       return;
     }
     case wire::FrameType::kClose: {

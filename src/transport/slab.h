@@ -1,7 +1,7 @@
 // Slab<T>: the data path's objects of one kind (in-flight piece operations, control message
 // buffers), taken and given back without touching the heap once the slab has grown to the
-// working set. Grows by chunks of 64, never shrinks; an object's address is stable for the
-// slab's life, so UCX may hold it. take() hands out a default-constructed or a given-back object
+// working set. Grows by chunks of 64 and shrinks only by trim() with nothing taken; an object's
+// address is stable until then, so UCX may hold it. take() hands out a default-constructed or a given-back object
 // (the caller resets what it uses). Not thread-safe: the owner's lock.
 #pragma once
 
@@ -29,6 +29,21 @@ class Slab {
   }
   size_t live() const { return live_; }       // taken and not given back
   size_t capacity() const { return chunks_.size() * kChunk; }
+  // f(object) for every object of the slab, taken or not.
+  template <typename F>
+  void forEach(F&& f) {
+    for (auto& c : chunks_)
+      for (size_t i = 0; i < kChunk; ++i) f(c[i]);
+  }
+  // Gives the memory back when nothing is taken (after a burst grew the slab); whether it did.
+  bool trim() {
+    if (live_ != 0) return false;
+    free_.clear();
+    free_.shrink_to_fit();
+    chunks_.clear();
+    chunks_.shrink_to_fit();
+    return true;
+  }
 
  private:
   void grow() {

@@ -65,7 +65,7 @@ Result<Header> decodeHeader(std::span<const uint8_t> in) {
       !r.u32(&h.length, "length"))
     return r.error();
   if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
-  if (type < 1 || type > static_cast<uint16_t>(FrameType::kClose) || type == 5)
+  if (type < 1 || type > static_cast<uint16_t>(FrameType::kClose) || type == kRetiredEngineFrame)
     return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
   if (h.length > kMaxBody)
     return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
@@ -84,6 +84,24 @@ const char* fieldName(Field f) {
     case Field::kCapacity: return "capacity";
   }
   return "unknown field";
+}
+
+std::string describe(const Refuse& r, bool byPeer) {
+  switch (r.field) {
+    case Field::kListenId:
+      return "listen id " + std::to_string(r.got) + " is not listening (closed)";
+    case Field::kCapacity:
+      return "no capacity left (limit " + std::to_string(r.expected) + ")";
+    case Field::kVersion:
+      // An open's payload the listener could not read: it knows only its own version.
+      if (r.got == 0) return "the open was not readable at wire version " + std::to_string(r.expected);
+      break;
+    default:
+      break;
+  }
+  const uint64_t local = byPeer ? r.got : r.expected, remote = byPeer ? r.expected : r.got;
+  return std::string(fieldName(r.field)) + " differs (local " + std::to_string(local) + ", remote " +
+         std::to_string(remote) + ")";
 }
 
 std::vector<uint8_t> encode(const Hello& m) {

@@ -51,6 +51,7 @@ enum class FrameType : uint16_t {
   kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kProof = 6, kAbort = 7,
   kOpen = 8, kOpened = 9, kOpenRefused = 10, kClose = 11,
 };
+inline constexpr uint16_t kRetiredEngineFrame = 5;  // wire v3's engine frame: never sent since v4
 
 struct Header {
   uint16_t version = kVersion;
@@ -117,6 +118,9 @@ struct Refuse {         // session: either side -> the other: which field differ
   uint64_t expected = 0;  // the refusing side's value
   uint64_t got = 0;       // the value it received
 };
+// What a refusal says, as a sentence: "epoch differs (local 3, remote 4)", "listen id 7 is not
+// listening (closed)". byPeer: the peer refused (its expected value is the remote one).
+std::string describe(const Refuse& r, bool byPeer);
 struct OpenRefused {    // channel: listener -> connector
   uint64_t channel = 0;   // the connector's channel id
   Refuse why;

@@ -227,35 +227,31 @@ Endpoint& Endpoint::operator=(Endpoint&& o) noexcept {
   return *this;
 }
 
-void Endpoint::close(bool force) {
-  if (ep_ == nullptr) return;
+void* Endpoint::startClose(bool force) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
   param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
   void* req = ucp_ep_close_nbx(ep_, &param);
-  ucs_status_t st = waitRequest(worker_, req, std::chrono::milliseconds(500));
+  ep_ = nullptr;  // UCX owns the close from here
+  return req;
+}
+
+void Endpoint::close(bool force) {
+  if (ep_ == nullptr) return;
+  const void* ep = ep_;
+  const ucs_status_t st = waitRequest(worker_, startClose(force), std::chrono::milliseconds(500));
   if (st != UCS_OK && !force) {
     // A flush that failed (dead peer) cannot be retried on the same ep; UCX released it.
-    PACT_DEBUG("ucx ep %p flush-close ended with %s", static_cast<void*>(ep_), ucs_status_string(st));
+    PACT_DEBUG("ucx ep %p flush-close ended with %s", ep, ucs_status_string(st));
   }
-  ep_ = nullptr;
 }
 
 PendingClose Endpoint::closeLater(bool force) {
-  if (ep_ == nullptr) return PendingClose();
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
-  param.flags = force ? UCP_EP_CLOSE_FLAG_FORCE : 0;
-  void* req = ucp_ep_close_nbx(ep_, &param);
-  ep_ = nullptr;
-  return PendingClose(req);
+  return ep_ == nullptr ? PendingClose() : PendingClose(startClose(force));
 }
 
 PendingClose::PendingClose(void* request) {
-  if (UCS_PTR_IS_ERR(request))
-    st_ = UCS_PTR_STATUS(request);
-  else
-    req_ = request;  // nullptr: closed at once
+  if (!UCS_PTR_IS_ERR(request)) req_ = request;  // nullptr: closed at once; an error: ended
 }
 
 PendingClose::~PendingClose() {
@@ -266,7 +262,6 @@ PendingClose& PendingClose::operator=(PendingClose&& o) noexcept {
   if (this != &o) {
     if (req_ != nullptr) ucp_request_free(req_);
     req_ = std::exchange(o.req_, nullptr);
-    st_ = o.st_;
   }
   return *this;
 }
@@ -275,7 +270,6 @@ bool PendingClose::done() {
   if (req_ == nullptr) return true;
   const ucs_status_t st = ucp_request_check_status(req_);
   if (st == UCS_INPROGRESS) return false;
-  st_ = st;
   ucp_request_free(req_);
   req_ = nullptr;
   return true;

@@ -99,16 +99,14 @@ class PendingClose {
   PendingClose() = default;
   explicit PendingClose(void* request);
   ~PendingClose();
-  PendingClose(PendingClose&& o) noexcept : req_(std::exchange(o.req_, nullptr)), st_(o.st_) {}
+  PendingClose(PendingClose&& o) noexcept : req_(std::exchange(o.req_, nullptr)) {}
   PendingClose& operator=(PendingClose&& o) noexcept;
   PendingClose(const PendingClose&) = delete;
   PendingClose& operator=(const PendingClose&) = delete;
   bool done();
-  ucs_status_t status() const { return st_; }  // valid once done()
 
  private:
   void* req_ = nullptr;
-  ucs_status_t st_ = UCS_OK;
 };
 
 class Endpoint {
@@ -141,6 +139,7 @@ class Endpoint {
   std::string describe() const;
 
  private:
+  void* startClose(bool force);  // ucp_ep_close_nbx; the endpoint is UCX's from then on
   ucp_worker_h worker_ = nullptr;
   ucp_ep_h ep_ = nullptr;
 };

@@ -107,6 +107,17 @@ TEST(Frames, SessionFramesRoundTrip) {
   EXPECT_EQ(decodeHeader(bye)->type, FrameType::kBye);
 }
 
+// A refusal reads the same wherever it is reported: local and remote values from the reader's side.
+TEST(Frames, ARefusalDescribesItselfFromEitherSide) {
+  const Refuse epoch{Field::kEpoch, 4, 6};  // the refusing side has 4, it received 6
+  EXPECT_EQ(describe(epoch, false), "epoch differs (local 4, remote 6)");
+  EXPECT_EQ(describe(epoch, true), "epoch differs (local 6, remote 4)");
+  EXPECT_EQ(describe(Refuse{Field::kListenId, 0, 7}, true), "listen id 7 is not listening (closed)");
+  EXPECT_EQ(describe(Refuse{Field::kCapacity, 131071, 0}, true), "no capacity left (limit 131071)");
+  EXPECT_EQ(describe(Refuse{Field::kVersion, kVersion, 0}, true),
+            "the open was not readable at wire version " + std::to_string(kVersion));
+}
+
 TEST(Frames, ChannelFramesRoundTrip) {
   auto o = decodeOpen(bodyOf(encode(Open{0x100000002ull, 7, {1, 2, 3}})));
   ASSERT_TRUE(o.ok()) << o.error().message;
