@@ -111,7 +111,7 @@ int Engine::pollPeers() {
   int n = sessions_->step();
   // Engines connecting to this one: a channel to its listen id each.
   while (listening_) {
-    auto in = sessions_->nextOpen(listenHandle_.listenId);
+    auto in = sessions_->nextOpen(listenHandle_.listenId, false);  // stepped above
     if (!in.ok()) {  // a session this listener refused (another key, one side without one)
       PACT_INFO("engine %s: %s", config_.name.c_str(), in.error().message.c_str());
       if (in.status() == Status::kRefused) continue;
@@ -140,7 +140,7 @@ int Engine::pollPeers() {
     if (p.phase == Peer::Phase::kLost) continue;
     if (p.phase == Peer::Phase::kHandshake) {
       if (!p.outbound || p.channel == 0) continue;
-      auto opened = sessions_->opened(p.channel);
+      auto opened = sessions_->opened(p.channel, false);
       if (!opened.ok()) {
         p.channel = 0;  // the sessions forgot it
         p.refused = opened.status() == Status::kRefused;

@@ -38,26 +38,38 @@ void enableKeepalive(int fd, std::chrono::microseconds peerTimeout) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
 }
 
-namespace {
+socklen_t toSockaddr(const wire::ListenHandle& h, sockaddr_storage* out) {
+  *out = sockaddr_storage{};
+  if (h.family == AF_INET) {
+    auto* s = reinterpret_cast<sockaddr_in*>(out);
+    s->sin_family = AF_INET;
+    s->sin_port = htons(h.port);
+    std::memcpy(&s->sin_addr, h.addr, 4);
+    return sizeof(sockaddr_in);
+  }
+  auto* s = reinterpret_cast<sockaddr_in6*>(out);
+  s->sin6_family = AF_INET6;
+  s->sin6_port = htons(h.port);
+  std::memcpy(&s->sin6_addr, h.addr, 16);
+  return sizeof(sockaddr_in6);
+}
 
-}  // namespace
+void fillAddress(const sockaddr_storage& addr, wire::ListenHandle* h) {
+  h->family = addr.ss_family;
+  if (addr.ss_family == AF_INET) {
+    const auto* s = reinterpret_cast<const sockaddr_in*>(&addr);
+    h->port = ntohs(s->sin_port);
+    std::memcpy(h->addr, &s->sin_addr, 4);
+  } else {
+    const auto* s = reinterpret_cast<const sockaddr_in6*>(&addr);
+    h->port = ntohs(s->sin6_port);
+    std::memcpy(h->addr, &s->sin6_addr, 16);
+  }
+}
 
 Result<ControlSocket> ControlSocket::connectTo(const wire::ListenHandle& h) {
-  sockaddr_storage ss{};
-  socklen_t len = 0;
-  if (h.family == AF_INET) {
-    auto* sin = reinterpret_cast<sockaddr_in*>(&ss);
-    sin->sin_family = AF_INET;
-    sin->sin_port = htons(h.port);
-    std::memcpy(&sin->sin_addr, h.addr, 4);
-    len = sizeof(sockaddr_in);
-  } else {
-    auto* sin6 = reinterpret_cast<sockaddr_in6*>(&ss);
-    sin6->sin6_family = AF_INET6;
-    sin6->sin6_port = htons(h.port);
-    std::memcpy(&sin6->sin6_addr, h.addr, 16);
-    len = sizeof(sockaddr_in6);
-  }
+  sockaddr_storage ss;
+  const socklen_t len = toSockaddr(h, &ss);
   ScopedFd fd(::socket(h.family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return sysError("socket");
   setNoDelay(fd.get());
@@ -141,18 +153,8 @@ std::string formatAddress(const sockaddr_storage& addr) {
 }
 
 std::string formatAddress(const wire::ListenHandle& h) {
-  sockaddr_storage ss{};
-  if (h.family == AF_INET) {
-    auto* s = reinterpret_cast<sockaddr_in*>(&ss);
-    s->sin_family = AF_INET;
-    s->sin_port = htons(h.port);
-    std::memcpy(&s->sin_addr, h.addr, 4);
-  } else {
-    auto* s = reinterpret_cast<sockaddr_in6*>(&ss);
-    s->sin6_family = AF_INET6;
-    s->sin6_port = htons(h.port);
-    std::memcpy(&s->sin6_addr, h.addr, 16);
-  }
+  sockaddr_storage ss;
+  (void)toSockaddr(h, &ss);
   return formatAddress(ss);
 }
 

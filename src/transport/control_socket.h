@@ -56,6 +56,10 @@ struct Listener {
 Result<Listener> listenOn(const std::string& ip, uint16_t port = 0);
 // "ip:port" / "[ip6]:port" of a bound socket address, or of a handle's.
 std::string formatAddress(const sockaddr_storage& addr);
+// A handle's address as a socket address (its length), and a socket address into a handle's
+// family, addr and port (the rest of the handle is left as it is).
+socklen_t toSockaddr(const wire::ListenHandle& h, sockaddr_storage* out);
+void fillAddress(const sockaddr_storage& addr, wire::ListenHandle* h);
 std::string formatAddress(const wire::ListenHandle& h);
 // Parses "ip:port" / "[ip6]:port" into a handle connectTo() accepts (listen id and epoch 0).
 Result<wire::ListenHandle> parseAddress(const std::string& text);

@@ -264,8 +264,9 @@ void Sessions::readSession(Session& s) {
 Result<wire::ListenHandle> Sessions::listen(const std::string& ip, uint16_t port, bool asDefault) {
   std::lock_guard lock(mu_);
   auto portOf = [](const sockaddr_storage& a) {
-    return ntohs(a.ss_family == AF_INET ? reinterpret_cast<const sockaddr_in*>(&a)->sin_port
-                                        : reinterpret_cast<const sockaddr_in6*>(&a)->sin6_port);
+    wire::ListenHandle h;
+    fillAddress(a, &h);
+    return h.port;
   };
   size_t li = 0;
   while (li < listeners_.size() &&
@@ -289,22 +290,12 @@ Result<wire::ListenHandle> Sessions::listen(const std::string& ip, uint16_t port
   }
   ListenSlot& slotRef = slots_[index - 1];
   slotRef.open = true;
-  const sockaddr_storage& addr = listeners_[li].listener.addr;
   wire::ListenHandle h;
-  h.family = addr.ss_family;
+  fillAddress(listeners_[li].listener.addr, &h);
   h.listenId = (static_cast<uint64_t>(slotRef.generation) << 32) | index;
   if (asDefault) defaultListen_ = h.listenId;
   h.epoch = cfg_.epoch;
   h.process = process_;
-  if (h.family == AF_INET) {
-    const auto* s = reinterpret_cast<const sockaddr_in*>(&addr);
-    h.port = ntohs(s->sin_port);
-    std::memcpy(h.addr, &s->sin_addr, 4);
-  } else {
-    const auto* s = reinterpret_cast<const sockaddr_in6*>(&addr);
-    h.port = ntohs(s->sin6_port);
-    std::memcpy(h.addr, &s->sin6_addr, 16);
-  }
   return h;
 }
 
@@ -323,9 +314,9 @@ void Sessions::unlisten(uint64_t listenId) {
   flushPending();
 }
 
-Result<std::optional<Sessions::Incoming>> Sessions::nextOpen(uint64_t listenId) {
+Result<std::optional<Sessions::Incoming>> Sessions::nextOpen(uint64_t listenId, bool step) {
   std::lock_guard lock(mu_);
-  stepLocked();
+  if (step) stepLocked();
   ListenSlot* l = slot(listenId);
   if (l == nullptr || !l->open) return Error{Status::kInvalidArgument, "listen id is not open"};
   if (!l->refusals.empty()) {
@@ -410,9 +401,9 @@ Result<uint64_t> Sessions::open(const wire::ListenHandle& h, std::vector<uint8_t
   return id;
 }
 
-Result<std::optional<wire::Opened>> Sessions::opened(uint64_t channel) {
+Result<std::optional<wire::Opened>> Sessions::opened(uint64_t channel, bool step) {
   std::lock_guard lock(mu_);
-  stepLocked();
+  if (step) stepLocked();
   auto it = channels_.find(channel);
   if (it == channels_.end()) return Error{Status::kInvalidArgument, "unknown channel"};
   Channel& c = *it->second;

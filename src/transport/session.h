@@ -77,9 +77,10 @@ class Sessions {
     wire::Open open;
     std::string peer;  // "ip:port" of the connector's control connection
   };
-  // Steps, then the next open for listenId. An error when a session this listen id started was
-  // refused (the connector's epoch, version or key), once per refusal; nullopt when none waits.
-  Result<std::optional<Incoming>> nextOpen(uint64_t listenId);
+  // Steps (unless step is false: the caller just did), then the next open for listenId. An error
+  // when a session this listen id started was refused (the connector's epoch, version or key),
+  // once per refusal; nullopt when none waits.
+  Result<std::optional<Incoming>> nextOpen(uint64_t listenId, bool step = true);
   // Answers an open: the channel exists on both sides from now on; returns its id here.
   Result<uint64_t> acceptOpen(const Incoming& in, const std::vector<uint8_t>& payload);
   void refuseOpen(const Incoming& in, const wire::Refuse& why);
@@ -90,10 +91,10 @@ class Sessions {
   // session is ready. A handle without a process (0: an engine's address) always starts a
   // session of its own.
   Result<uint64_t> open(const wire::ListenHandle& h, std::vector<uint8_t> payload);
-  // Steps; the answer once it came (then the channel is open), nullopt while waiting, or the
-  // error that ended it (refused: kRefused; the session lost: kRemoteError). An error forgets
-  // the channel.
-  Result<std::optional<wire::Opened>> opened(uint64_t channel);
+  // Steps (unless step is false); the answer once it came (then the channel is open), nullopt
+  // while waiting, or the error that ended it (refused: kRefused; the session lost:
+  // kRemoteError). An error forgets the channel.
+  Result<std::optional<wire::Opened>> opened(uint64_t channel, bool step = true);
   // Gives up a channel whose open has not been answered (connect timed out).
   void forget(uint64_t channel);
 
