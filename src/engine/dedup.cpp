@@ -23,7 +23,8 @@ bool pushOrder(std::vector<TransferKey>& order, size_t& next, size_t capacity,
 
 }  // namespace
 
-DedupSet::DedupSet(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+DedupSet::DedupSet(size_t capacity, std::pmr::memory_resource* nodes)
+    : capacity_(std::max<size_t>(capacity, 1)), set_(nodes) {}
 
 bool DedupSet::insert(const TransferKey& key) {
   if (set_.contains(key)) return false;
@@ -35,7 +36,8 @@ bool DedupSet::insert(const TransferKey& key) {
 
 bool DedupSet::contains(const TransferKey& key) const { return set_.contains(key); }
 
-GenerationTracker::GenerationTracker(size_t capacity) : capacity_(std::max<size_t>(capacity, 1)) {}
+GenerationTracker::GenerationTracker(size_t capacity, std::pmr::memory_resource* nodes)
+    : capacity_(std::max<size_t>(capacity, 1)), highest_(nodes) {}
 
 void GenerationTracker::note(const TransferKey& key) {
   const TransferKey k = slot(key);

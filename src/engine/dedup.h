@@ -8,17 +8,18 @@
 // the number of transfers that can still be retried. Capacity 0 is taken as 1.
 //
 // Not internally synchronized: the engine holds its lock. Construction is cheap; memory grows
-// with use up to capacity entries (one hash node and one ring slot each) and no further; the nodes
-// come from a NodePool, so a full table that forgets one entry per new one allocates nothing.
+// with use up to capacity entries (one hash node and one ring slot each) and no further. nodes:
+// where the hash nodes come from (a pool: a full table that forgets one entry per new one then
+// allocates nothing).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory_resource>
 #include <unordered_map>
 #include <unordered_set>
 #include <vector>
 
-#include "common/node_pool.h"
 #include "common/transfer_key.h"
 
 namespace pact::engine {
@@ -26,7 +27,7 @@ namespace pact::engine {
 // Remembers the identities (request_id, transfer_id, generation) of finished transfers.
 class DedupSet {
  public:
-  explicit DedupSet(size_t capacity);
+  explicit DedupSet(size_t capacity, std::pmr::memory_resource* nodes = std::pmr::get_default_resource());
 
   // Remembers the identity; false (and nothing changes) if it is already present.
   bool insert(const TransferKey& key);
@@ -36,7 +37,7 @@ class DedupSet {
 
  private:
   size_t capacity_;
-  std::unordered_set<TransferKey, IdentityHash, SameTransfer, NodePool<TransferKey>> set_;
+  std::pmr::unordered_set<TransferKey, IdentityHash, SameTransfer> set_;
   std::vector<TransferKey> order_;  // insertion order, a ring once full; order_[next_] is the oldest
   size_t next_ = 0;
 };
@@ -45,7 +46,8 @@ class DedupSet {
 // generation of a known transfer does not move it in the FIFO (it stays as old as its first note).
 class GenerationTracker {
  public:
-  explicit GenerationTracker(size_t capacity);
+  explicit GenerationTracker(size_t capacity,
+                             std::pmr::memory_resource* nodes = std::pmr::get_default_resource());
 
   // Keeps max(key.generation, what was noted before) for the transfer.
   void note(const TransferKey& key);
@@ -58,9 +60,7 @@ class GenerationTracker {
   // The table's key: the transfer with generation (and epoch) 0, the highest generation its value.
   static TransferKey slot(const TransferKey& k) { return {k.requestId, k.transferId, 0, 0}; }
   size_t capacity_;
-  std::unordered_map<TransferKey, uint32_t, IdentityHash, SameTransfer,
-                     NodePool<std::pair<const TransferKey, uint32_t>>>
-      highest_;
+  std::pmr::unordered_map<TransferKey, uint32_t, IdentityHash, SameTransfer> highest_;
   std::vector<TransferKey> order_;  // as in DedupSet
   size_t next_ = 0;
 };

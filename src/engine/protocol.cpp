@@ -11,7 +11,7 @@ namespace pact::engine {
 Protocol::Protocol(const ProtocolConfig& config, Link& link)
     : config_(config), link_(link), epoch_(config.epoch),
       credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
-      committed_(config.exactlyOnceWindow), generations_(config.exactlyOnceWindow),
+      committed_(config.exactlyOnceWindow, &pool_), generations_(config.exactlyOnceWindow, &pool_),
       counters_(telemetry::kEngineCatalog, "engine " + config.name), trace_(config.traceEvents),
       fault_(config.fault) {
   creditSet_ = config.creditBudget != 0;

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <list>
 #include <map>
+#include <memory_resource>
 #include <memory>
 #include <set>
 #include <span>
@@ -22,7 +23,6 @@
 
 #include "common/fault.h"
 #include "common/function_ref.h"
-#include "common/node_pool.h"
 #include "engine/credits.h"
 #include "engine/dedup.h"
 #include "engine/link.h"
@@ -202,20 +202,18 @@ class Protocol {
   ProtocolConfig config_;
   Link& link_;
   uint64_t nextId_ = 1;
-  // Every container of per-transfer state takes its nodes from a NodePool, and a freed Transfer
-  // waits in spare_ (its vectors keep their capacity): a warm engine allocates nothing per transfer.
-  template <typename K, typename V, typename Less = std::less<K>>
-  using Map = std::map<K, V, Less, NodePool<std::pair<const K, V>>>;
-  std::unordered_map<uint64_t, std::unique_ptr<Transfer>, std::hash<uint64_t>, std::equal_to<uint64_t>,
-                     NodePool<std::pair<const uint64_t, std::unique_ptr<Transfer>>>>
-      xfers_;
+  // Every container of per-transfer state takes its nodes from pool_ (declared first, so it
+  // outlives them; no lock: the engine's), and a freed Transfer waits in spare_ (its vectors keep
+  // their capacity): a warm engine allocates nothing per transfer.
+  std::pmr::unsynchronized_pool_resource pool_;
+  std::pmr::unordered_map<uint64_t, std::unique_ptr<Transfer>> xfers_{&pool_};
   std::vector<std::unique_ptr<Transfer>> spare_;
   static constexpr size_t kSpareTransfers = 256;
   std::vector<BlockRef> commitTable_;  // the blocks the commit hook is shown (kept capacity)
   std::vector<uint64_t> liveIds_;      // forEachLive's list (kept capacity)
   Control advertiseOut_;               // the Advertise being sent (kept capacity)
   std::map<uint64_t, PeerView> peers_;
-  Timers<TimerKind> timers_;
+  Timers<TimerKind> timers_{&pool_};
 
   // Receiver.
   uint64_t epoch_ = 0;
@@ -223,23 +221,23 @@ class Protocol {
   CreditLedger credits_;
   bool creditSet_ = false;  // the application set a budget (config or setCredit)
   // Staged bytes per (sender, route), against the class's `credits` when the application set none.
-  Map<std::pair<uint64_t, size_t>, uint64_t> classStaged_;
+  std::pmr::map<std::pair<uint64_t, size_t>, uint64_t> classStaged_{&pool_};
   struct PendingOffer {
     uint64_t peer;
     Offer offer;
     uint64_t id = 0;  // for its expiry timer
   };
-  Map<TransferKey, PendingOffer, ByIdentity> offers_;
-  Map<TransferKey, uint64_t, ByIdentity> receiving_;  // open receivers
-  std::list<uint64_t, NodePool<uint64_t>> waitingCredit_;
+  std::pmr::map<TransferKey, PendingOffer, ByIdentity> offers_{&pool_};
+  std::pmr::map<TransferKey, uint64_t, ByIdentity> receiving_{&pool_};  // open receivers
+  std::pmr::list<uint64_t> waitingCredit_{&pool_};
   DedupSet committed_;
   GenerationTracker generations_;
   // Expects the application released before an offer came: a later offer is told kCanceled.
-  std::set<TransferKey, ByIdentity, NodePool<TransferKey>> canceled_;
-  std::list<TransferKey, NodePool<TransferKey>> canceledOrder_;  // oldest first (bounded)
+  std::pmr::set<TransferKey, ByIdentity> canceled_{&pool_};
+  std::pmr::list<TransferKey> canceledOrder_{&pool_};  // oldest first (bounded)
 
   // Sender: open transfers by (peer, key).
-  Map<std::pair<uint64_t, TransferKey>, uint64_t, BySendIdentity> sending_;
+  std::pmr::map<std::pair<uint64_t, TransferKey>, uint64_t, BySendIdentity> sending_{&pool_};
 
   telemetry::CounterSet counters_;
   telemetry::TraceRing trace_;

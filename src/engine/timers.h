@@ -6,9 +6,9 @@
 #include <cstdint>
 #include <iterator>
 #include <map>
+#include <memory_resource>
 
 #include "common/clock.h"
-#include "common/node_pool.h"
 
 namespace pact::engine {
 
@@ -20,6 +20,9 @@ class Timers {
     Kind kind;
     uint32_t attempt = 0;
   };
+  // nodes: where the timers' nodes come from (the owner's pool: arming and firing then allocate
+  // nothing once warm).
+  explicit Timers(std::pmr::memory_resource* nodes = std::pmr::get_default_resource()) : timers_(nodes) {}
   // TimePoint::max() arms nothing.
   void add(TimePoint at, uint64_t id, Kind kind, uint32_t attempt = 0) {
     if (at != TimePoint::max()) timers_.emplace(at, Timer{id, kind, attempt});
@@ -45,8 +48,7 @@ class Timers {
   }
 
  private:
-  // Pooled nodes: arming and firing timers allocates nothing once warm.
-  std::multimap<TimePoint, Timer, std::less<>, NodePool<std::pair<const TimePoint, Timer>>> timers_;
+  std::pmr::multimap<TimePoint, Timer> timers_;
 };
 
 }  // namespace pact::engine

@@ -115,7 +115,7 @@ TEST(EngineAllocations, AWarmUnorderedKvTransferOverTwoLanesAllocatesNothing) {
 }
 
 // While the tables still grow (the default window of 65,536), they are the only thing that
-// allocates: in blocks of 256 nodes and by doubling, so far less than once per transfer.
+// allocates: in the node pool's growing chunks and by doubling, so far less than once per transfer.
 TEST(EngineAllocations, GrowingExactlyOnceTablesAllocateFarLessThanOncePerTransfer) {
   const uint64_t n = allocationsOver({}, kWarm, kMeasured, 64 << 10, EngineConfig{}.exactlyOnceWindow);
   std::printf("[ allocations ] KV ordered, 64 KiB, tables growing: %llu over %d transfers\n",
