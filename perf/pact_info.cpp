@@ -16,6 +16,8 @@
 #include "net/net.h"
 #include "telemetry/counters.h"
 #include "transport/service.h"
+#include "transport/memory.h"
+#include "cuda/driver.h"
 
 namespace {
 
@@ -94,6 +96,35 @@ void printCounters() {
   });
 }
 
+// What the CUDA driver and the loaded UCX say about GPU memory, with the reason for every "no".
+void printGpu(const pact::Params& params) {
+  const pact::cuda::Driver& d = pact::cuda::Driver::instance(params.cuda_driver);
+  std::string ucx;
+  const bool ucpCuda = pact::transport::ucpListsCuda(&ucx);
+  std::printf("gpu memory:\n");
+  if (d.available()) {
+    std::printf("  cuda driver              %s: %d.%d, %d GPU(s)%s\n", d.path().c_str(),
+                d.version() / 1000, d.version() % 1000 / 10, d.deviceCount(),
+                d.hostBacked() ? " (TEST DOUBLE: device memory is host memory)" : "");
+    for (int g = 0; g < d.deviceCount(); ++g) {
+      auto f = d.device(g);
+      if (!f.ok()) continue;
+      std::printf("    gpu %d %s: dmabuf %s, GPUDirect RDMA %s, host flush option %s\n", g,
+                  f->pciBusId.c_str(), f->dmabuf ? "yes" : "no", f->gdrRdma ? "yes" : "no",
+                  f->hostFlush() ? "yes" : "no");
+    }
+    std::string why;
+    std::printf("  dmabuf export            %s\n", d.canExportDmabuf(&why) ? "yes (cuMemGetHandleForAddressRange)" : ("no: " + why).c_str());
+    std::printf("  driver flush             %s\n", d.canFlush(&why) ? "yes (cuFlushGPUDirectRDMAWrites)" : ("no: " + why).c_str());
+  } else {
+    std::printf("  cuda driver              no: %s\n", d.why().c_str());
+  }
+  std::printf("  ucx %-20s built with dmabuf headers %s, memory types %s; CUDA memory type %s\n",
+              ucx.c_str(), PACT_UCX_HAVE_DMABUF ? "yes" : "no (UCX < 1.14)",
+              PACT_UCX_HAVE_MEMORY_TYPES ? "yes" : "no",
+              ucpCuda ? "yes" : "no (UCX without CUDA, or no driver for its cuda modules)");
+}
+
 void printDevices(pact::net::Net& net) {
   std::printf("devices: %d\n", net.deviceCount());
   for (int d = 0; d < net.deviceCount(); ++d) {
@@ -110,6 +141,15 @@ void printDevices(pact::net::Net& net) {
         static_cast<unsigned long long>(p.guid), p.port, p.speedMbps, info.speedSource.c_str(),
         static_cast<double>(p.latencyUs), p.ptrSupport, p.maxComms, p.maxRecvs, p.regIsGlobal,
         p.maxP2pBytes, tls.c_str(), info.ipAddress.empty() ? "(none)" : info.ipAddress.c_str());
+    std::string domains;
+    for (const auto& md : info.domains)
+      domains += (domains.empty() ? "" : ", ") + md.name + (md.regMemTypes & UCS_BIT(UCS_MEMORY_TYPE_CUDA) ? " (cuda)" : "") +
+                 (md.dmabuf ? " (dmabuf)" : "");
+    std::printf("      NCCL_PTR_CUDA %s\n      NCCL_PTR_DMABUF %s\n      GPU flush (PACT_GPU_FLUSH=auto) %s\n"
+                "      ucx memory domains %s\n",
+                p.memory.cuda() ? "yes" : ("no: " + p.memory.cudaWhy).c_str(),
+                p.memory.dmabuf() ? "yes" : ("no: " + p.memory.dmabufWhy).c_str(),
+                p.memory.flushMethod.c_str(), domains.c_str());
   }
   std::printf("maxComms %d: bound by %s\n", net.limits().maxComms, net.limits().reason.c_str());
 }
@@ -153,6 +193,7 @@ int main(int argc, char** argv) {
   if (params->fault.active())
     std::printf("FAULT INJECTION ACTIVE: %s (PACT_FAULT; a test hook, not for production)\n",
                 params->fault.describe().c_str());
+  printGpu(*params);
   if (noDevices) return printClasses(params->classes, nullptr, false) ? 0 : 2;
   auto net = pact::net::Net::create(*params);
   if (!net.ok()) {

@@ -25,6 +25,8 @@ typedef struct {
   uint64_t faults_injected;      /* PACT_FAULT decisions applied to this comm */
   uint64_t retransmits;          /* send comm: lost attempts (injected) sent again */
   uint64_t duplicates_filtered;  /* send comm: injected duplicates discarded below tag matching */
+  uint64_t gpu_flushes;          /* receive comm: iflush calls served by the CUDA driver's flush */
+  uint64_t gpu_flush_reads;      /* receive comm: loopback reads iflush posted (one per buffer) */
 } pact_comm_stats_t;
 
 /* Fills *out for a send or receive comm returned by connect/accept. 0 on success, -1 when comm

@@ -59,7 +59,9 @@ typedef enum pact_status {
   PACT_ERR_SYSTEM = -15,          /**< a system call failed */
   PACT_ERR_INTERNAL = -16,        /**< a bug or an unexpected UCX failure */
   PACT_ERR_INCOMPLETE = -17,      /**< data pieces missing after the sender finished, no retry left */
-  PACT_ERR_CANCELED = -18         /**< the other side's application released the transfer */
+  PACT_ERR_CANCELED = -18,        /**< the other side's application released the transfer */
+  PACT_ERR_UNSUPPORTED = -19      /**< this host cannot do it (GPU memory without a driver or a
+                                     CUDA-capable UCX); the message says what is missing */
 } pact_status_t;
 
 /** Constant name of a status ("PACT_ERR_DEADLINE"). */
@@ -125,6 +127,31 @@ pact_status_t pact_peer_credit(pact_engine_t engine, pact_peer_t peer, uint64_t*
 /** Registers host memory [addr, addr + length) with UCX. Blocks of transfers name a registration
  * and an offset into it; ranges are checked before any data moves. */
 pact_status_t pact_mem_register(pact_engine_t engine, void* addr, size_t length, pact_mr_t* mr);
+/** Where registered memory lives. */
+typedef enum pact_mem_type {
+  PACT_MEM_HOST = 0,
+  PACT_MEM_CUDA = 1  /**< device memory of the CUDA driver (cuMemAlloc, cudaMalloc) */
+} pact_mem_type_t;
+
+typedef struct pact_mem_desc {
+  uint32_t struct_size;    /**< sizeof(pact_mem_desc_t); set by pact_mem_desc_init */
+  void* addr;
+  size_t length;           /**< > 0 */
+  pact_mem_type_t type;    /**< PACT_MEM_HOST by default */
+  int device;              /**< CUDA ordinal the memory must be on; -1 = whichever the driver says */
+  int dmabuf_fd;           /**< -1 = none; else a dmabuf (or mappable) fd covering the range:
+                                checked (open, mappable, dmabuf_offset + length inside it), never
+                                kept, so the caller may close it when the call returns */
+  uint64_t dmabuf_offset;  /**< where addr lies in the dmabuf */
+} pact_mem_desc_t;
+
+void pact_mem_desc_init(pact_mem_desc_t* desc);
+/** Registers host or GPU memory (docs/gpu.md). CUDA memory needs the CUDA driver and a UCX that
+ * lists the CUDA memory type (PACT_ERR_UNSUPPORTED otherwise, naming what is missing); the range
+ * must lie inside one allocation on desc->device (PACT_ERR_INVALID_ARG /
+ * PACT_ERR_OUT_OF_RANGE). Blocks in CUDA memory receive pieces straight from UCX; checksums
+ * (verify) read them through a bounded host staging buffer. */
+pact_status_t pact_mem_register_ex(pact_engine_t engine, const pact_mem_desc_t* desc, pact_mr_t* mr);
 /** PACT_ERR_BUSY while an unreleased transfer uses the registration. NULL is accepted. */
 pact_status_t pact_mem_deregister(pact_engine_t engine, pact_mr_t mr);
 

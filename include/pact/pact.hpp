@@ -202,8 +202,10 @@ class Engine {
     return c;
   }
 
-  /** Registers [addr, addr + length); the region must be destroyed before this engine. */
+  /** Registers host memory [addr, addr + length); the region must be destroyed before this engine. */
   Result<MemoryRegion> registerMemory(void* addr, size_t length) const;
+  /** Registers host or GPU memory as desc describes (pact_mem_register_ex). */
+  Result<MemoryRegion> registerMemory(const pact_mem_desc_t& desc) const;
 
   // ---- receiver ----
   Result<void> setEpoch(uint64_t epoch) const { return detail::check(pact_set_epoch(e_, epoch)); }
@@ -345,6 +347,12 @@ inline Result<MemoryRegion> Engine::registerMemory(void* addr, size_t length) co
   pact_mr_t mr = nullptr;
   if (pact_status_t s = pact_mem_register(e_, addr, length, &mr); s < 0) return Error::last(s);
   return MemoryRegion(e_, mr, addr, length);
+}
+
+inline Result<MemoryRegion> Engine::registerMemory(const pact_mem_desc_t& desc) const {
+  pact_mr_t mr = nullptr;
+  if (pact_status_t s = pact_mem_register_ex(e_, &desc, &mr); s < 0) return Error::last(s);
+  return MemoryRegion(e_, mr, desc.addr, desc.length);
 }
 
 /** Owns a pact_group_t (one step at a time). Move-only; the destructor destroys the group. */

@@ -331,6 +331,18 @@ int NetPlugin::regMr(void* comm, void* data, size_t size, int type, void** mhand
   return impl_->call([&](auto* t) -> int { return t->regMr(comm, data, size, type, mhandle); });
 }
 
+int NetPlugin::regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd,
+                           void** mhandle) {
+  return impl_->call([&](auto* t) -> int {
+    if (t->regMrDmaBuf == nullptr) return kInvalidUsage;
+    return t->regMrDmaBuf(comm, data, size, type, offset, fd, mhandle);
+  });
+}
+
+bool NetPlugin::hasRegMrDmaBuf() {
+  return impl_->call([](auto* t) -> int { return t->regMrDmaBuf != nullptr; }) != 0;
+}
+
 int NetPlugin::deregMr(void* comm, void* mhandle) {
   return impl_->call([&](auto* t) -> int { return t->deregMr(comm, mhandle); });
 }

@@ -69,6 +69,9 @@ class NetPlugin {
   int connect(int dev, void* handle, void** sendComm, bool nullDevHandlePtr = false);
   int accept(void* listenComm, void** recvComm, bool nullDevHandlePtr = false);
   int regMr(void* comm, void* data, size_t size, int type, void** mhandle);
+  // kInvalidUsage when the table's regMrDmaBuf is NULL (NCCL then never uses dmabuf).
+  int regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
+  bool hasRegMrDmaBuf();
   int deregMr(void* comm, void* mhandle);
   int isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
   int irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request);

@@ -23,6 +23,8 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
   out->faults_injected = s.get(kCommFaultsInjected);
   out->retransmits = s.get(kRetransmits);
   out->duplicates_filtered = s.get(kDuplicatesFiltered);
+  out->gpu_flushes = s.get(kGpuFlushes);
+  out->gpu_flush_reads = s.get(kGpuFlushReads);
   if (c->isSend()) {
     const auto& lanes = static_cast<pact::net::SendComm*>(c)->lanes();
     for (size_t i = 0; i < lanes.size() && i < PACT_MAX_LANES; ++i) {

@@ -43,7 +43,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v10_t ncclNetPlu
     .connect = connectV10,
     .accept = accept,
     .regMr = regMr,
-    .regMrDmaBuf = nullptr,
+    .regMrDmaBuf = regMrDmaBuf,
     .deregMr = deregMr,
     .isend = isendP,
     .irecv = irecvP,

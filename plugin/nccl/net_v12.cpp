@@ -37,7 +37,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v12_t ncclNetPlu
     .connect = connectCtx,
     .accept = accept,
     .regMr = regMr,
-    .regMrDmaBuf = nullptr,
+    .regMrDmaBuf = regMrDmaBuf,
     .deregMr = deregMr,
     .isend = isendP,
     .irecv = irecvP,

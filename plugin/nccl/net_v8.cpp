@@ -30,7 +30,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlug
     .connect = connectNoClass,
     .accept = accept,
     .regMr = regMr,
-    .regMrDmaBuf = nullptr,  // no dmabuf-capable UCX/NIC behind this plugin build
+    .regMrDmaBuf = regMrDmaBuf,
     .deregMr = deregMr,
     .isend = isendInt,
     .irecv = irecvInt,

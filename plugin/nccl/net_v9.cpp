@@ -35,7 +35,7 @@ extern "C" __attribute__((visibility("default"))) const ncclNet_v9_t ncclNetPlug
     .connect = connectNoClass,
     .accept = accept,
     .regMr = regMr,
-    .regMrDmaBuf = nullptr,
+    .regMrDmaBuf = regMrDmaBuf,
     .deregMr = deregMr,
     .isend = isend,
     .irecv = irecv,

@@ -41,7 +41,7 @@ pact_status_t st(Status s) {
     case Status::kOk: return PACT_OK;
     case Status::kInProgress: return PACT_IN_PROGRESS;
     case Status::kInvalidArgument:
-    case Status::kUnsupported: return PACT_ERR_INVALID_ARG;  // asks what the host cannot give
+    case Status::kUnsupported: return PACT_ERR_UNSUPPORTED;
     case Status::kNoMemory:
     case Status::kNoResource: return PACT_ERR_NO_MEMORY;
     case Status::kRemoteError: return PACT_ERR_PEER_LOST;
@@ -133,6 +133,7 @@ const char* pact_status_string(pact_status_t status) {
     case PACT_ERR_INTERNAL: return "PACT_ERR_INTERNAL";
     case PACT_ERR_INCOMPLETE: return "PACT_ERR_INCOMPLETE";
     case PACT_ERR_CANCELED: return "PACT_ERR_CANCELED";
+    case PACT_ERR_UNSUPPORTED: return "PACT_ERR_UNSUPPORTED";
   }
   return "PACT_ERR_UNKNOWN";
 }
@@ -219,10 +220,38 @@ pact_status_t pact_peer_credit(pact_engine_t engine, pact_peer_t peer, uint64_t*
 }
 
 pact_status_t pact_mem_register(pact_engine_t engine, void* addr, size_t length, pact_mr_t* mr) {
+  pact_mem_desc_t desc;
+  pact_mem_desc_init(&desc);
+  desc.addr = addr;
+  desc.length = length;
+  return pact_mem_register_ex(engine, &desc, mr);
+}
+
+void pact_mem_desc_init(pact_mem_desc_t* desc) {
+  if (desc == nullptr) return;
+  std::memset(desc, 0, sizeof *desc);
+  desc->struct_size = sizeof *desc;
+  desc->type = PACT_MEM_HOST;
+  desc->device = -1;
+  desc->dmabuf_fd = -1;
+}
+
+pact_status_t pact_mem_register_ex(pact_engine_t engine, const pact_mem_desc_t* desc, pact_mr_t* mr) {
   return guarded([&] {
-    if (engine == nullptr || mr == nullptr) return bad("mem_register: NULL argument");
+    if (engine == nullptr || desc == nullptr || mr == nullptr) return bad("mem_register: NULL argument");
+    if (desc->struct_size != sizeof *desc)
+      return bad("mem_register_ex: desc.struct_size does not match this library (call pact_mem_desc_init)");
+    if (desc->type != PACT_MEM_HOST && desc->type != PACT_MEM_CUDA)
+      return bad(("mem_register_ex: unknown memory type " + std::to_string(static_cast<int>(desc->type))).c_str());
+    pact::engine::MemorySpec spec;
+    spec.addr = desc->addr;
+    spec.length = desc->length;
+    spec.type = desc->type == PACT_MEM_CUDA ? pact::ucx::MemoryType::kCuda : pact::ucx::MemoryType::kHost;
+    spec.device = desc->device;
+    spec.dmabufFd = desc->dmabuf_fd;
+    spec.dmabufOffset = desc->dmabuf_offset;
     Registration* r = nullptr;
-    if (Status c = engine->engine->registerMemory(addr, length, &r); c != Status::kOk) return st(c);
+    if (Status c = engine->engine->registerMemory(spec, &r); c != Status::kOk) return st(c);
     *mr = reinterpret_cast<pact_mr_t>(r);
     return PACT_OK;
   });

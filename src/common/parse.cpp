@@ -101,6 +101,24 @@ Result<log::Level> LogLevelParser::parse(std::string_view s) {
   return Error{Status::kInvalidArgument, allowed()};
 }
 
+Result<std::string> TextParser::parse(std::string_view s) { return std::string(trimSpace(s)); }
+
+Result<GpuFlush> GpuFlushParser::parse(std::string_view s) {
+  s = trimSpace(s);
+  for (GpuFlush f : {GpuFlush::kAuto, GpuFlush::kAlways, GpuFlush::kNever})
+    if (s == gpuFlushName(f)) return f;
+  return Error{Status::kInvalidArgument, allowed()};
+}
+
+const char* gpuFlushName(GpuFlush f) {
+  switch (f) {
+    case GpuFlush::kAuto: return "auto";
+    case GpuFlush::kAlways: return "always";
+    case GpuFlush::kNever: return "never";
+  }
+  return "?";
+}
+
 EnvMap processPactEnv() {
   EnvMap env;
   for (char** e = environ; e && *e; ++e) {

@@ -50,6 +50,19 @@ struct SizeParser {
   static Result<uint64_t> parse(std::string_view s);
   static const char* allowed() { return "a size in bytes with optional K, M or G suffix"; }
 };
+struct TextParser {  // any text, white space trimmed
+  using value_type = std::string;
+  static Result<std::string> parse(std::string_view s);
+  static const char* allowed() { return "a file name or path"; }
+};
+// When a receive into GPU memory is flushed (iflush; docs/gpu.md).
+enum class GpuFlush : uint8_t { kAuto, kAlways, kNever };
+struct GpuFlushParser {
+  using value_type = GpuFlush;
+  static Result<GpuFlush> parse(std::string_view s);
+  static const char* allowed() { return "auto, always or never"; }
+};
+const char* gpuFlushName(GpuFlush f);
 struct LogLevelParser {
   using value_type = log::Level;
   static Result<log::Level> parse(std::string_view s);

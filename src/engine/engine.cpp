@@ -32,7 +32,8 @@ Status fail(Status c, std::string msg) {
 }
 
 
-Engine::Engine(const EngineConfig& config, const Params& params) : config_(config), params_(params) {}
+Engine::Engine(const EngineConfig& config, const Params& params)
+    : config_(config), params_(params), driver_(&cuda::Driver::instance(params.cuda_driver)) {}
 
 Status Engine::create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out) {
   std::unique_ptr<Engine> e(new Engine(config, params));
@@ -58,6 +59,7 @@ Status Engine::init() {
   pc.traceEvents = params_.trace_events;
   pc.exactlyOnceWindow = config_.exactlyOnceWindow;
   pc.fault = params_.fault;
+  pc.cudaDriver = driver_;
   Link& link = *this;  // (a private base: converted here, inside the class)
   proto_ = std::make_unique<Protocol>(pc, link);
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
@@ -326,16 +328,32 @@ Status Engine::release(uint64_t xfer) {
 
 // ---- memory ------------------------------------------------------------------------------------
 
-Status Engine::registerMemory(void* addr, size_t length, Registration** out) {
-  if (addr == nullptr || length == 0)
+Status Engine::registerMemory(const MemorySpec& spec, Registration** out) {
+  if (spec.addr == nullptr || spec.length == 0)
     return fail(Status::kInvalidArgument, "mem_register: NULL address or length 0");
+  if (spec.dmabufFd >= 0) {
+    std::string why;
+    if (Status s = transport::checkDmabuf(spec.dmabufFd, spec.dmabufOffset, spec.length, &why); s != Status::kOk)
+      return fail(s, "mem_register: " + why);
+  }
+  int device = -1;
+  if (spec.type == ucx::MemoryType::kCuda) {
+    auto facts = driver_->pointer(spec.addr);
+    if (facts.ok() && facts->device) device = facts->ordinal;
+    if (device >= 0 && spec.device >= 0 && device != spec.device)
+      return fail(Status::kInvalidArgument, "mem_register: the memory is on CUDA device " +
+                                                std::to_string(device) + ", not device " +
+                                                std::to_string(spec.device));
+  }
   std::lock_guard lock(mu_);
   auto r = std::make_unique<Registration>();
-  r->addr = static_cast<uint8_t*>(addr);
-  r->length = length;
+  r->addr = static_cast<uint8_t*>(spec.addr);
+  r->length = spec.length;
+  r->type = spec.type;
+  r->device = device;
   for (Context& c : contexts_) {
     for (size_t i = 0; i < c.dev->rails(); ++i) {
-      auto region = c.dev->rail(i).cache->acquire({addr, length, ucx::MemoryType::kHost, -1, 0});
+      auto region = c.dev->rail(i).cache->acquire({spec.addr, spec.length, spec.type});
       if (!region.ok()) return fail(region.status(), "mem_register: " + region.error().message);
       r->regions.push_back(std::move(region.value()));
     }

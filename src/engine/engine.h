@@ -96,7 +96,7 @@ class Engine final : private Link {
   // kOk for a ready peer; kNotFound (unknown) or kPeerLost, with the message.
   Status checkPeer(uint64_t peer);
 
-  Status registerMemory(void* addr, size_t length, Registration** out);
+  Status registerMemory(const MemorySpec& spec, Registration** out);
   Status deregister(Registration* mr);
 
   Status setEpoch(uint64_t epoch);
@@ -159,9 +159,15 @@ class Engine final : private Link {
   // ---- the Link of the protocol, and the contexts and lanes under it (routes.cpp) ----
   std::string reach(uint64_t peer, size_t route) override;
   void sendControl(uint64_t peer, const Control& m, int route) override;
+  // What UCX is told a block's memory is (host for the driver double's host-backed memory).
+  ucs_memory_type_t ucxMemoryType(ucx::MemoryType t) const {
+    return t == ucx::MemoryType::kCuda && !driver_->hostBacked() ? UCS_MEMORY_TYPE_CUDA
+                                                                 : UCS_MEMORY_TYPE_HOST;
+  }
   void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src, uint64_t n,
-                 uint64_t xfer) override;
-  void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) override;
+                 uint64_t xfer, ucx::MemoryType srcType) override;
+  void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
+             ucx::MemoryType dstType) override;
   Status openContexts();
   // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
   size_t routeFor(const char* trafficClass) const;
@@ -203,6 +209,7 @@ class Engine final : private Link {
 
   EngineConfig config_;
   Params params_;
+  const cuda::Driver* driver_ = nullptr;  // PACT_CUDA_DRIVER's (GPU blocks)
   std::mutex mu_;
   std::condition_variable cv_;
   // Operation slabs outlive the fabric's workers (declared first): UCX completes into them.

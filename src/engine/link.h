@@ -11,6 +11,7 @@
 #include <string>
 
 #include "engine/control.h"
+#include "ucx/reg_cache.h"
 
 namespace pact::engine {
 
@@ -27,11 +28,14 @@ class Link {
   virtual void sendControl(uint64_t peer, const Control& m, int route = -1) = 0;
   // A piece of n bytes at src (the link fills h.token). The link calls Protocol::pieceSent(xfer,
   // ok) exactly once for it, later (never from inside this call), also when it gives it up.
+  // srcType: the memory src lies in.
   virtual void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
-                         uint64_t n, uint64_t xfer) = 0;
+                         uint64_t n, uint64_t xfer, ucx::MemoryType srcType) = 0;
   // Only from inside Protocol::onPiece for a rendezvous piece: fetches its n bytes into dst,
   // then calls Protocol::pieceFetched(xfer, attempt, dst, n, ok) exactly once, later.
-  virtual void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) = 0;
+  // dstType: the memory dst lies in (UCX writes GPU memory itself: no copy by the CPU).
+  virtual void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
+                     ucx::MemoryType dstType) = 0;
 
  protected:
   ~Link() = default;

@@ -44,6 +44,7 @@ struct Engine::PieceOp : ucx::Op, transport::LanePiece {
   uint64_t peer = 0;     // send: whose lanes carry it
   size_t route = 0;      // send: which class's lanes
   uint8_t* addr = nullptr;  // send: the source; receive: the destination
+  ucs_memory_type_t memType = UCS_MEMORY_TYPE_HOST;  // what addr is, as UCX is told
   uint8_t header[kPieceHeaderSize] = {};
 };
 

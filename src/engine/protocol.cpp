@@ -147,7 +147,7 @@ Transfer& Protocol::newTransfer(Role role, const TransferKey& key, std::span<con
   x->retriesLeft = profile.retries;
   x->route = route;
   for (const BlockRef& b : blocks) {
-    x->blocks.push_back({b.mr, b.mr->addr + b.offset, b.offset, b.length});
+    x->blocks.push_back({b.mr, b.mr->addr + b.offset, b.offset, b.length, b.mr->type});
     x->bytes += b.length;
     ++b.mr->users;
   }

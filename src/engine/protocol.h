@@ -31,6 +31,7 @@
 #include "telemetry/counters.h"
 #include "telemetry/trace.h"
 #include "transport/profile.h"
+#include "transport/memory.h"
 
 namespace pact::engine {
 
@@ -45,7 +46,13 @@ struct ProtocolConfig {
   // Finished transfers remembered for exactly-once (duplicates, stale generations): size it above
   // the transfers that can still be retried.
   size_t exactlyOnceWindow = 1 << 16;
+  // The CUDA driver for blocks in GPU memory (eager pieces copied in, checksums read through
+  // staging); null: host blocks only (registration refuses CUDA memory without a driver).
+  const cuda::Driver* cudaDriver = nullptr;
 };
+
+// Host staging per engine for checksums over GPU blocks: each driver copy moves at most this.
+inline constexpr size_t kVerifyStagingBytes = size_t{1} << 20;
 
 class Protocol {
  public:
@@ -198,9 +205,12 @@ class Protocol {
   void senderWithdraw(Transfer& x, Status result, bool waitVerdict);
   void postPieces(Transfer& x);
   void sendDone(Transfer& x);
+  // The checksum of x's blocks (verify kind x.verify); GPU blocks are read through staging_.
+  Result<uint64_t> digestBlocks(const Transfer& x);
 
   ProtocolConfig config_;
   Link& link_;
+  std::vector<uint8_t> staging_;  // kVerifyStagingBytes once a GPU block is verified
   uint64_t nextId_ = 1;
   // Every container of per-transfer state takes its nodes from pool_ (declared first, so it
   // outlives them; no lock: the engine's), and a freed Transfer waits in spare_ (its vectors keep

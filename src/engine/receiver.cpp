@@ -284,14 +284,23 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
     return drop;
   }
   if (x->state == State::kPosted) step(*x, Event::kSend);
-  uint8_t* dst = x->blocks[h.block].addr + h.offset;
+  const Extent& block = x->blocks[h.block];
+  uint8_t* dst = block.addr + h.offset;
   if (!rendezvous) {
-    std::memcpy(dst, data, length);
+    // An eager piece is in UCX's host buffer: into a GPU block through the driver's copy.
+    if (block.type == ucx::MemoryType::kHost) {
+      std::memcpy(dst, data, length);
+    } else if (transport::copyIn(config_.cudaDriver, dst, data, length, block.type) != Status::kOk) {
+      PACT_WARN("engine %s: %s: the CUDA driver could not copy a piece into its GPU block",
+                config_.name.c_str(), keyText(x->key).c_str());
+      receiverAbort(*x, Event::kFatalError, Status::kInternal, Reason::kIncomplete);
+      return drop;
+    }
     landed(*x, dst, length);
     return PieceVerdict::kDone;
   }
   ++x->pendingOps;
-  link_.fetch(descriptor, dst, length, x->id, x->attempt);
+  link_.fetch(descriptor, dst, length, x->id, x->attempt, block.type);
   return PieceVerdict::kDone;
 }
 
@@ -311,7 +320,21 @@ void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uin
 }
 
 void Protocol::landed(Transfer& x, uint8_t* dst, uint64_t length) {
-  if (inject(fault_.corrupt)) dst[dice_.next() % length] ^= 0x10;
+  if (inject(fault_.corrupt)) {
+    uint8_t* at = dst + dice_.next() % length;
+    // A GPU block is never touched by the CPU: the flip goes through the driver's copies.
+    const Extent* b = &x.blocks.front();
+    for (const Extent& e : x.blocks)
+      if (at >= e.addr && at < e.addr + e.length) b = &e;
+    uint8_t v = 0;
+    if (b->type == ucx::MemoryType::kHost) {
+      *at ^= 0x10;
+    } else if (transport::readStaged(config_.cudaDriver, at, 1, b->type, std::span(&v, 1),
+                                     [&](const uint8_t* p, size_t) { v = *p; }) == Status::kOk) {
+      v ^= 0x10;
+      ignore(transport::copyIn(config_.cudaDriver, at, &v, 1, b->type));
+    }
+  }
   x.landedBytes += length;
   counters_.add(telemetry::kBytesReceived, length);
   tryComplete(x);
@@ -392,9 +415,12 @@ void Protocol::tryComplete(Transfer& x) {
     return;
   }
   if (x.verify != Verify::kNone) {
-    Digest digest(x.verify);
-    for (const Extent& b : x.blocks) digest.update(b.addr, b.length);
-    if (x.done.checksumKind != wireKind(x.verify) || digest.value() != x.done.checksum) {
+    auto digest = digestBlocks(x);
+    if (!digest.ok()) {
+      receiverAbort(x, Event::kFatalError, digest.status(), Reason::kChecksum);
+      return;
+    }
+    if (x.done.checksumKind != wireKind(x.verify) || *digest != x.done.checksum) {
       counters_.add(telemetry::kChecksumFailures);
       PACT_INFO("engine %s: %s checksum mismatch (attempt %u)", config_.name.c_str(),
                 keyText(x.key).c_str(), x.attempt);

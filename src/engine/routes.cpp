@@ -199,7 +199,7 @@ void Engine::sendControl(uint64_t peer, const Control& m, int route) {
 }
 
 void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
-                       uint64_t n, uint64_t xfer) {
+                       uint64_t n, uint64_t xfer, ucx::MemoryType srcType) {
   PieceOp* op = pieceOps_.take();
   *op = PieceOp{};
   op->done = &Engine::onPieceSent;
@@ -210,6 +210,7 @@ void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const 
   op->route = route;
   op->addr = const_cast<uint8_t*>(src);  // read only: UCX sends from it
   op->size = n;
+  op->memType = ucxMemoryType(srcType);
   Peer* p = peerByToken(peer);
   transport::Lanes* lanes = p == nullptr ? nullptr : lanesTo(*p, route);
   if (lanes == nullptr) {
@@ -224,7 +225,8 @@ void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const 
   });
 }
 
-void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) {
+void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
+                   ucx::MemoryType dstType) {
   PieceOp* op = pieceOps_.take();
   *op = PieceOp{};
   op->done = &Engine::onPieceFetched;
@@ -233,7 +235,8 @@ void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, ui
   op->attempt = attempt;
   op->addr = dst;
   op->size = n;
-  const ucs_status_t st = fetchWorker_->amRecvData(descriptor, dst, n, op);
+  op->memType = ucxMemoryType(dstType);
+  const ucs_status_t st = fetchWorker_->amRecvData(descriptor, dst, n, op, op->memType);
   if (st != UCS_INPROGRESS) onPieceFetched(op, st);
 }
 
@@ -244,7 +247,7 @@ void Engine::postPiece(PieceOp* op, ucx::Endpoint& ep) {
     return;
   }
   const ucs_status_t st =
-      ep.amSend(kAmPiece, op->header, kPieceHeaderSize, op->addr, op->size, false, op);
+      ep.amSend(kAmPiece, op->header, kPieceHeaderSize, op->addr, op->size, false, op, op->memType);
   if (st != UCS_INPROGRESS) onPieceSent(op, st);
 }
 

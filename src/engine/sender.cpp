@@ -104,7 +104,7 @@ void Protocol::postPieces(Transfer& x) {
       counters_.add(telemetry::kBytesSent, n);
       link_.sendPiece(x.peer, x.route,
                       PieceHeader{0, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
-                      x.blocks[src].addr + srcOff, n, id);
+                      x.blocks[src].addr + srcOff, n, id, x.blocks[src].type);
     }
     srcOff += n;
     dstOff += n;
@@ -129,14 +129,29 @@ void Protocol::pieceSent(uint64_t xferId, bool ok) {
   if (y.live() && y.pendingOps == 0 && y.state == State::kInFlight) sendDone(y);
 }
 
+Result<uint64_t> Protocol::digestBlocks(const Transfer& x) {
+  Digest digest(x.verify);
+  for (const Extent& b : x.blocks) {
+    if (b.type != ucx::MemoryType::kHost && staging_.empty()) staging_.resize(kVerifyStagingBytes);
+    Status s = transport::readStaged(config_.cudaDriver, b.addr, b.length, b.type, staging_,
+                                     [&](const uint8_t* p, size_t n) { digest.update(p, n); });
+    if (s != Status::kOk)
+      return Error{s, "reading a GPU block for its checksum through the CUDA driver failed"};
+  }
+  return digest.value();
+}
+
 void Protocol::sendDone(Transfer& x) {
   if (peer(x.peer) == nullptr) return;
   const bool lost = inject(fault_.loseRemoteDone);
   Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
   if (x.verify != Verify::kNone) {
-    Digest digest(x.verify);
-    for (const Extent& b : x.blocks) digest.update(b.addr, b.length);
-    d.checksum = digest.value();
+    auto digest = digestBlocks(x);
+    if (!digest.ok()) {
+      settle(x, Event::kFatalError, digest.status());
+      return;
+    }
+    d.checksum = *digest;
   }
   // On the class's first lane, behind the pieces it carried (the others may still be landing:
   // the receiver waits for them).

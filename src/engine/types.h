@@ -22,9 +22,21 @@ const std::string& lastError();
 // Records msg as this thread's last error and returns c.
 Status fail(Status c, std::string msg);
 
+// What the application registers (pact_mem_desc_t).
+struct MemorySpec {
+  void* addr = nullptr;
+  size_t length = 0;
+  ucx::MemoryType type = ucx::MemoryType::kHost;
+  int device = -1;       // CUDA ordinal the memory must be on; -1: any
+  int dmabufFd = -1;     // checked, never kept
+  uint64_t dmabufOffset = 0;
+};
+
 struct Registration {
   uint8_t* addr = nullptr;
   uint64_t length = 0;
+  ucx::MemoryType type = ucx::MemoryType::kHost;
+  int device = -1;  // CUDA ordinal
   // From the core's registration caches: one region per rail of each of the engine's contexts.
   std::vector<std::shared_ptr<ucx::Region>> regions;
   int users = 0;  // unreleased transfers with a block in it

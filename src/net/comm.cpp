@@ -27,8 +27,8 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
   }
   r->comm->partDone(p);
   if (p->status != Status::kOk && p->status != Status::kCanceled)  // the endpoint failed
-    r->comm->failPeer(p->status, std::string(r->isSend ? "send" : "receive") + " failed: " +
-                                     ucs_status_string(st));
+    r->comm->failPeer(p->status, std::string(r->isSend ? "send" : r->flush ? "GPU flush read" : "receive") +
+                                     " failed: " + ucs_status_string(st));
 }
 
 void onSendDone(void* request, ucs_status_t st, void* user) {
@@ -58,13 +58,22 @@ void track(Part* p, void* ret) {
   }
 }
 
+// The registration and its memory type, given to UCX explicitly (UCX would otherwise look the
+// address up in its memory-type cache, which takes memory it did not see allocated for host).
 void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
   if (mh == nullptr || p->rail >= mh->regions.size()) return;
   const auto& region = mh->regions[p->rail];
-  if (region->covers(reinterpret_cast<uintptr_t>(p->data), p->size, ucx::MemoryType::kHost)) {
-    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH;
+  if (region->covers(reinterpret_cast<uintptr_t>(p->data), p->size, region->type)) {
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     param->memh = region->map.get();
+    param->memory_type = region->ucxType;
   }
+}
+
+void onFlushReadDone(void* request, ucs_status_t st, void* user) {
+  auto* p = static_cast<Part*>(user);
+  completePart(p, st, 0);
+  ucp_request_free(request);
 }
 
 }  // namespace
@@ -468,7 +477,7 @@ static const Part* landed(const Request& r, int buffer, uint32_t piece) {
 }
 
 void RecvComm::partDone(Part* p) {
-  if (p->canceled || p->status != Status::kOk) return;
+  if (p->canceled || p->status != Status::kOk || p->owner->flush) return;
   counters_.add(telemetry::kPieces);
   Request* r = p->owner;
   if (p->piece != r->doneCount[p->buffer]) counters_.add(telemetry::kPiecesOutOfOrder);
@@ -509,6 +518,11 @@ void RecvComm::progressComm(Request* r) {
 
 Status RecvComm::finish(Request* r, int* sizes) {
   if (isError(error_)) return error_;
+  if (r->flush) {
+    for (const Part& p : r->parts)
+      if (p.status != Status::kOk) return p.status;
+    return Status::kOk;
+  }
   Status result = Status::kOk;
   for (size_t b = 0; b < static_cast<size_t>(r->nbuffers); ++b) {
     // Each piece lands at most once (on one rail) and none past the sender's last can match, so
@@ -526,6 +540,81 @@ Status RecvComm::finish(Request* r, int* sizes) {
   if (result == Status::kTruncated)
     abort(result, "a message is larger than the posted receive buffer");
   return result;
+}
+
+Status RecvComm::iflush(int n, void* const* data, const int* sizes, MemHandle* const* mhs,
+                        GpuFlush mode, Request** out) {
+  *out = nullptr;
+  if (isError(error_)) return error_;
+  if (mode == GpuFlush::kNever || mhs == nullptr) return Status::kOk;
+  // The buffers that hold bytes in CUDA memory: only those need the GPU to see the NIC's writes.
+  std::array<const ucx::Region*, kMaxBuffers> regions{};
+  int count = 0;
+  for (int i = 0; i < n && i < kMaxBuffers; ++i) {
+    const MemHandle* mh = mhs[i];
+    if (mh == nullptr || mh->regions.empty() || (sizes != nullptr && sizes[i] <= 0) ||
+        mh->regions[0]->type != ucx::MemoryType::kCuda)
+      continue;
+    regions[static_cast<size_t>(i)] = mh->regions[0].get();
+    ++count;
+  }
+  // auto: only a NIC writing GPU memory directly (GPUDirect RDMA) can leave writes the GPU does
+  // not see yet; tcp and shared memory land CUDA data through the driver's copies.
+  if (count == 0 || (mode == GpuFlush::kAuto && !dev().info().rdma)) return Status::kOk;
+  const cuda::Driver& driver = cuda::Driver::instance(dev().params().cuda_driver);
+  int first = 0;
+  while (regions[static_cast<size_t>(first)] == nullptr) ++first;
+  auto facts = driver.device(regions[static_cast<size_t>(first)]->device);
+  if (facts.ok() && facts->gdrRdma && facts->hostFlush() && driver.canFlush()) {
+    // One call covers every earlier write into memory of the owning context.
+    if (Status s = driver.flushRdmaWrites(data[first]); s != Status::kOk) {
+      fail(s, "the CUDA driver's GPUDirect RDMA flush failed");
+      return s;
+    }
+    counters_.add(telemetry::kGpuFlushes);
+    return Status::kOk;
+  }
+  return flushByRead(n, data, regions, count, out);
+}
+
+// A 1-byte read of each buffer over a loopback endpoint: the read completes only after the
+// NIC's earlier writes to the buffer have (PCIe ordering), as NCCL's own IB transport flushes.
+Status RecvComm::flushByRead(int n, void* const* data,
+                             const std::array<const ucx::Region*, kMaxBuffers>& regions, int count,
+                             Request** out) {
+  if (!flushEp_ || flushEp_->failed()) {
+    auto ep = dev().endpoint(0, kFlushLane, dev().addresses()[0]);
+    if (!ep.ok()) {
+      fail(ep.status(), "the loopback endpoint for GPU flush reads: " + ep.error().message);
+      return ep.status();
+    }
+    flushEp_ = std::move(ep.value());
+  }
+  Request* r = acquire(false, count, static_cast<size_t>(count));
+  if (r == nullptr) return Status::kOk;  // the most requests in flight: NCCL retries
+  r->flush = true;
+  size_t next = 0;
+  for (int i = 0; i < n && i < kMaxBuffers; ++i) {
+    auto* region = const_cast<ucx::Region*>(regions[static_cast<size_t>(i)]);
+    if (region == nullptr) continue;
+    Part* p = &r->parts[next++];
+    p->done = false;
+    ++r->pending;
+    auto rkey = region->flushKey(flushEp_->ep.get(), dev().rail(0).cache.get());
+    if (!rkey.ok()) {
+      completePart(p, UCS_ERR_INVALID_PARAM, 0);
+      continue;
+    }
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    param.cb.send = onFlushReadDone;
+    param.user_data = p;
+    track(p, ucp_get_nbx(flushEp_->ep.get(), &flushWord_, 1, reinterpret_cast<uint64_t>(data[i]),
+                         rkey.value(), &param));
+    counters_.add(telemetry::kGpuFlushReads);
+  }
+  *out = r;
+  return Status::kOk;
 }
 
 void RecvComm::abortInFlight() {

@@ -208,6 +208,11 @@ class RecvComm final : public Comm {
   ~RecvComm() override;
   Status irecv(int n, void* const* data, const size_t* sizes, const int* tags,
                MemHandle* const* mhs, Request** out);
+  // Makes the received bytes in CUDA buffers visible to the GPU (PACT_GPU_FLUSH, docs/gpu.md):
+  // *out stays null when nothing is needed or the driver's flush already did it, otherwise a
+  // request for the loopback reads.
+  Status iflush(int n, void* const* data, const int* sizes, MemHandle* const* mhs, GpuFlush mode,
+                Request** out);
   void shutdown() override;
   void partDone(Part* p) override;
 
@@ -216,8 +221,15 @@ class RecvComm final : public Comm {
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void cancel(Part& p);
+  Status flushByRead(int n, void* const* data,
+                     const std::array<const ucx::Region*, kMaxBuffers>& regions, int count,
+                     Request** out);
 
+  // The loopback endpoint's lane (past any data lane) on rail 0.
+  static constexpr size_t kFlushLane = 255;
   uint32_t tagSpace_;
+  std::shared_ptr<transport::SharedEndpoint> flushEp_;  // to this device's own worker
+  uint64_t flushWord_ = 0;  // where the flush reads land (the value is never looked at)
 };
 
 }  // namespace pact::net

@@ -27,7 +27,11 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
     net->params_.epoch += params.fault.epochSkew;
     armKillAfter(params.fault);
   }
-  auto fabric = transport::Fabric::create(net->params_, UCP_FEATURE_TAG, "plugin");
+  // RMA only where CUDA memory may be flushed by a loopback read (iflush); host-only processes
+  // keep the tag-only endpoints they always had.
+  const bool gpu = cuda::Driver::instance(net->params_.cuda_driver).available();
+  auto fabric = transport::Fabric::create(net->params_, UCP_FEATURE_TAG | (gpu ? UCP_FEATURE_RMA : 0),
+                                          "plugin");
   if (!fabric.ok()) return fabric.error();
   net->fabric_ = std::move(fabric.value());
   net->sessions_ = std::make_shared<Sessions>(
@@ -128,8 +132,11 @@ Status Net::properties(int dev, Properties* out) const {
   p.name = d.name;
   p.pciPath = d.pciPath;
   p.guid = d.guid;
-  p.ptrSupport = kPtrHost;
+  p.memory = transport::decideMemory(
+      transport::gatherMemoryFacts(d, cuda::Driver::instance(params_.cuda_driver)));
+  p.ptrSupport = p.memory.ptrSupport;
   p.regIsGlobal = 1;  // the registration cache serves any comm on the device
+  // NCCL calls iflush for every GPUDirect receive already; pact needs no flush beyond those.
   p.forceFlush = 0;
   p.speedMbps = d.speedMbps;
   p.port = d.port;
@@ -147,9 +154,18 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
                   uint64_t dmabufOffset, MemHandle** out) {
   *out = nullptr;
   if (!valid(comm)) return Status::kInvalidArgument;
+  // The fd is checked and not kept (NCCL closes it when this returns); UCP registers the range by
+  // address with its memory type (docs/gpu.md: what UCX does with dmabuf).
+  if (dmabufFd >= 0) {
+    std::string why;
+    if (Status s = transport::checkDmabuf(dmabufFd, dmabufOffset, size, &why); s != Status::kOk) {
+      PACT_WARN("regMrDmaBuf %p+%zu on %s: %s", data, size, comm->dev().info().name.c_str(), why.c_str());
+      return s;
+    }
+  }
   std::vector<std::shared_ptr<ucx::Region>> regions;
   for (size_t i = 0; i < comm->dev().rails(); ++i) {
-    auto region = comm->dev().rail(i).cache->acquire({data, size, type, dmabufFd, dmabufOffset});
+    auto region = comm->dev().rail(i).cache->acquire({data, size, type});
     if (!region.ok()) {
       PACT_WARN("regMr %p+%zu on %s: %s", data, size, comm->dev().info().name.c_str(),
                 region.error().message.c_str());
@@ -195,9 +211,14 @@ Status Net::irecv(RecvComm* comm, int n, void** data, const size_t* sizes, const
   return comm->irecv(n, data, sizes, tags, mhs, out);
 }
 
-Status Net::iflush(RecvComm* comm, int, void**, const int*, MemHandle**, Request** out) {
+Status Net::iflush(RecvComm* comm, int n, void** data, const int* sizes, MemHandle** mhs,
+                   Request** out) {
   *out = nullptr;
-  return valid(comm) ? comm->error() : Status::kInvalidArgument;
+  if (!valid(comm) || n < 0 || n > kMaxBuffers) return Status::kInvalidArgument;
+  for (int i = 0; mhs != nullptr && i < n; ++i)
+    if (mhs[i] != nullptr && !valid(mhs[i])) return Status::kInvalidArgument;
+  std::lock_guard lock(comm->dev().mutex());
+  return comm->iflush(n, data, sizes, mhs, comm->dev().params().gpu_flush, out);
 }
 
 Status Net::test(Request* r, bool* done, int* sizes) {

@@ -18,6 +18,7 @@
 #include "net/hub.h"
 #include "net/reaper.h"
 #include "transport/fabric.h"
+#include "transport/memory.h"
 #include "transport/session.h"
 
 namespace pact::net {
@@ -40,8 +41,8 @@ struct Properties {
   int maxMultiRequestSize = 1;
   int railId = -1;
   int planeId = -1;
+  transport::MemorySupport memory;  // what ptrSupport was decided from, with the reasons
 };
-inline constexpr int kPtrHost = 0x1;
 
 class ListenComm;
 

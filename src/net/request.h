@@ -50,6 +50,7 @@ struct Request {
   uint32_t magic = kMagic;
   bool inUse = false;
   bool isSend = false;
+  bool flush = false;       // an iflush's loopback reads (one part per flushed buffer)
   int nbuffers = 0;
   int rails = 1;            // receive: copies of each piece, one per rail (parts are [piece][rail])
   int pending = 0;          // parts still owned by UCX or waiting on a lane
@@ -122,6 +123,7 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   Request& r = *slots_.take();
   r.inUse = true;
   r.isSend = isSend;
+  r.flush = false;
   r.nbuffers = nbuffers;
   r.rails = 1;
   r.pending = 0;

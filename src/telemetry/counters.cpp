@@ -34,6 +34,8 @@ constexpr CounterInfo kCommInfo[] = {
     {"faults_injected", "PACT_FAULT decisions applied to this comm"},
     {"retransmits", "send: lost attempts sent again"},
     {"duplicates_filtered", "send: injected duplicates discarded below tag matching"},
+    {"gpu_flushes", "receive: iflush calls the CUDA driver's GPUDirect RDMA flush served"},
+    {"gpu_flush_reads", "receive: 1-byte loopback reads iflush posted to flush CUDA buffers"},
 };
 static_assert(std::size(kCommInfo) == kCommCounters);
 

@@ -103,7 +103,7 @@ extern const Catalog kEngineCatalog;
 // A comm of the NCCL plugin.
 enum CommCounter : size_t {
   kMessages, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
-  kDuplicatesFiltered, kCommCounters
+  kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kCommCounters
 };
 extern const Catalog kCommCatalog;
 

@@ -23,7 +23,8 @@ Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, 
     auto worker = ucx::Worker::create(rail->context);
     if (!worker.ok()) return worker.error();
     rail->worker = std::move(worker.value());
-    rail->cache = std::make_unique<ucx::RegCache>(rail->context.get());
+    rail->cache = std::make_unique<ucx::RegCache>(rail->context.get(),
+                                                  cuda::Driver::instance(params.cuda_driver));
     PACT_INFO("device %s rail %s opened: ucx worker address %zu bytes", info.name.c_str(),
               port.c_str(), rail->worker.address().size());
     d->rails_.push_back(std::move(rail));

@@ -16,6 +16,8 @@ std::string formatValue(int v) { return std::to_string(v); }
 std::string formatValue(const FaultSpec& v) { return v.describe(); }
 std::string formatValue(const auth::Key& v) { return v.path; }  // never the secret
 std::string formatValue(log::Level v) { return log::levelName(v); }
+std::string formatValue(const std::string& v) { return v; }
+std::string formatValue(GpuFlush v) { return gpuFlushName(v); }
 std::string formatValue(Microseconds v) { return formatDuration(v); }
 std::string formatValue(const std::vector<std::string>& v) {
   std::string out;

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "common/log.h"
+#include "pact_config.h"
 #include "ucx/ucx_status.h"
 
 namespace pact::ucx {
@@ -36,7 +37,26 @@ struct UctResource {
   std::string tl, dev;
   uct_component_h component;
   std::string mdName;
+  MemoryDomain domain;
 };
+
+MemoryDomain describeDomain(uct_md_h md, const char* name) {
+  MemoryDomain d;
+  d.name = name;
+  uct_md_attr_t attr{};
+  if (uct_md_query(md, &attr) != UCS_OK) return d;
+  d.regMemTypes = attr.cap.reg_mem_types;
+#if PACT_UCX_HAVE_DMABUF
+  d.dmabuf = (attr.cap.flags & UCT_MD_FLAG_REG_DMABUF) != 0;
+#endif
+  return d;
+}
+
+void addDomain(std::vector<MemoryDomain>& to, const MemoryDomain& d) {
+  for (const auto& have : to)
+    if (have.name == d.name) return;
+  to.push_back(d);
+}
 
 // Every NET-type UCT resource, with the component and memory domain that own it.
 std::vector<UctResource> queryUct() {
@@ -62,9 +82,10 @@ std::vector<UctResource> queryUct() {
       uct_tl_resource_desc_t* res = nullptr;
       unsigned nres = 0;
       if (uct_md_query_tl_resources(md, &res, &nres) == UCS_OK) {
+        const MemoryDomain domain = describeDomain(md, mdr.md_name);
         for (unsigned r = 0; r < nres; ++r)
           if (res[r].dev_type == UCT_DEVICE_TYPE_NET)
-            out.push_back({res[r].tl_name, res[r].dev_name, comps[c], mdr.md_name});
+            out.push_back({res[r].tl_name, res[r].dev_name, comps[c], mdr.md_name, domain});
         uct_release_tl_resource_list(res);
       }
       uct_md_close(md);
@@ -194,6 +215,7 @@ DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::v
     v.speedMbps += p->speedMbps;
     v.latencyUs = std::max(v.latencyUs, p->latencyUs);
     v.rdma = v.rdma || p->rdma;
+    for (const auto& dom : p->domains) addDomain(v.domains, dom);
     v.loopback = v.loopback || p->loopback;
     v.members.push_back(p->name);
   }
@@ -222,6 +244,7 @@ Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& 
       d.transports.push_back(r.tl);
     if (r.tl.rfind("rc", 0) == 0 || r.tl.rfind("ud", 0) == 0 || r.tl.rfind("dc", 0) == 0)
       d.rdma = true;
+    addDomain(d.domains, r.domain);
     firstResource.emplace(r.dev, r);
   }
   const auto addrs = interfaceAddresses();

@@ -11,6 +11,13 @@
 
 namespace pact::ucx {
 
+// A UCT memory domain that owns one of a device's transports, as UCX reports it.
+struct MemoryDomain {
+  std::string name;           // "tcp", "mlx5_0", ...
+  uint64_t regMemTypes = 0;   // UCS_BIT(ucs_memory_type_t) it can register
+  bool dmabuf = false;        // UCT_MD_FLAG_REG_DMABUF (UCX >= 1.14 headers; false when built without)
+};
+
 struct DeviceInfo {
   std::string name;            // UCT device name: "eth0", "lo", "mlx5_0:1"
   std::vector<std::string> transports;  // UCT transports on it: "tcp", "rc_mlx5", "ud_verbs", ...
@@ -24,6 +31,7 @@ struct DeviceInfo {
   std::string ipAddress;       // address the bootstrap listens on (IPv4 or IPv6 text)
   bool loopback = false;
   bool rdma = false;           // has an RC or UD transport
+  std::vector<MemoryDomain> domains;  // the memory domains of its transports
   // A virtual device fused from several ports: their names (UCX gets them all) and indices.
   std::vector<std::string> members;
   std::vector<int> memberIndices;

@@ -137,18 +137,28 @@ Result<int> Worker::eventFd() {
 
 bool Worker::arm() { return ucp_worker_arm(h_.get()) == UCS_OK; }
 
-ucs_status_t Worker::amRecvData(void* descriptor, void* dst, size_t length, Op* op) {
+ucs_status_t Worker::amRecvData(void* descriptor, void* dst, size_t length, Op* op,
+                                ucs_memory_type_t memType) {
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  if (memType != UCS_MEMORY_TYPE_UNKNOWN) {
+    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    rp.memory_type = memType;
+  }
   rp.cb.recv_am = onOpRecv;
   rp.user_data = op;
   return started(ucp_am_recv_data_nbx(h_.get(), descriptor, dst, length, &rp));
 }
 
 ucs_status_t Endpoint::amSend(unsigned id, const void* header, size_t headerLength,
-                              const void* data, size_t length, bool eager, Op* op) {
+                              const void* data, size_t length, bool eager, Op* op,
+                              ucs_memory_type_t memType) {
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  if (memType != UCS_MEMORY_TYPE_UNKNOWN) {
+    rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    rp.memory_type = memType;
+  }
   if (eager) {
     rp.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     rp.flags = UCP_AM_SEND_FLAG_EAGER;

@@ -73,7 +73,9 @@ class Worker {
   bool arm();
   // Fetches a rendezvous active message's bytes into dst: UCS_OK done now, UCS_INPROGRESS
   // op->done later, or the error.
-  ucs_status_t amRecvData(void* descriptor, void* dst, size_t length, Op* op);
+  // memType: what dst is (given to UCX explicitly; UNKNOWN lets UCX look it up).
+  ucs_status_t amRecvData(void* descriptor, void* dst, size_t length, Op* op,
+                          ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN);
   // Gives up ownership without ucp_worker_destroy (UCX 1.13 asserts when a worker is destroyed
   // with a rendezvous still stuck on a dead link; leaking it is the lesser harm).
   void abandon() { (void)h_.release(); }
@@ -126,8 +128,10 @@ class Endpoint {
   ucp_ep_h get() const { return ep_; }
   // Sends an active message (header and data are read until completion): UCS_OK done now (op
   // not called), UCS_INPROGRESS op->done later, or the error. eager: never rendezvous.
+  // memType: what data is (given to UCX explicitly; UNKNOWN lets UCX look it up).
   ucs_status_t amSend(unsigned id, const void* header, size_t headerLength, const void* data,
-                      size_t length, bool eager, Op* op);
+                      size_t length, bool eager, Op* op,
+                      ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN);
   // Flushes (force=false: outstanding sends complete first) or aborts (force=true) the endpoint;
   // progresses the worker for a bounded time. Outstanding requests complete (with an error
   // when forced) before this returns.

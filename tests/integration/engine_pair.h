@@ -58,8 +58,8 @@ struct Pair {
     std::string address;
     EXPECT_EQ(rx->address(&address), Status::kOk);
     EXPECT_EQ(tx->connect(address, 10000, &peer), Status::kOk) << lastError();
-    EXPECT_EQ(tx->registerMemory(src.data(), src.size(), &srcMr), Status::kOk);
-    EXPECT_EQ(rx->registerMemory(dst.data(), dst.size(), &dstMr), Status::kOk);
+    EXPECT_EQ(tx->registerMemory({src.data(), src.size()}, &srcMr), Status::kOk);
+    EXPECT_EQ(rx->registerMemory({dst.data(), dst.size()}, &dstMr), Status::kOk);
   }
   ~Pair() {
     if (rx) pact::ignore(rx->deregister(dstMr));

@@ -69,7 +69,7 @@ class MemNet {
       net_.enqueue(std::move(msg));
     }
     void sendPiece(uint64_t, size_t, const PieceHeader& h, const uint8_t* src, uint64_t n,
-                   uint64_t xfer) override {
+                   uint64_t xfer, ucx::MemoryType) override {
       Message msg;
       msg.to = 1 - side_;
       msg.piece = true;
@@ -79,7 +79,8 @@ class MemNet {
       msg.what = net_.label(side_, "piece@" + std::to_string(h.offset));
       net_.enqueue(std::move(msg));
     }
-    void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt) override {
+    void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
+               ucx::MemoryType) override {
       std::memcpy(dst, descriptor, n);  // the bytes move now; the completion comes later
       net_.fetches_.push_back({side_, xfer, attempt, dst, n});
     }
