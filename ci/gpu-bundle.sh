@@ -5,25 +5,32 @@
 #
 # Layout:
 #   .gpu-bundle/lib/libnccl-net-pact.so   the plugin (debug info stripped, symbol table kept)
+#   .gpu-bundle/bin/pact-gpu-memory-check the GPU memory check (tests/gpu/gpu_memory_check.cpp)
 #   .gpu-bundle/lib/<soname>              UCX (libucp, libuct, libucs, libucm), libsodium, libnuma...
-#   .gpu-bundle/lib/ucx/libuct_<m>.so.0   UCX's loadable modules for TCP and shared memory (tcp,
-#                                         posix and sysv live inside libuct in most builds; the
-#                                         ones that exist as modules, e.g. cma, are copied)
+#   .gpu-bundle/lib/ucx/lib{uct,ucm}_<m>.so.0  UCX's loadable modules for TCP, shared memory and
+#                                         CUDA (tcp, posix and sysv live inside libuct in most
+#                                         builds; the ones that exist as modules, e.g. cma, and
+#                                         the cuda ones of a CUDA-enabled UCX, are copied)
 #   .gpu-bundle/lib/compat/               libstdc++.so.6 and libgcc_s.so.1 of this machine, only
 #                                         used by ci/gpu-check.sh when the target's are too old
 #   .gpu-bundle/MANIFEST                  where everything came from, versions needed, checksums
 #
 # Every file is a plain copy named by its soname (no symbolic links), so the folder survives any
-# copy. Environment: PACT_UCX_MODULE_SRC overrides the UCX module folder to copy from.
+# copy. Environment: PACT_UCX_MODULE_SRC overrides the UCX module folder to copy from (default:
+# the ucx/ folder beside the libucs the plugin links). For the GPU memory check, bundle the build
+# against the CUDA-enabled UCX (ci/gpu-bundle.sh build-ucx122): Debian's UCX 1.13 has no CUDA.
+# The CUDA driver's own libraries (libcuda.so.1, libnvidia-ml.so.1) come from the target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 build=${1:-build}
 plugin=$build/plugin/libnccl-net-pact.so
 bundle=.gpu-bundle
-ucx_src=${PACT_UCX_MODULE_SRC:-/usr/lib/x86_64-linux-gnu/ucx}
-# UCX modules worth carrying: TCP and shared memory only (no ib, rdmacm, cuda, rocm, gdrcopy).
-ucx_modules=(tcp posix sysv cma xpmem knem)
+check_bin=$build/tests/gpu/pact-gpu-memory-check
+# UCX modules worth carrying: TCP, shared memory and CUDA (no ib, rdmacm, rocm, gdrcopy).
+ucx_modules=(tcp posix sysv cma xpmem knem cuda)
+# Provided by the GPU machine's driver, never carried.
+driver_re='^(libcuda|libnvidia-ml)\.so'
 # glibc itself comes from the target (the plugin needs at most the GLIBC_ version shown below).
 glibc_re='^(linux-vdso|linux-gate|ld-linux[^/]*|libc|libm|libpthread|libdl|librt|libresolv|libutil|libanl|libmvec)\.so'
 # The C++ runtime goes to lib/compat: the target's own copy is normally newer and must win.
@@ -32,6 +39,8 @@ compat_re='^(libstdc\+\+|libgcc_s)\.so'
 die() { echo "gpu-bundle: $*" >&2; exit 1; }
 
 [ -f "$plugin" ] || die "$plugin is missing: build it first (meson compile -C $build)"
+[ -f "$check_bin" ] || die "$check_bin is missing: build it first (meson compile -C $build)"
+ucx_src=${PACT_UCX_MODULE_SRC:-$(dirname "$(ldd "$plugin" | awk '$1 == "libucs.so.0" { print $3 }')")/ucx}
 for tool in ldd strip objdump sha256sum; do
   command -v "$tool" > /dev/null || die "$tool not found"
 done
@@ -42,7 +51,7 @@ if [ -n "$newer" ]; then
 fi
 
 rm -rf "$bundle"
-mkdir -p "$bundle/lib/ucx" "$bundle/lib/compat"
+mkdir -p "$bundle/lib/ucx" "$bundle/lib/compat" "$bundle/bin"
 
 # Copies $1 (dereferenced) to $2 and strips the copy.
 put() {
@@ -56,7 +65,7 @@ put() {
 deps() {
   local f out
   for f in "$@"; do
-    out=$(ldd "$f") || die "ldd $f failed"
+    out=$(ldd "$f" | grep -Ev '^\s*(libcuda|libnvidia-ml)\.so[.0-9]* => not found') || die "ldd $f failed"
     if grep -q 'not found' <<< "$out"; then
       die "ldd $f: $(grep 'not found' <<< "$out" | tr -s ' \t' ' ' | paste -sd ';')"
     fi
@@ -66,21 +75,24 @@ deps() {
 
 # The plugin: debug info goes (it is most of the file), the symbol table stays for backtraces.
 put "$plugin" "$bundle/lib/libnccl-net-pact.so" --strip-debug
+put "$check_bin" "$bundle/bin/pact-gpu-memory-check"
 
 modules=()
 for m in "${ucx_modules[@]}"; do
-  f=$ucx_src/libuct_$m.so.0
-  [ -e "$f" ] || continue
-  put "$f" "$bundle/lib/ucx/libuct_$m.so.0"
-  modules+=("$f")
+  for kind in uct ucm; do
+    f=$ucx_src/lib${kind}_$m.so.0
+    [ -e "$f" ] || continue
+    put "$f" "$bundle/lib/ucx/lib${kind}_$m.so.0"
+    modules+=("$f")
+  done
 done
 
-deplist=$(deps "$plugin" "${modules[@]}" | sort -u) || exit 1
+deplist=$(deps "$plugin" "$check_bin" "${modules[@]}" | sort -u) || exit 1
 declare -A copied=()
 while read -r soname path; do
   [ -n "$soname" ] || continue
   [[ -v "copied[$soname]" ]] && continue
-  if [[ $soname =~ $glibc_re ]]; then
+  if [[ $soname =~ $glibc_re || $soname =~ $driver_re ]]; then
     continue
   elif [[ $soname =~ $compat_re ]]; then
     put "$path" "$bundle/lib/compat/$soname"
@@ -113,7 +125,7 @@ cxxabi_need=$(max_version CXXABI "${shipped[@]}")
   echo "created:  $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(uname -srm)"
   echo "commit:   $(git rev-parse HEAD 2> /dev/null || echo unknown)$(git diff --quiet HEAD -- src plugin include meson.build 2> /dev/null || echo ' (+ uncommitted changes)')"
   echo "plugin:   $plugin ($(stat -c %y "$plugin"))"
-  echo "ucx:      $(ucx_info -v 2> /dev/null | sed -n 's/^# *//p' | head -1 || true)"
+  echo "ucx:      $(ldd "$plugin" | awk '$1 == "libucp.so.0" { print $3 }') (modules from $ucx_src)"
   echo "target must provide: glibc >= ${glibc_need#GLIBC_}; libstdc++ with ${glibcxx_need:-none} and ${cxxabi_need:-none} (else lib/compat is used)"
   echo "ucx modules: ${modules[*]:-none (tcp, posix, sysv are built into libuct)}"
   echo "copied (glibc left to the target):"
@@ -123,7 +135,8 @@ cxxabi_need=$(max_version CXXABI "${shipped[@]}")
 } > "$bundle/MANIFEST"
 
 # Self-sufficiency: with only the bundle on the search path, nothing may be missing.
-check=$(env -i LD_LIBRARY_PATH="$bundle/lib" ldd "$bundle/lib/libnccl-net-pact.so" "$bundle"/lib/ucx/*.so.0 2>&1 || true)
+check=$(env -i LD_LIBRARY_PATH="$bundle/lib" ldd "$bundle/lib/libnccl-net-pact.so" "$bundle/bin/pact-gpu-memory-check" \
+  "$bundle"/lib/ucx/*.so.0 2>&1 | grep -Ev '^\s*(libcuda|libnvidia-ml)\.so[.0-9]* => not found' || true)
 if grep -q 'not found' <<< "$check"; then
   echo "$check" >&2
   die "the bundle is not self-sufficient (see 'not found' above)"

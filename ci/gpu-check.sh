@@ -4,7 +4,10 @@
 #   1. facts about the machine: GPU, driver, glibc, python, torch and its NCCL;
 #   2. load the bundled plugin with ctypes (adding lib/compat only if the system's C++ runtime is
 #      too old for it), ldd it against the bundle alone, and bring it up once over UCX;
-#   3. tests/gpu/nccl_allreduce.py under `timeout 240`: two NCCL ranks on the one GPU, all their
+#   3. bin/pact-gpu-memory-check under `timeout 120` (tests/gpu/gpu_memory_check.cpp): real device
+#      memory, its dmabuf exported by the driver, registered through the plugin ABI (regMrDmaBuf),
+#      a transfer into it with iflush, the bytes copied back from the device and compared;
+#   4. tests/gpu/nccl_allreduce.py under `timeout 240`: two NCCL ranks on the one GPU, all their
 #      traffic through the plugin.
 # Everything printed goes to $OUT/gpu-check.log too; the ranks' NCCL logs and results.jsonl land
 # in $OUT as well (4 files). OUT defaults to /tmp/gpu-out; PACT_GPU_BUNDLE to .gpu-bundle.
@@ -114,10 +117,29 @@ EOF
   local smoke=$?
   [ "$smoke" = 0 ] || echo "-- plugin smoke exit code $smoke (going on: the NCCL run shows more)"
 
+  section "GPU memory through the plugin ABI (real driver, real device memory)"
+  local gpumem=1
+  if [ -x "$bundle/bin/pact-gpu-memory-check" ]; then
+    timeout -k 5 120 "$bundle/bin/pact-gpu-memory-check" "$lib/libnccl-net-pact.so"
+    gpumem=$?
+    case $gpumem in
+      0) ;;
+      77) echo "-- GPU memory check skipped (no usable driver or GPU)" ;;
+      *) echo "-- GPU memory check exit code $gpumem" ;;
+    esac
+  else
+    echo "-- $bundle/bin/pact-gpu-memory-check missing (an older bundle?)"
+  fi
+
   section "NCCL: two ranks on one GPU through the plugin"
   timeout -k 10 240 python3 tests/gpu/nccl_allreduce.py --out "$OUT" --bundle-lib "$lib"
   local rc=$?
   echo
+  # The GPU memory check counts: a pass needs both (a skip of it only where NCCL skipped too).
+  if [ "$rc" = 0 ] && [ "$gpumem" != 0 ]; then
+    echo "GPU-CHECK FAIL: NCCL passed but the GPU memory check did not (exit $gpumem)"
+    return 1
+  fi
   case $rc in
     0) echo "GPU-CHECK PASS" ;;
     77) echo "GPU-CHECK SKIP: no CUDA device" ;;

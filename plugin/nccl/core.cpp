@@ -228,6 +228,7 @@ ncclResult_t regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t
     auto mt = type == NCCL_PTR_CUDA ? ucx::MemoryType::kCuda : ucx::MemoryType::kHost;
     net::MemHandle* mh = nullptr;
     Status s = Net::regMr(as<net::Comm>(comm), data, size, mt, fd, offset, &mh);
+    if (s == Status::kOutOfRange) s = Status::kInvalidArgument;  // the caller's range, not the peer's
     *mhandle = mh;
     return fail("regMr", s);
   });

@@ -146,7 +146,7 @@ TEST_P(Gpu, RegMrCudaAndDmabufChecks) {
 
     HostBuffer host(n);
     mh = reinterpret_cast<void*>(0x1);
-    EXPECT_NE(plugin.regMr(lb.recv, host.data(), n, loader::kPtrCuda, &mh), loader::kSuccess)
+    EXPECT_EQ(plugin.regMr(lb.recv, host.data(), n, loader::kPtrCuda, &mh), loader::kInvalidArgument)
         << "host memory passed as CUDA memory";
     EXPECT_EQ(mh, nullptr);
 
@@ -168,8 +168,8 @@ TEST_P(Gpu, RegMrCudaAndDmabufChecks) {
     // The checks, each refused with no handle.
     auto refused = [&](const char* what, uint64_t offset, int badFd, size_t size) {
       void* h = reinterpret_cast<void*>(0x1);
-      EXPECT_NE(plugin.regMrDmaBuf(lb.recv, dev, size, loader::kPtrCuda, offset, badFd, &h),
-                loader::kSuccess)
+      EXPECT_EQ(plugin.regMrDmaBuf(lb.recv, dev, size, loader::kPtrCuda, offset, badFd, &h),
+                loader::kInvalidArgument)
           << what;
       EXPECT_EQ(h, nullptr) << what;
     };
