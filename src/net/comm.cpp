@@ -141,8 +141,8 @@ void Comm::readPeer(const transport::ChannelView& v) {
   }
 }
 
-Request* Comm::acquire(bool isSend, int nbuffers, size_t nparts) {
-  if (inFlight_ >= maxInFlight_) return nullptr;
+Request* Comm::acquire(bool isSend, int nbuffers, size_t nparts, bool beyondBound) {
+  if (inFlight_ >= maxInFlight_ && !beyondBound) return nullptr;
   Request* r = hub_->requests().acquire(this, isSend, nbuffers, nparts);
   ++inFlight_;
   r->olderPosted = newestPosted_;
@@ -590,14 +590,15 @@ Status RecvComm::flushByRead(int n, void* const* data,
     }
     flushEp_ = std::move(ep.value());
   }
-  Request* r = acquire(false, count, static_cast<size_t>(count));
-  if (r == nullptr) return Status::kOk;  // the most requests in flight: NCCL retries
+  Request* r = acquire(false, count, static_cast<size_t>(count), true);
   r->flush = true;
   size_t next = 0;
   for (int i = 0; i < n && i < kMaxBuffers; ++i) {
     auto* region = const_cast<ucx::Region*>(regions[static_cast<size_t>(i)]);
     if (region == nullptr) continue;
     Part* p = &r->parts[next++];
+    p->data = data[i];  // deregMr of the buffer waits for the read (Hub::drainRange)
+    p->size = 1;
     p->done = false;
     ++r->pending;
     auto rkey = region->flushKey(flushEp_->ep.get(), dev().rail(0).cache.get());

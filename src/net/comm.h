@@ -119,7 +119,9 @@ class Comm {
   }
   // A request from the hub's slab, appended to the posting-order list (nullptr when the comm
   // already holds its most: back-pressure); release() unlinks it and gives it back.
-  Request* acquire(bool isSend, int nbuffers, size_t nparts);
+  // beyondBound: taken even past the bound (an iflush's reads: NCCL tests the receive it flushes
+  // first, so they stand in for it, and a NULL flush request would mean "nothing to wait for").
+  Request* acquire(bool isSend, int nbuffers, size_t nparts, bool beyondBound = false);
   void release(Request* r);
   // The test of a request that cannot be reported yet: liveness, failure handling.
   Status notReady();
