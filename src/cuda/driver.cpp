@@ -202,13 +202,22 @@ Result<PointerFacts> Driver::pointer(const void* addr) const {
   return f;
 }
 
+// Whether a call needing driver `need` (and its entry point) can be made, and why not.
+bool Driver::callable(int need, const void* entry, const char* name, std::string* why) const {
+  std::string no;
+  if (!usable_)
+    no = why_;
+  else if (version_ < need)
+    no = "the driver is older than " + std::to_string(need / 1000) + "." + std::to_string(need % 1000 / 10);
+  else if (entry == nullptr)
+    no = path_ + " lacks " + name;
+  if (!no.empty() && why != nullptr) *why = no;
+  return no.empty();
+}
+
 bool Driver::canExportDmabuf(std::string* why) const {
-  const char* no = !usable_                                       ? why_.c_str()
-                   : version_ < kVersionDmabuf                    ? "the driver is older than 11.7"
-                   : api().memGetHandleForAddressRange == nullptr ? "the driver lacks cuMemGetHandleForAddressRange"
-                                                                  : nullptr;
-  if (no != nullptr && why != nullptr) *why = no;
-  return no == nullptr;
+  return callable(kVersionDmabuf, usable_ ? reinterpret_cast<const void*>(api().memGetHandleForAddressRange) : nullptr,
+                  "cuMemGetHandleForAddressRange", why);
 }
 
 Result<int> Driver::exportDmabuf(const void* addr, size_t length) const {
@@ -223,12 +232,8 @@ Result<int> Driver::exportDmabuf(const void* addr, size_t length) const {
 }
 
 bool Driver::canFlush(std::string* why) const {
-  const char* no = !usable_                                    ? why_.c_str()
-                   : version_ < kVersionFlush                  ? "the driver is older than 11.3"
-                   : api().flushGpuDirectRdmaWrites == nullptr ? "the driver lacks cuFlushGPUDirectRDMAWrites"
-                                                               : nullptr;
-  if (no != nullptr && why != nullptr) *why = no;
-  return no == nullptr;
+  return callable(kVersionFlush, usable_ ? reinterpret_cast<const void*>(api().flushGpuDirectRdmaWrites) : nullptr,
+                  "cuFlushGPUDirectRDMAWrites", why);
 }
 
 Status Driver::flushRdmaWrites(const void* addr) const {

@@ -81,6 +81,7 @@ class Driver {
   explicit Driver(const std::string& path);
   ~Driver() = default;  // immortal: the process's threads may still ask at exit
   const Api& api() const { return *api_; }
+  bool callable(int need, const void* entry, const char* name, std::string* why) const;
 
   std::string path_;
   std::string why_;

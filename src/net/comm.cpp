@@ -70,6 +70,15 @@ void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
   }
 }
 
+// The parameters of a send-like operation (send, get) completing into onDone(part).
+ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = onDone;
+  param.user_data = p;
+  return param;
+}
+
 void onFlushReadDone(void* request, ucs_status_t st, void* user) {
   auto* p = static_cast<Part*>(user);
   completePart(p, st, 0);
@@ -297,10 +306,7 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
     completePart(p, UCS_ERR_NOT_CONNECTED, 0);
     return;
   }
-  ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = onSendDone;
-  param.user_data = p;
+  ucp_request_param_t param = sendParam(onSendDone, p);
   setMemh(&param, static_cast<const MemHandle*>(p->owner->memHandle), p);
   track(p, ucp_tag_send_nbx(ep.get(), p->data, p->size, p->ucxTag, &param));
 }
@@ -606,10 +612,7 @@ Status RecvComm::flushByRead(int n, void* const* data,
       completePart(p, UCS_ERR_INVALID_PARAM, 0);
       continue;
     }
-    ucp_request_param_t param{};
-    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-    param.cb.send = onFlushReadDone;
-    param.user_data = p;
+    ucp_request_param_t param = sendParam(onFlushReadDone, p);
     track(p, ucp_get_nbx(flushEp_->ep.get(), &flushWord_, 1, reinterpret_cast<uint64_t>(data[i]),
                          rkey.value(), &param));
     counters_.add(telemetry::kGpuFlushReads);

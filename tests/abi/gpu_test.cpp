@@ -10,10 +10,12 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 
 #include "pact/nccl_ext.h"
 #include "tests/abi/harness.h"
+#include "tests/common/scoped_env.h"
 
 namespace pact::abi_test {
 namespace {
@@ -106,6 +108,17 @@ struct Loopback {
   }
 };
 
+// In a child: the plugin at `version` with loopback comms and the double's GPU 0, then body.
+void withLoopbackGpu(const char* name, int version, const std::string& gpuConfig,
+                     const std::function<void(NetPlugin&, Loopback&, DoubleGpu&)>& body) {
+  runInChild(name, [&] {
+    Loopback lb(version);
+    ASSERT_TRUE(lb.plugin && lb.send && lb.recv);
+    DoubleGpu gpu(gpuConfig);
+    body(*lb.plugin, lb, gpu);
+  });
+}
+
 class Gpu : public ::testing::TestWithParam<int> {};
 
 TEST_P(Gpu, PtrSupportFollowsTheDriverAndUcx) {
@@ -132,12 +145,7 @@ TEST_P(Gpu, PtrSupportFollowsTheDriverAndUcx) {
 }
 
 TEST_P(Gpu, RegMrCudaAndDmabufChecks) {
-  const int version = GetParam();
-  runInChild("registration", [version] {
-    Loopback lb(version);
-    ASSERT_TRUE(lb.plugin && lb.send && lb.recv);
-    NetPlugin& plugin = *lb.plugin;
-    DoubleGpu gpu("gpus=1");
+  withLoopbackGpu("registration", GetParam(), "gpus=1", [](NetPlugin& plugin, Loopback& lb, DoubleGpu& gpu) {
     const size_t n = 1 << 20;
     void* dev = gpu.alloc(n);
     void* mh = nullptr;
@@ -188,12 +196,7 @@ TEST_P(Gpu, RegMrCudaAndDmabufChecks) {
 }
 
 TEST_P(Gpu, TransfersIntoDeviceBuffersAreByteExact) {
-  const int version = GetParam();
-  runInChild("transfers", [version] {
-    Loopback lb(version);
-    ASSERT_TRUE(lb.plugin && lb.send && lb.recv);
-    NetPlugin& plugin = *lb.plugin;
-    DoubleGpu gpu("gpus=1");
+  withLoopbackGpu("transfers", GetParam(), "gpus=1", [](NetPlugin& plugin, Loopback& lb, DoubleGpu& gpu) {
     for (size_t size : {size_t{4096}, size_t{4} << 20}) {
       SCOPED_TRACE(size);
       void* devSrc = gpu.alloc(size);
@@ -229,12 +232,8 @@ class Flush : public ::testing::TestWithParam<FlushCase> {};
 
 TEST_P(Flush, FlushesExactlyWhenItMust) {
   const FlushCase c = GetParam();
-  runInChild(c.name, [c] {
-    setenv("PACT_GPU_FLUSH", c.mode, 1);
-    Loopback lb(12);
-    ASSERT_TRUE(lb.plugin && lb.send && lb.recv);
-    NetPlugin& plugin = *lb.plugin;
-    DoubleGpu gpu(c.gpu);
+  test::ScopedEnv mode("PACT_GPU_FLUSH", c.mode);  // the child inherits it
+  withLoopbackGpu(c.name, 12, c.gpu, [&c](NetPlugin& plugin, Loopback& lb, DoubleGpu& gpu) {
     const size_t n = 64 << 10;
     HostBuffer src(n), hostDst(n);
     void* dst = c.cuda ? gpu.alloc(n) : hostDst.data();
