@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# Installs every Debian package that pact's build, tests and tools need. Idempotent.
+# Installs every Debian package that pact's build, tests and tools need, then the project's own
+# Python venv (<repo>/.venv) holding NVIDIA's CUDA-enabled UCX wheel, the second UCX that
+# ci/test.sh builds and tests against (build-ucx122, meson -Ducx_prefix=...). Idempotent.
 set -euo pipefail
+cd "$(dirname "$0")/.."
+root=$PWD
+ucx_wheel=libucx-cu12==1.22.0
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 pkgs=(
   # build
   gcc g++ meson ninja-build pkg-config
+  # second UCX: the libucx-cu12 wheel in a venv, found through its cmake package
+  python3 python3-venv cmake
   # UCX (data path) and rdma-core (optional device facts)
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core
   # libraries used instead of hand-written ones
@@ -18,3 +25,10 @@ pkgs=(
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${pkgs[@]}"
+
+# The wheel's UCX (include/, lib/, lib/cmake/ucx) lands in .venv/lib/python3.*/site-packages/libucx.
+venv=$root/.venv
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('${ucx_wheel%%==*}') != '${ucx_wheel##*==}')" 2>/dev/null; then
+  "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input "$ucx_wheel"
+fi

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds, runs every meson suite, then the
+# The whole test suite: installs dependencies, builds, runs every meson suite (against Debian's
+# UCX 1.13 in build/, then against the libucx-cu12 wheel's UCX 1.22 in build-ucx122/), then the
 # Address/UndefinedBehavior sanitizer run of the unit and abi suites. Ends with one line
-# "N passed, N failed".
+# "N passed, N failed". PACTCI_SKIP_{SETUP,UCX122,ASAN,FUZZ}=1 leave a part out;
+# PACTCI_UCX122_TEST_ARGS narrows the UCX 1.22 run (meson test arguments, e.g. "--suite abi").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -16,6 +18,28 @@ export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
 
 status=0
 meson test -C build --print-errorlogs --num-processes 1 || status=1
+
+# The same suites against NVIDIA's CUDA-enabled UCX 1.22 (the libucx-cu12 wheel that ci/setup.sh
+# installs into .venv), taken through its cmake package and an rpath (meson -Ducx_prefix).
+ucx122_logs=() ucx122_failed=0 ucx122_skipped=0
+if [ "${PACTCI_SKIP_UCX122:-0}" != 1 ]; then
+  ucx122_prefix=$("$root/.venv/bin/python" -c 'import libucx, os; print(os.path.dirname(libucx.__file__))' 2>/dev/null) \
+    || ucx122_prefix=""
+  if [ -n "$ucx122_prefix" ] && [ -f "$ucx122_prefix/lib/cmake/ucx/ucx-config.cmake" ]; then
+    if ci/build.sh build-ucx122 -Ducx_prefix="$ucx122_prefix"; then
+      rm -f build-ucx122/meson-logs/testlog.json  # no stale results if the run itself breaks
+      # shellcheck disable=SC2086  # PACTCI_UCX122_TEST_ARGS: extra meson test words, e.g. "--suite abi"
+      meson test -C build-ucx122 --print-errorlogs --num-processes 1 ${PACTCI_UCX122_TEST_ARGS:-} || status=1
+      ucx122_logs=(build-ucx122/meson-logs/testlog.json)
+    else
+      echo "ucx 1.22: build failed"
+      ucx122_failed=1 status=1
+    fi
+  else
+    echo "ucx 1.22: skipped (no libucx-cu12 wheel in $root/.venv; ci/setup.sh installs it)"
+    ucx122_skipped=1
+  fi
+fi
 
 if [ "${PACTCI_SKIP_ASAN:-0}" != 1 ]; then
   ci/build.sh build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug \
@@ -38,6 +62,7 @@ if [ "${PACTCI_SKIP_FUZZ:-0}" != 1 ]; then
   [ $((fuzz_passed + fuzz_failed)) -eq 3 ] || { echo "fuzz: build failed"; fuzz_failed=$((fuzz_failed + 1)); status=1; }
 fi
 
-EXTRA_PASSED=$fuzz_passed EXTRA_FAILED=$fuzz_failed python3 "$root/ci/summary.py" build/meson-logs/testlog.json \
+EXTRA_PASSED=$fuzz_passed EXTRA_FAILED=$((fuzz_failed + ucx122_failed)) EXTRA_SKIPPED=$ucx122_skipped python3 "$root/ci/summary.py" \
+  build/meson-logs/testlog.json "${ucx122_logs[@]}" \
   $( [ "${PACTCI_SKIP_ASAN:-0}" != 1 ] && echo build-asan/meson-logs/testlog-asan.json )
 exit $status

@@ -40,7 +40,7 @@ pact_status_t st(Status s) {
   switch (s) {
     case Status::kOk: return PACT_OK;
     case Status::kInProgress: return PACT_IN_PROGRESS;
-    case Status::kInvalidArgument:
+    case Status::kInvalidArgument: return PACT_ERR_INVALID_ARG;
     case Status::kUnsupported: return PACT_ERR_UNSUPPORTED;
     case Status::kNoMemory:
     case Status::kNoResource: return PACT_ERR_NO_MEMORY;
