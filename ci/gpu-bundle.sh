@@ -87,7 +87,9 @@ for m in "${ucx_modules[@]}"; do
   done
 done
 
-deplist=$(deps "$plugin" "$check_bin" "${modules[@]}" | sort -u) || exit 1
+# First resolution wins: the plugin's own (its rpath names the UCX it was built with), then the
+# check's, then the modules' (a CUDA module's build-machine rpath may resolve another UCX).
+deplist=$(deps "$plugin" "$check_bin" "${modules[@]}" | awk '!seen[$1]++') || exit 1
 declare -A copied=()
 while read -r soname path; do
   [ -n "$soname" ] || continue
