@@ -72,13 +72,15 @@ struct Driver::Api {
 
 const Driver& Driver::instance(const std::string& path) {
   static std::mutex mu;
-  static auto* loaded = new std::map<std::string, const Driver*>;  // immortal, as the drivers
+  static std::map<std::string, std::unique_ptr<Driver>> loaded;
   const std::string name = path.empty() ? "libcuda.so.1" : path;
   std::lock_guard lock(mu);
-  const Driver*& d = (*loaded)[name];
-  if (d == nullptr) d = new Driver(name);
+  std::unique_ptr<Driver>& d = loaded[name];
+  if (d == nullptr) d.reset(new Driver(name));
   return *d;
 }
+
+Driver::~Driver() = default;
 
 Driver::Driver(const std::string& path) : path_(path) {
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
@@ -88,7 +90,8 @@ Driver::Driver(const std::string& path) : path_(path) {
     PACT_INFO("cuda: %s; host memory only", why_.c_str());
     return;
   }
-  auto* a = new Api;
+  api_ = std::make_unique<Api>();
+  Api* a = api_.get();
   a->init = resolve<decltype(a->init)>(lib, "cuInit");
   a->driverGetVersion = resolve<decltype(a->driverGetVersion)>(lib, "cuDriverGetVersion");
   a->deviceGetCount = resolve<decltype(a->deviceGetCount)>(lib, "cuDeviceGetCount");
@@ -108,7 +111,6 @@ Driver::Driver(const std::string& path) : path_(path) {
   a->memAlloc = resolve<decltype(a->memAlloc)>(lib, "cuMemAlloc_v2");
   a->memFree = resolve<decltype(a->memFree)>(lib, "cuMemFree_v2");
   a->getErrorString = resolve<decltype(a->getErrorString)>(lib, "cuGetErrorString");
-  api_ = a;
   hostBacked_ = dlsym(lib, "pact_cuda_double_host_backed") != nullptr;
 
   // The calls every use needs; the others are checked where they are used.

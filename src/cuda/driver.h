@@ -9,11 +9,14 @@
 // pact_cuda_double_host_backed, and hostBacked() reports it (the one thing the rest of pact asks
 // about a double: UCX must then be told host memory, since that is what it is).
 //
-// One Driver per library path, loaded on first use and never unloaded; thread-safe.
+// One Driver per library path, loaded on first use; thread-safe. The Drivers are static objects of
+// the library pact is linked into (destroyed when it is unloaded or the process ends); the driver
+// library itself stays loaded.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "common/status.h"
@@ -74,12 +77,12 @@ class Driver {
 
   Driver(const Driver&) = delete;
   Driver& operator=(const Driver&) = delete;
+  ~Driver();
 
   struct Api;  // the resolved entry points (driver.cpp)
 
  private:
   explicit Driver(const std::string& path);
-  ~Driver() = default;  // immortal: the process's threads may still ask at exit
   const Api& api() const { return *api_; }
   bool callable(int need, const void* entry, const char* name, std::string* why) const;
 
@@ -89,7 +92,7 @@ class Driver {
   bool hostBacked_ = false;
   int version_ = 0;
   int deviceCount_ = 0;
-  Api* api_ = nullptr;
+  std::unique_ptr<Api> api_;
 };
 
 }  // namespace pact::cuda
