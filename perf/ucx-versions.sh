@@ -30,7 +30,7 @@ for b in build build-ucx122; do
 done
 
 for b in build build-ucx122; do
-  log=$(UCX_TLS=sm PACT_LOG_LEVEL=info PACT_PLUGIN_PATH=$PWD/$b/plugin/libnccl-net-pact.so timeout 120 \
+  log=$(UCX_TLS=sm PACT_LOG_LEVEL=info PACT_TEST_VERBOSE=1 PACT_PLUGIN_PATH=$PWD/$b/plugin/libnccl-net-pact.so timeout 120 \
     "$b/tests/abi/abi_test" --gtest_filter='Versions/Transfer.*/v12' 2>&1)
   if grep -q 'lack peer-failure handling' <<< "$log"; then
     echo "2. $b shared memory: no peer-failure error mode (the session alone detects peer death)"
