@@ -121,27 +121,24 @@ void withLoopbackGpu(const char* name, int version, const std::string& gpuConfig
 
 class Gpu : public ::testing::TestWithParam<int> {};
 
-TEST_P(Gpu, PtrSupportFollowsTheDriverAndUcx) {
-  const int version = GetParam();
-  runInChild("ptr-support", [version] {
-    setenv("PACTTEST_CUDA_DOUBLE", "gpus=1", 1);
+// ptrSupport of device 0 in a child that sets var=value before it opens the plugin.
+void expectPtrSupport(int version, const char* var, const char* value, int expected) {
+  runInChild(var, [=] {
+    setenv(var, value, 1);
     auto plugin = openPlugin(version);
     ASSERT_TRUE(plugin);
     loader::Properties p;
     ASSERT_EQ(plugin->getProperties(0, &p), loader::kSuccess);
-    // The double's memory is host memory UCX can move; no memory domain of lo registers dmabuf
-    // fds (only an RDMA NIC's does), so no DMABUF, with either UCX.
-    EXPECT_EQ(p.ptrSupport, loader::kPtrHost | loader::kPtrCuda);
+    EXPECT_EQ(p.ptrSupport, expected) << var << "=" << value;
     EXPECT_TRUE(plugin->hasRegMrDmaBuf()) << "regMrDmaBuf is in every table (v8..v12)";
   });
-  runInChild("no-driver", [version] {
-    setenv("PACT_CUDA_DRIVER", "libpact-no-such-cuda-driver.so.1", 1);
-    auto plugin = openPlugin(version);
-    ASSERT_TRUE(plugin);
-    loader::Properties p;
-    ASSERT_EQ(plugin->getProperties(0, &p), loader::kSuccess);
-    EXPECT_EQ(p.ptrSupport, loader::kPtrHost);
-  });
+}
+
+TEST_P(Gpu, PtrSupportFollowsTheDriverAndUcx) {
+  // The double's memory is host memory UCX can move; no memory domain of lo registers dmabuf fds
+  // (only an RDMA NIC's does), so no DMABUF, with either UCX.
+  expectPtrSupport(GetParam(), "PACTTEST_CUDA_DOUBLE", "gpus=1", loader::kPtrHost | loader::kPtrCuda);
+  expectPtrSupport(GetParam(), "PACT_CUDA_DRIVER", "libpact-no-such-cuda-driver.so.1", loader::kPtrHost);
 }
 
 TEST_P(Gpu, RegMrCudaAndDmabufChecks) {
