@@ -152,6 +152,8 @@ Driver::Driver(const std::string& path) : path_(path) {
     return;
   }
   usable_ = true;
+  // What a device can do does not change while the process lives: read once (iflush asks).
+  for (int g = 0; g < deviceCount_; ++g) devices_.push_back(readDevice(g));
   PACT_INFO("cuda: driver %d.%d at %s, %d device(s)%s", version_ / 1000, version_ % 1000 / 10,
             path.c_str(), deviceCount_, hostBacked_ ? " (the test double: device memory is host memory)" : "");
 }
@@ -161,11 +163,14 @@ Result<DeviceFacts> Driver::device(int ordinal) const {
   if (ordinal < 0 || ordinal >= deviceCount_)
     return Error{Status::kInvalidArgument, "CUDA device " + std::to_string(ordinal) + " does not exist (" +
                                                std::to_string(deviceCount_) + " devices)"};
-  CUdevice dev = 0;
-  CUresult r = api().deviceGet(&dev, ordinal);
-  if (r != kSuccess) return Error{Status::kInternal, api().error("cuDeviceGet", r)};
+  return devices_[static_cast<size_t>(ordinal)];
+}
+
+DeviceFacts Driver::readDevice(int ordinal) const {
   DeviceFacts f;
   f.ordinal = ordinal;
+  CUdevice dev = 0;
+  if (api().deviceGet(&dev, ordinal) != kSuccess) return f;  // every capability: no
   // An attribute an older driver does not know reads as "no".
   auto attr = [&](int a) {
     int v = 0;

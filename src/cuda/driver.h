@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -55,6 +56,7 @@ class Driver {
   int deviceCount() const { return deviceCount_; }
   bool hostBacked() const { return hostBacked_; }       // the test double: device memory is host memory
 
+  // The facts of a device, read once when the driver loaded.
   Result<DeviceFacts> device(int ordinal) const;
   // Facts of addr; a host address (or one the driver does not know) gives device == false.
   Result<PointerFacts> pointer(const void* addr) const;
@@ -85,6 +87,7 @@ class Driver {
   explicit Driver(const std::string& path);
   const Api& api() const { return *api_; }
   bool callable(int need, const void* entry, const char* name, std::string* why) const;
+  DeviceFacts readDevice(int ordinal) const;
 
   std::string path_;
   std::string why_;
@@ -93,6 +96,7 @@ class Driver {
   int version_ = 0;
   int deviceCount_ = 0;
   std::unique_ptr<Api> api_;
+  std::vector<DeviceFacts> devices_;  // read at load, one per device
 };
 
 }  // namespace pact::cuda

@@ -331,32 +331,16 @@ Status Engine::release(uint64_t xfer) {
 Status Engine::registerMemory(const MemorySpec& spec, Registration** out) {
   if (spec.addr == nullptr || spec.length == 0)
     return fail(Status::kInvalidArgument, "mem_register: NULL address or length 0");
-  if (spec.dmabufFd >= 0) {
-    std::string why;
-    if (Status s = transport::checkDmabuf(spec.dmabufFd, spec.dmabufOffset, spec.length, &why); s != Status::kOk)
-      return fail(s, "mem_register: " + why);
-  }
-  int device = -1;
-  if (spec.type == ucx::MemoryType::kCuda) {
-    auto facts = driver_->pointer(spec.addr);
-    if (facts.ok() && facts->device) device = facts->ordinal;
-    if (device >= 0 && spec.device >= 0 && device != spec.device)
-      return fail(Status::kInvalidArgument, "mem_register: the memory is on CUDA device " +
-                                                std::to_string(device) + ", not device " +
-                                                std::to_string(spec.device));
-  }
   std::lock_guard lock(mu_);
   auto r = std::make_unique<Registration>();
   r->addr = static_cast<uint8_t*>(spec.addr);
   r->length = spec.length;
   r->type = spec.type;
-  r->device = device;
   for (Context& c : contexts_) {
-    for (size_t i = 0; i < c.dev->rails(); ++i) {
-      auto region = c.dev->rail(i).cache->acquire({spec.addr, spec.length, spec.type});
-      if (!region.ok()) return fail(region.status(), "mem_register: " + region.error().message);
-      r->regions.push_back(std::move(region.value()));
-    }
+    auto regions = c.dev->registerOnRails({spec.addr, spec.length, spec.type, spec.device},
+                                          spec.dmabufFd, spec.dmabufOffset);
+    if (!regions.ok()) return fail(regions.status(), "mem_register: " + regions.error().message);
+    r->regions.insert(r->regions.end(), regions->begin(), regions->end());
   }
   *out = r.get();
   registrations_.push_back(std::move(r));

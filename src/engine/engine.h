@@ -159,11 +159,6 @@ class Engine final : private Link {
   // ---- the Link of the protocol, and the contexts and lanes under it (routes.cpp) ----
   std::string reach(uint64_t peer, size_t route) override;
   void sendControl(uint64_t peer, const Control& m, int route) override;
-  // What UCX is told a block's memory is (host for the driver double's host-backed memory).
-  ucs_memory_type_t ucxMemoryType(ucx::MemoryType t) const {
-    return t == ucx::MemoryType::kCuda && !driver_->hostBacked() ? UCS_MEMORY_TYPE_CUDA
-                                                                 : UCS_MEMORY_TYPE_HOST;
-  }
   void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src, uint64_t n,
                  uint64_t xfer, ucx::MemoryType srcType) override;
   void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,

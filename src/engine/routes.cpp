@@ -210,7 +210,7 @@ void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const 
   op->route = route;
   op->addr = const_cast<uint8_t*>(src);  // read only: UCX sends from it
   op->size = n;
-  op->memType = ucxMemoryType(srcType);
+  op->memType = ucx::ucxMemoryType(srcType, *driver_);
   Peer* p = peerByToken(peer);
   transport::Lanes* lanes = p == nullptr ? nullptr : lanesTo(*p, route);
   if (lanes == nullptr) {
@@ -235,7 +235,7 @@ void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, ui
   op->attempt = attempt;
   op->addr = dst;
   op->size = n;
-  op->memType = ucxMemoryType(dstType);
+  op->memType = ucx::ucxMemoryType(dstType, *driver_);
   const ucs_status_t st = fetchWorker_->amRecvData(descriptor, dst, n, op, op->memType);
   if (st != UCS_INPROGRESS) onPieceFetched(op, st);
 }

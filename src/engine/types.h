@@ -36,7 +36,6 @@ struct Registration {
   uint8_t* addr = nullptr;
   uint64_t length = 0;
   ucx::MemoryType type = ucx::MemoryType::kHost;
-  int device = -1;  // CUDA ordinal
   // From the core's registration caches: one region per rail of each of the engine's contexts.
   std::vector<std::shared_ptr<ucx::Region>> regions;
   int users = 0;  // unreleased transfers with a block in it

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "common/log.h"
+#include "net/parts.h"
 #include "ucx/ucx_status.h"
 
 namespace pact::net {
@@ -13,6 +14,33 @@ namespace {
 
 // Salt of each comm's fault dice: comms created in the same order draw the same faults.
 std::atomic<uint64_t> commsCreated{0};
+
+void onSendDone(void* request, ucs_status_t st, void* user) {
+  auto* p = static_cast<Part*>(user);
+  completePart(p, st, p->size);
+  ucp_request_free(request);
+}
+
+void onRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
+  auto* p = static_cast<Part*>(user);
+  p->last = st == UCS_OK && tag::isLast(info->sender_tag);
+  completePart(p, st, st == UCS_OK ? info->length : 0);
+  ucp_request_free(request);
+}
+
+// The registration and its memory type, given to UCX explicitly (UCX would otherwise look the
+// address up in its memory-type cache, which takes memory it did not see allocated for host).
+void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
+  if (mh == nullptr || p->rail >= mh->regions.size()) return;
+  const auto& region = mh->regions[p->rail];
+  if (region->covers(reinterpret_cast<uintptr_t>(p->data), p->size, region->type)) {
+    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
+    param->memh = region->map.get();
+    param->memory_type = region->ucxType;
+  }
+}
+
+}  // namespace
 
 void completePart(Part* p, ucs_status_t st, size_t length) {
   p->ucxRequest = nullptr;
@@ -31,23 +59,6 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
                                      " failed: " + ucs_status_string(st));
 }
 
-void onSendDone(void* request, ucs_status_t st, void* user) {
-  auto* p = static_cast<Part*>(user);
-  completePart(p, st, p->size);
-  ucp_request_free(request);
-}
-
-void onRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
-  auto* p = static_cast<Part*>(user);
-  p->last = st == UCS_OK && tag::isLast(info->sender_tag);
-  completePart(p, st, st == UCS_OK ? info->length : 0);
-  ucp_request_free(request);
-}
-
-// The UCX call for one part returned: immediate completion, error, or a request UCX now owns.
-// The part was counted in its request's `pending` (and marked not done) before the call. UCX
-// may already have run the callback inside the call (a receive matching a message that had
-// arrived): then the part is done and the returned request was released by the callback.
 void track(Part* p, void* ret) {
   if (ret == nullptr) {  // sends only: receives never complete immediately (NO_IMM_CMPL)
     completePart(p, UCS_OK, p->size);
@@ -58,19 +69,6 @@ void track(Part* p, void* ret) {
   }
 }
 
-// The registration and its memory type, given to UCX explicitly (UCX would otherwise look the
-// address up in its memory-type cache, which takes memory it did not see allocated for host).
-void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
-  if (mh == nullptr || p->rail >= mh->regions.size()) return;
-  const auto& region = mh->regions[p->rail];
-  if (region->covers(reinterpret_cast<uintptr_t>(p->data), p->size, region->type)) {
-    param->op_attr_mask |= UCP_OP_ATTR_FIELD_MEMH | UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-    param->memh = region->map.get();
-    param->memory_type = region->ucxType;
-  }
-}
-
-// The parameters of a send-like operation (send, get) completing into onDone(part).
 ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -78,15 +76,6 @@ ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p) {
   param.user_data = p;
   return param;
 }
-
-void onFlushReadDone(void* request, ucs_status_t st, void* user) {
-  auto* p = static_cast<Part*>(user);
-  completePart(p, st, 0);
-  ucp_request_free(request);
-}
-
-}  // namespace
-
 
 Comm::Comm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_t channel,
            size_t maxInFlight, bool isSend, std::string peer, const ChannelConfig& cfg)
@@ -546,79 +535,6 @@ Status RecvComm::finish(Request* r, int* sizes) {
   if (result == Status::kTruncated)
     abort(result, "a message is larger than the posted receive buffer");
   return result;
-}
-
-Status RecvComm::iflush(int n, void* const* data, const int* sizes, MemHandle* const* mhs,
-                        GpuFlush mode, Request** out) {
-  *out = nullptr;
-  if (isError(error_)) return error_;
-  if (mode == GpuFlush::kNever || mhs == nullptr) return Status::kOk;
-  // The buffers that hold bytes in CUDA memory: only those need the GPU to see the NIC's writes.
-  std::array<const ucx::Region*, kMaxBuffers> regions{};
-  int count = 0;
-  for (int i = 0; i < n && i < kMaxBuffers; ++i) {
-    const MemHandle* mh = mhs[i];
-    if (mh == nullptr || mh->regions.empty() || (sizes != nullptr && sizes[i] <= 0) ||
-        mh->regions[0]->type != ucx::MemoryType::kCuda)
-      continue;
-    regions[static_cast<size_t>(i)] = mh->regions[0].get();
-    ++count;
-  }
-  // auto: only a NIC writing GPU memory directly (GPUDirect RDMA) can leave writes the GPU does
-  // not see yet; tcp and shared memory land CUDA data through the driver's copies.
-  if (count == 0 || (mode == GpuFlush::kAuto && !dev().info().rdma)) return Status::kOk;
-  const cuda::Driver& driver = cuda::Driver::instance(dev().params().cuda_driver);
-  int first = 0;
-  while (regions[static_cast<size_t>(first)] == nullptr) ++first;
-  auto facts = driver.device(regions[static_cast<size_t>(first)]->device);
-  if (facts.ok() && facts->gdrRdma && facts->hostFlush() && driver.canFlush()) {
-    // One call covers every earlier write into memory of the owning context.
-    if (Status s = driver.flushRdmaWrites(data[first]); s != Status::kOk) {
-      fail(s, "the CUDA driver's GPUDirect RDMA flush failed");
-      return s;
-    }
-    counters_.add(telemetry::kGpuFlushes);
-    return Status::kOk;
-  }
-  return flushByRead(n, data, regions, count, out);
-}
-
-// A 1-byte read of each buffer over a loopback endpoint: the read completes only after the
-// NIC's earlier writes to the buffer have (PCIe ordering), as NCCL's own IB transport flushes.
-Status RecvComm::flushByRead(int n, void* const* data,
-                             const std::array<const ucx::Region*, kMaxBuffers>& regions, int count,
-                             Request** out) {
-  if (!flushEp_ || flushEp_->failed()) {
-    auto ep = dev().endpoint(0, kFlushLane, dev().addresses()[0]);
-    if (!ep.ok()) {
-      fail(ep.status(), "the loopback endpoint for GPU flush reads: " + ep.error().message);
-      return ep.status();
-    }
-    flushEp_ = std::move(ep.value());
-  }
-  Request* r = acquire(false, count, static_cast<size_t>(count), true);
-  r->flush = true;
-  size_t next = 0;
-  for (int i = 0; i < n && i < kMaxBuffers; ++i) {
-    auto* region = const_cast<ucx::Region*>(regions[static_cast<size_t>(i)]);
-    if (region == nullptr) continue;
-    Part* p = &r->parts[next++];
-    p->data = data[i];  // deregMr of the buffer waits for the read (Hub::drainRange)
-    p->size = 1;
-    p->done = false;
-    ++r->pending;
-    auto rkey = region->flushKey(flushEp_->ep.get(), dev().rail(0).cache.get());
-    if (!rkey.ok()) {
-      completePart(p, UCS_ERR_INVALID_PARAM, 0);
-      continue;
-    }
-    ucp_request_param_t param = sendParam(onFlushReadDone, p);
-    track(p, ucp_get_nbx(flushEp_->ep.get(), &flushWord_, 1, reinterpret_cast<uint64_t>(data[i]),
-                         rkey.value(), &param));
-    counters_.add(telemetry::kGpuFlushReads);
-  }
-  *out = r;
-  return Status::kOk;
 }
 
 void RecvComm::abortInFlight() {

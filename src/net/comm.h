@@ -224,7 +224,7 @@ class RecvComm final : public Comm {
   Status finish(Request* r, int* sizes) override;
   void cancel(Part& p);
   Status flushByRead(int n, void* const* data,
-                     const std::array<const ucx::Region*, kMaxBuffers>& regions, int count,
+                     const std::array<ucx::Region*, kMaxBuffers>& regions, int count,
                      Request** out);
 
   // The loopback endpoint's lane (past any data lane) on rail 0.

@@ -156,24 +156,13 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
   if (!valid(comm)) return Status::kInvalidArgument;
   // The fd is checked and not kept (NCCL closes it when this returns); UCP registers the range by
   // address with its memory type (docs/gpu.md: what UCX does with dmabuf).
-  if (dmabufFd >= 0) {
-    std::string why;
-    if (Status s = transport::checkDmabuf(dmabufFd, dmabufOffset, size, &why); s != Status::kOk) {
-      PACT_WARN("regMrDmaBuf %p+%zu on %s: %s", data, size, comm->dev().info().name.c_str(), why.c_str());
-      return s;
-    }
+  auto regions = comm->dev().registerOnRails({data, size, type}, dmabufFd, dmabufOffset);
+  if (!regions.ok()) {
+    PACT_WARN("%s %p+%zu on %s: %s", dmabufFd >= 0 ? "regMrDmaBuf" : "regMr", data, size,
+              comm->dev().info().name.c_str(), regions.error().message.c_str());
+    return regions.status();
   }
-  std::vector<std::shared_ptr<ucx::Region>> regions;
-  for (size_t i = 0; i < comm->dev().rails(); ++i) {
-    auto region = comm->dev().rail(i).cache->acquire({data, size, type});
-    if (!region.ok()) {
-      PACT_WARN("regMr %p+%zu on %s: %s", data, size, comm->dev().info().name.c_str(),
-                region.error().message.c_str());
-      return region.status();
-    }
-    regions.push_back(std::move(region.value()));
-  }
-  auto* mh = new MemHandle{MemHandle::kMagic, comm->hub(), std::move(regions),
+  auto* mh = new MemHandle{MemHandle::kMagic, comm->hub(), std::move(regions.value()),
                           reinterpret_cast<uintptr_t>(data), size};
   comm->dev().counters().addShared(telemetry::kLiveMemHandles);
   *out = mh;

@@ -1,5 +1,7 @@
 #include "transport/device_ctx.h"
 
+#include "transport/memory.h"
+
 #include "common/clock.h"
 #include "common/log.h"
 
@@ -23,13 +25,29 @@ Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, 
     auto worker = ucx::Worker::create(rail->context);
     if (!worker.ok()) return worker.error();
     rail->worker = std::move(worker.value());
-    rail->cache = std::make_unique<ucx::RegCache>(rail->context.get(),
-                                                  cuda::Driver::instance(params.cuda_driver));
+    rail->cache = std::make_unique<ucx::RegCache>(rail->context, d->driver_);
     PACT_INFO("device %s rail %s opened: ucx worker address %zu bytes", info.name.c_str(),
               port.c_str(), rail->worker.address().size());
     d->rails_.push_back(std::move(rail));
   }
   return d;
+}
+
+Result<std::vector<std::shared_ptr<ucx::Region>>> DeviceCtx::registerOnRails(const ucx::RegRequest& req,
+                                                                             int dmabufFd,
+                                                                             uint64_t dmabufOffset) {
+  if (dmabufFd >= 0) {
+    std::string why;
+    if (Status s = checkDmabuf(dmabufFd, dmabufOffset, req.length, &why); s != Status::kOk)
+      return Error{s, why};
+  }
+  std::vector<std::shared_ptr<ucx::Region>> regions;
+  for (auto& rail : rails_) {
+    auto region = rail->cache->acquire(req);
+    if (!region.ok()) return region.error();
+    regions.push_back(std::move(region.value()));
+  }
+  return regions;
 }
 
 namespace {

@@ -66,6 +66,12 @@ class DeviceCtx {
     bool peerFailureSupported = true;  // cleared once UCX says the transports lack it
   };
   size_t rails() const { return rails_.size(); }
+  const cuda::Driver& driver() const { return driver_; }
+  // Registers req on every rail (one region each, in rail order), for both faces. A dmabuf fd
+  // (>= 0) is checked first (transport::checkDmabuf) and never kept. Thread-safe (the caches are).
+  Result<std::vector<std::shared_ptr<ucx::Region>>> registerOnRails(const ucx::RegRequest& req,
+                                                                    int dmabufFd = -1,
+                                                                    uint64_t dmabufOffset = 0);
   Rail& rail(size_t i) { return *rails_[i]; }
   ucx::Worker& worker(size_t railIndex = 0) { return rails_[railIndex]->worker; }
   // Progresses every rail's worker once and runs the tickers; returns the number of events.
@@ -103,11 +109,12 @@ class DeviceCtx {
 
  private:
   DeviceCtx(ucx::DeviceInfo info, const Params& params)
-      : info_(std::move(info)), params_(params),
+      : info_(std::move(info)), params_(params), driver_(cuda::Driver::instance(params_.cuda_driver)),
         counters_(telemetry::kDeviceCatalog, "device " + info_.name) {}
 
   ucx::DeviceInfo info_;
   Params params_;
+  const cuda::Driver& driver_;  // PACT_CUDA_DRIVER's
   std::string serviceKey_;
   telemetry::CounterSet counters_;
   std::mutex mu_;

@@ -55,23 +55,9 @@ bool ucpListsCuda(std::string* version) {
     unsigned major = 0, minor = 0, release = 0;
     ucp_get_version(&major, &minor, &release);
     text = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
-#if PACT_UCX_HAVE_MEMORY_TYPES
     // A bare context, only to ask: what UCX can do with memory does not depend on the devices.
-    ucp_config_t* config = nullptr;
-    if (ucp_config_read(nullptr, nullptr, &config) != UCS_OK) return;
-    ucp_params_t params{};
-    params.field_mask = UCP_PARAM_FIELD_FEATURES;
-    params.features = UCP_FEATURE_TAG;
-    ucp_context_h ctx = nullptr;
-    if (ucp_init(&params, config, &ctx) == UCS_OK) {
-      ucp_context_attr_t attr{};
-      attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-      if (ucp_context_query(ctx, &attr) == UCS_OK)
-        cuda = (attr.memory_types & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-      ucp_cleanup(ctx);
-    }
-    ucp_config_release(config);
-#endif
+    if (auto ctx = ucx::Context::create("", "pact-probe"); ctx.ok())
+      cuda = (ctx->memoryTypes() & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
   });
   if (version != nullptr) *version = text;
   return cuda;
@@ -93,13 +79,7 @@ MemoryFacts gatherMemoryFacts(const ucx::DeviceInfo& device, const cuda::Driver&
   f.driverExport = driver.canExportDmabuf(&f.exportWhy);
   f.ucpCuda = ucpListsCuda(&f.ucxVersion);
   f.ucxDmabufBuilt = PACT_UCX_HAVE_DMABUF != 0;
-  for (const auto& md : device.domains) {
-    if (md.dmabuf && !f.mdDmabuf) {
-      f.mdDmabuf = true;
-      f.mdDmabufName = md.name;
-    }
-    f.mdCuda = f.mdCuda || (md.regMemTypes & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;
-  }
+  for (const auto& md : device.domains) f.mdDmabuf = f.mdDmabuf || md.dmabuf;
   f.rdma = device.rdma;
   return f;
 }

@@ -46,8 +46,6 @@ struct MemoryFacts {
   bool ucpCuda = false;         // the UCP context lists UCS_MEMORY_TYPE_CUDA
   bool ucxDmabufBuilt = false;  // built against headers with UCT_MD_FLAG_REG_DMABUF
   bool mdDmabuf = false;        // a memory domain of the device's transports registers dmabuf fds
-  std::string mdDmabufName;
-  bool mdCuda = false;          // a memory domain of the device's transports registers CUDA memory
   bool rdma = false;            // the device has RC/UD transports (NIC writes into memory)
 };
 

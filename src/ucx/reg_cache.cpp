@@ -5,7 +5,6 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "pact_config.h"
 #include "ucx/ucx_status.h"
 
 namespace pact::ucx {
@@ -29,13 +28,8 @@ Result<ucp_rkey_h> Region::flushKey(ucp_ep_h ep, RegCache* cache) {
   return key_;
 }
 
-RegCache::RegCache(ucp_context_h ctx, const cuda::Driver& driver) : ctx_(ctx), driver_(driver) {
-#if PACT_UCX_HAVE_MEMORY_TYPES
-  ucp_context_attr_t attr{};
-  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
-  if (ucp_context_query(ctx_, &attr) == UCS_OK) ucxMemoryTypes_ = attr.memory_types;
-#endif
-}
+RegCache::RegCache(const Context& ctx, const cuda::Driver& driver)
+    : ctx_(ctx.get()), driver_(driver), ucxMemoryTypes_(ctx.memoryTypes()) {}
 
 bool RegCache::cudaMemory(std::string* why) const {
   const char* no = nullptr;
@@ -68,6 +62,9 @@ Result<std::shared_ptr<Region>> RegCache::acquire(const RegRequest& req) {
     if (!facts->device)
       return Error{Status::kInvalidArgument,
                    "CUDA registration of an address the CUDA driver does not know as device memory"};
+    if (req.device >= 0 && facts->ordinal != req.device)
+      return Error{Status::kInvalidArgument, "the memory is on CUDA device " + std::to_string(facts->ordinal) +
+                                                 ", not device " + std::to_string(req.device)};
     const uintptr_t allocEnd = facts->rangeStart + facts->rangeSize;
     if (addr + len > allocEnd)
       return Error{Status::kOutOfRange, "CUDA registration of " + std::to_string(req.length) +
@@ -76,7 +73,7 @@ Result<std::shared_ptr<Region>> RegCache::acquire(const RegRequest& req) {
     start = std::max(start, facts->rangeStart);
     end = std::min(end, allocEnd);
     device = facts->ordinal;
-    ucxType = driver_.hostBacked() ? UCS_MEMORY_TYPE_HOST : UCS_MEMORY_TYPE_CUDA;
+    ucxType = ucxMemoryType(req.type, driver_);
   }
 
   std::lock_guard lock(mu_);

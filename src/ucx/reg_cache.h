@@ -25,11 +25,17 @@ namespace pact::ucx {
 
 enum class MemoryType : uint8_t { kHost, kCuda };
 const char* memoryTypeName(MemoryType t);
+// What UCX is told memory of type t is: CUDA memory is UCS_MEMORY_TYPE_CUDA, except the driver
+// double's, which is host memory.
+inline ucs_memory_type_t ucxMemoryType(MemoryType t, const cuda::Driver& driver) {
+  return t == MemoryType::kCuda && !driver.hostBacked() ? UCS_MEMORY_TYPE_CUDA : UCS_MEMORY_TYPE_HOST;
+}
 
 struct RegRequest {
   void* addr = nullptr;
   size_t length = 0;
   MemoryType type = MemoryType::kHost;
+  int device = -1;  // CUDA memory: the device ordinal it must be on; -1: whichever
 };
 
 struct Region {
@@ -59,8 +65,7 @@ struct Region {
 
 class RegCache {
  public:
-  // Asks ctx which memory types it can handle (ucp_context_query).
-  RegCache(ucp_context_h ctx, const cuda::Driver& driver);
+  RegCache(const Context& ctx, const cuda::Driver& driver);
   RegCache(const RegCache&) = delete;
   RegCache& operator=(const RegCache&) = delete;
 
@@ -85,7 +90,7 @@ class RegCache {
 
   ucp_context_h ctx_;
   const cuda::Driver& driver_;
-  uint64_t ucxMemoryTypes_ = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+  uint64_t ucxMemoryTypes_;  // Context::memoryTypes
   mutable std::mutex mu_;
   std::multimap<uintptr_t, std::weak_ptr<Region>> byStart_;
   size_t hits_ = 0;

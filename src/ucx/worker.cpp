@@ -10,6 +10,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/parse.h"
+#include "pact_config.h"
 #include "ucx/ucx_status.h"
 
 namespace pact::ucx {
@@ -68,6 +69,16 @@ Result<Context> Context::create(const std::string& netDevice, const std::string&
   Context c;
   c.h_.reset(ctx);
   return c;
+}
+
+uint64_t Context::memoryTypes() const {
+  uint64_t types = UCS_BIT(UCS_MEMORY_TYPE_HOST);
+#if PACT_UCX_HAVE_MEMORY_TYPES
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
+  if (ucp_context_query(h_.get(), &attr) == UCS_OK) types = attr.memory_types;
+#endif
+  return types;
 }
 
 Result<Worker> Worker::create(const Context& ctx) {

@@ -51,6 +51,9 @@ class Context {
                                 const Settings& settings = {},
                                 uint64_t features = UCP_FEATURE_TAG);
   ucp_context_h get() const { return h_.get(); }
+  // The memory types the context can handle (UCS_BIT(ucs_memory_type_t); host only where UCX
+  // cannot say).
+  uint64_t memoryTypes() const;
   // Gives up ownership without ucp_cleanup (a context UCX still has work on: see DeviceCtx).
   void abandon() { (void)h_.release(); }
 

@@ -112,9 +112,9 @@ struct Loopback {
 void withLoopbackGpu(const char* name, int version, const std::string& gpuConfig,
                      const std::function<void(NetPlugin&, Loopback&, DoubleGpu&)>& body) {
   runInChild(name, [&] {
+    DoubleGpu gpu(gpuConfig);  // first: the plugin reads the device facts when it loads the driver
     Loopback lb(version);
     ASSERT_TRUE(lb.plugin && lb.send && lb.recv);
-    DoubleGpu gpu(gpuConfig);
     body(*lb.plugin, lb, gpu);
   });
 }

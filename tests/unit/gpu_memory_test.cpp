@@ -259,7 +259,7 @@ class GpuRegistration : public ::testing::Test {
 
 TEST_F(GpuRegistration, CudaMemoryRegistersWithItsTypeAndStaysInsideItsAllocation) {
   Double dbl("gpus=1");
-  ucx::RegCache cache(ctx_.get(), dbl.driver());
+  ucx::RegCache cache(ctx_, dbl.driver());
   EXPECT_TRUE(cache.cudaMemory());
   auto mem = dbl.driver().allocate(0, 3 * 4096 + 100);
   ASSERT_TRUE(mem.ok());

@@ -15,7 +15,7 @@ class RegCacheTest : public ::testing::Test {
     auto c = Context::create("", "unit");
     ASSERT_TRUE(c.ok()) << c.error().message;
     ctx_ = std::move(c.value());
-    cache_ = std::make_unique<RegCache>(ctx_.get(), cuda::Driver::instance("libpact-no-such-driver.so"));
+    cache_ = std::make_unique<RegCache>(ctx_, cuda::Driver::instance("libpact-no-such-driver.so"));
   }
   Context ctx_;
   std::unique_ptr<RegCache> cache_;

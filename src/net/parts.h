@@ -1,0 +1,22 @@
+// The completion plumbing of a request's parts (request.h), shared by the comms' data path
+// (comm.cpp) and the GPU flush reads (flush.cpp). Device mutex held, as for every part.
+#pragma once
+
+#include <ucp/api/ucp.h>
+
+#include "net/request.h"
+
+namespace pact::net {
+
+// A part's UCX operation ended with st, having moved length bytes: the request's bookkeeping, the
+// comm's partDone, and a failure of the peer's endpoint failing the comm.
+void completePart(Part* p, ucs_status_t st, size_t length);
+// The UCX call for one part returned: immediate completion, error, or a request UCX now owns.
+// The part was counted in its request's `pending` (and marked not done) before the call. UCX may
+// already have run the callback inside the call (a receive matching a message that had arrived):
+// then the part is done and the returned request was released by the callback.
+void track(Part* p, void* ret);
+// The parameters of a send-like operation (send, get) completing into onDone(part).
+ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p);
+
+}  // namespace pact::net
