@@ -215,7 +215,7 @@ class Engine final : private Link {
   std::vector<Context> contexts_;
   std::vector<Route> routes_;  // DEFAULT, then ClassTable::engineClassNames()
   size_t ctrlRoute_ = 0;
-  bool multiLane_ = false;  // a class has several lanes (pieces may wait for one)
+  bool queuedLanes_ = false;  // a class is unordered or has several lanes (pieces may wait)
   ucx::Worker* fetchWorker_ = nullptr;  // the worker of the active message being handled
   ScopedFd wakeFd_;
   // The per-peer-process control connections of the one core (the plugin's Net has its own).

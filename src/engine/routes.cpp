@@ -72,7 +72,7 @@ Status Engine::openContexts() {
               config_.name.c_str(), name.c_str(), r.context, it->dev->serviceKey().c_str(),
               r.channel.lanes, formatSize(r.profile.chunk).c_str());
     if (name == "CTRL") ctrlRoute_ = routes_.size();
-    multiLane_ = multiLane_ || r.channel.lanes > 1;
+    queuedLanes_ = queuedLanes_ || r.channel.lanes > 1 || !r.channel.ordered;
     routes_.push_back(std::move(r));
   }
   return Status::kOk;
@@ -117,10 +117,10 @@ bool Engine::armWorkers() {
   return true;
 }
 
-// Pieces that waited for room on a lane go out now (outside UCX callbacks). A one-lane class
-// binds every piece at once, so without a class of several lanes nothing ever waits.
+// Pieces that waited for room on a lane go out now (outside UCX callbacks). An ordered one-lane
+// class binds every piece at once, so without an unordered or multi-lane class nothing waits.
 void Engine::pumpLanes() {
-  if (!multiLane_) return;
+  if (!queuedLanes_) return;
   for (auto& [id, p] : peers_) {
     if (p->phase != Peer::Phase::kReady) continue;
     for (auto& l : p->lanes) {

@@ -1,7 +1,8 @@
 // Lanes of a send comm: one UCX endpoint each, and the steering that picks the lane for a piece.
-// With several lanes a piece is bound to a lane late: pieces wait in one queue and each lane
-// takes the next one while it has less than laneCap() bytes in flight, so a lane that drains
-// faster takes more pieces and no decision is made long before the data moves. Adaptive steering
+// The pieces of an unordered channel are bound to a lane late: pieces wait in one queue and each
+// lane takes the next one while it has less than laneCap() bytes in flight, so a lane that drains
+// faster takes more pieces, no decision is made long before the data moves, and no lane (a single
+// one included) piles more rendezvous transfers on its UCX endpoint than it can move. Adaptive steering
 // then gives each piece to the lane where it is expected to finish first (bytes in flight over
 // measured throughput); round-robin is kept for comparison. The injected lane delay (a test
 // hook) holds a lane's pieces back before UCX sees them. Device mutex held for every call.
@@ -34,6 +35,7 @@ struct LaneStats {
 
 class Lanes {
  public:
+
   void configure(const ChannelConfig& cfg) { cfg_ = cfg; }
   void add(std::shared_ptr<SharedEndpoint> ep, uint8_t rail) {
     lanes_.emplace_back();
@@ -96,6 +98,8 @@ class Lanes {
   // The lane for a piece of `bytes` among lanes with room, or lanes_.size() when all are full.
   size_t choose(size_t bytes);
   void measure(Lane& l, const LanePiece& p);
+  // Bytes a lane may have in flight before further pieces wait (a lane with nothing in flight
+  // takes any piece).
   size_t laneCap() const { return std::max<size_t>(8 * cfg_.chunk, size_t{2} << 20); }
   template <typename Post>
   void bind(LanePiece* p, size_t lane, Post&& post);
@@ -130,7 +134,11 @@ void Lanes::bind(LanePiece* p, size_t i, Post&& post) {
 
 template <typename Post>
 void Lanes::dispatch(LanePiece* p, Post&& post) {
-  if (lanes_.size() == 1) {
+  // An ordered channel sends each message whole on its one lane, at once. Pieces of an unordered
+  // channel wait in the queue even on one lane, so laneCap() bounds what the lane has in flight:
+  // a window of 16 MiB messages in 512 KiB pieces is 256 rendezvous transfers outstanding on one
+  // UCX endpoint, which over tcp moves 40% slower than 8 (docs/performance.md, "unordered").
+  if (lanes_.size() == 1 && cfg_.ordered) {
     bind(p, 0, post);
     return;
   }

@@ -34,6 +34,19 @@ constexpr ServiceRow kServiceTable[] = {
 // and the class shares the context of the `auto` classes.
 constexpr const char* kFallbackTls = "tcp,sm,self";
 
+// UCX's tcp transport set up for bulk data, for every context that can carry data over tcp. UCX
+// 1.13's defaults (8 KiB send segments, 64 KiB receive segments, kernel-sized socket buffers)
+// cost up to a third of the bandwidth of NCCL's slot pattern over tcp: with peer failure
+// detection on (UCP_ERR_HANDLING_MODE_PEER, which pact needs) UCX sends a rendezvous message as
+// active-message fragments of one send segment each, received through receive segments, rather
+// than by a zero-copy get. Measured in docs/performance.md ("tcp settings"); latency unchanged.
+constexpr std::pair<const char*, const char*> kTcpBulk[] = {
+    {"TCP_TX_SEG_SIZE", "64K"},
+    {"TCP_RX_SEG_SIZE", "256K"},
+    {"TCP_SNDBUF", "4M"},
+    {"TCP_RCVBUF", "4M"},
+};
+
 // Transports probeTransports leaves out for its "remote" view.
 constexpr std::string_view kLocalOnly[] = {"sm",   "shm",   "mm",   "posix", "sysv",
                                            "cma",  "knem",  "xpmem", "self"};
@@ -123,6 +136,14 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
     else
       c.fallbackWarning += "; " + q + " ignored";
   }
+
+  // tcp carries data unless the TLS list set here leaves it out (rc or ud on an RDMA device).
+  const bool tcpCarries = hasFamily(device, "tcp") &&
+                          std::none_of(c.ucxSettings.begin(), c.ucxSettings.end(), [](const auto& s) {
+                            return s.first == "TLS" && s.second.find("tcp") == std::string::npos;
+                          });
+  if (tcpCarries)
+    for (const auto& [key, value] : kTcpBulk) addSetting(c, notes, key, value);
 
   std::vector<std::string> keyParts;
   for (const auto& [k, v] : c.ucxSettings) keyParts.push_back(k + "=" + v);

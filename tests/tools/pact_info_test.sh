@@ -36,6 +36,12 @@ else
   echo "ok: engine class contexts: KV $kv, A2A $a2a, DEFAULT and CTRL $def"
 fi
 
+# The tcp settings pact gives UCX (docs/performance.md), and the user's own value winning.
+out=$(env -u UCX_TLS PACT_NET_DEVICES=lo UCX_TCP_SNDBUF=1M "$info" --no-probe 2>&1); rc=$?
+for want in "UCX_TCP_RX_SEG_SIZE=256K" "UCX_TCP_SNDBUF=1M (set by the user; wins over 4M)"; do
+  case "$out" in *"$want"*) echo "ok: tcp settings: '$want'" ;; *) echo "FAIL: tcp settings: missing '$want' (rc=$rc)"; fail=1 ;; esac
+done
+
 # The counter registry: every scope's catalog, documented, and the process set live.
 out=$("$info" --counters 2>&1); rc=$?
 for want in "engine:" "committed " "credit_stall_ns" "comm:" "retransmits" "device:" "process:" \

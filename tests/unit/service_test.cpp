@@ -41,7 +41,9 @@ class ServiceMap : public ::testing::Test {
  protected:
   void SetUp() override {
     clean_.set("UCX_TLS", std::nullopt).set("UCX_IB_SL", std::nullopt)
-        .set("UCX_IB_TRAFFIC_CLASS", std::nullopt);
+        .set("UCX_IB_TRAFFIC_CLASS", std::nullopt).set("UCX_TCP_TX_SEG_SIZE", std::nullopt)
+        .set("UCX_TCP_RX_SEG_SIZE", std::nullopt).set("UCX_TCP_SNDBUF", std::nullopt)
+        .set("UCX_TCP_RCVBUF", std::nullopt);
   }
   ScopedEnv clean_;
 };
@@ -60,6 +62,12 @@ struct Row {
   const char* summary;
   const char* warning;
 };
+
+// What every context that carries data over tcp gets (service.cpp, kTcpBulk).
+const Settings kTcp = {{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_RX_SEG_SIZE", "256K"},
+                       {"TCP_SNDBUF", "4M"}, {"TCP_RCVBUF", "4M"}};
+constexpr const char* kTcpKey = "TCP_TX_SEG_SIZE=64K;TCP_RX_SEG_SIZE=256K;TCP_SNDBUF=4M;TCP_RCVBUF=4M";
+#define kTcpNotes "UCX_TCP_TX_SEG_SIZE=64K, UCX_TCP_RX_SEG_SIZE=256K, UCX_TCP_SNDBUF=4M, UCX_TCP_RCVBUF=4M"
 
 class ServiceTable : public ServiceMap, public ::testing::WithParamInterface<Row> {};
 
@@ -88,22 +96,23 @@ INSTANTIATE_TEST_SUITE_P(
             "service=rc: UCX_TLS=rc,sm,self, UCX_IB_TRAFFIC_CLASS=106, UCX_IB_SL=3", ""},
         Row{"service=auto,sl=0", true, {{"IB_SL", "0"}}, "IB_SL=0",
             "service=auto: UCX chooses the transports, UCX_IB_SL=0", ""},
-        Row{"service=auto", false, {}, "ucx-default", "service=auto: UCX chooses the transports", ""},
-        Row{"rc", false, {}, "ucx-default",
-            "service=rc: UCX chooses among TCP and shared memory (fallback=tcp)",
+        Row{"service=auto", false, kTcp, kTcpKey,
+            "service=auto: UCX chooses the transports, " kTcpNotes, ""},
+        Row{"rc", false, kTcp, kTcpKey,
+            "service=rc: UCX chooses among TCP and shared memory (fallback=tcp), " kTcpNotes,
             "traffic class T asked for service=rc but device eth0 has no RDMA transport "
             "(transports: tcp); using TCP and shared memory (fallback=tcp)"},
-        Row{"ud,tc=5", false, {}, "ucx-default",
+        Row{"ud,tc=5", false, kTcp, kTcpKey,
             "service=ud: UCX chooses among TCP and shared memory (fallback=tcp), tc=5 ignored (no "
-            "RDMA transport)",
+            "RDMA transport), " kTcpNotes,
             "traffic class T asked for service=ud but device eth0 has no RDMA transport "
             "(transports: tcp); using TCP and shared memory (fallback=tcp); tc=5 ignored"},
-        Row{"service=auto,tc=5,sl=1", false, {}, "ucx-default",
-            "service=auto: UCX chooses the transports, tc=5 and sl=1 ignored (no RDMA transport)",
+        Row{"service=auto,tc=5,sl=1", false, kTcp, kTcpKey,
+            "service=auto: UCX chooses the transports, tc=5 and sl=1 ignored (no RDMA transport), " kTcpNotes,
             "traffic class T asked for tc=5 and sl=1 but device eth0 has no RDMA transport; "
             "ignored"},
-        Row{"service=auto,fallback=fail", false, {}, "ucx-default",
-            "service=auto: UCX chooses the transports", ""}));
+        Row{"service=auto,fallback=fail", false, kTcp, kTcpKey,
+            "service=auto: UCX chooses the transports, " kTcpNotes, ""}));
 
 TEST_F(ServiceMap, FallbackFailIsAnError) {
   auto p = Profile::parse("rc,fallback=fail");
@@ -153,6 +162,27 @@ TEST_F(ServiceMap, TheUsersUcxSettingsWin) {
   EXPECT_EQ(c.summary,
             "service=rc: UCX_TLS=dc_x,self (set by the user; wins over rc,sm,self), "
             "UCX_IB_TRAFFIC_CLASS=1, UCX_IB_SL=7 (set by the user; wins over 2)");
+}
+
+TEST_F(ServiceMap, TcpBulkSettingsOnlyWhereTcpCarriesDataAndTheUserHasNotSetThem) {
+  ucx::DeviceInfo both = rdmaDevice();
+  both.transports.push_back("tcp");
+  // rc/ud leave tcp out of the TLS list: nothing to tune. auto and the tcp fallback keep it.
+  EXPECT_EQ(mapOk(*Profile::parse("rc"), both).ucxSettings, (Settings{{"TLS", "rc,sm,self"}}));
+  EXPECT_EQ(mapOk(Profile{}, both).ucxSettings, kTcp);
+  EXPECT_EQ(mapOk(Profile{}, rdmaDevice()).ucxSettings, Settings{});
+  ucx::DeviceInfo rcOnly = both;
+  rcOnly.transports = {"rc_verbs", "tcp"};
+  Settings fallback = {{"TLS", "tcp,sm,self"}};
+  fallback.insert(fallback.end(), kTcp.begin(), kTcp.end());
+  EXPECT_EQ(mapOk(*Profile::parse("ud"), rcOnly).ucxSettings, fallback);
+  ScopedEnv user;
+  user.set("UCX_TCP_RX_SEG_SIZE", "32K");
+  ServiceConfig c = mapOk(Profile{}, tcpDevice());
+  EXPECT_EQ(c.ucxSettings, (Settings{{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_SNDBUF", "4M"},
+                                     {"TCP_RCVBUF", "4M"}}));
+  EXPECT_NE(c.summary.find("UCX_TCP_RX_SEG_SIZE=32K (set by the user; wins over 256K)"),
+            std::string::npos) << c.summary;
 }
 
 TEST_F(ServiceMap, ServicesForEveryClass) {
