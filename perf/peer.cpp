@@ -7,6 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <errno.h>  // program_invocation_short_name
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -26,8 +28,8 @@ void onAlarm(int) {
   // Only async-signal-safe calls here.
   char buf[256];
   int n = std::snprintf(buf, sizeof(buf),
-                        "pact-perf[rank %d]: watchdog: step \"%s\" did not finish within %u s\n", g_rank,
-                        g_phase, g_watch_seconds);
+                        "%s[rank %d]: watchdog: step \"%s\" did not finish within %u s\n",
+                        program_invocation_short_name, g_rank, g_phase, g_watch_seconds);
   if (n > 0) (void)!write(STDERR_FILENO, buf, static_cast<size_t>(n));
   _exit(2);
 }
@@ -51,7 +53,7 @@ const char* resultName(int rc) {
 
 void die(const std::string& msg) {
   std::fflush(stdout);
-  std::fprintf(stderr, "pact-perf[rank %d]: %s\n", g_rank, msg.c_str());
+  std::fprintf(stderr, "%s[rank %d]: %s\n", program_invocation_short_name, g_rank, msg.c_str());
   std::fflush(stderr);
   if (g_child > 0) kill(g_child, SIGKILL);
   _exit(1);

@@ -14,7 +14,7 @@ namespace pact::perf {
 // Name of an ncclResult_t value ("ncclInternalError"), or "ncclResult(N)" if unknown.
 const char* resultName(int rc);
 
-// Prints "pact-perf[rank R]: msg" to stderr and exits with status 1 (the peer is killed with it).
+// Prints "<program>[rank R]: msg" to stderr and exits with status 1 (the peer is killed with it).
 [[noreturn]] void die(const std::string& msg);
 
 // Dies with "<what> failed: <resultName> (rc)" unless rc == 0.
