@@ -34,17 +34,16 @@ constexpr ServiceRow kServiceTable[] = {
 // and the class shares the context of the `auto` classes.
 constexpr const char* kFallbackTls = "tcp,sm,self";
 
-// UCX's tcp transport set up for bulk data, for every context that can carry data over tcp. UCX
-// 1.13's defaults (8 KiB send segments, 64 KiB receive segments, kernel-sized socket buffers)
-// cost up to a third of the bandwidth of NCCL's slot pattern over tcp: with peer failure
-// detection on (UCP_ERR_HANDLING_MODE_PEER, which pact needs) UCX sends a rendezvous message as
-// active-message fragments of one send segment each, received through receive segments, rather
-// than by a zero-copy get. Measured in docs/performance.md ("tcp settings"); latency unchanged.
+// UCX's tcp transport set up for bulk data, for every context that can carry data over tcp. With
+// peer failure detection on (UCP_ERR_HANDLING_MODE_PEER, which pact needs) UCX sends a rendezvous
+// message as active-message fragments of one send segment each, received through receive
+// segments, rather than by a zero-copy get; UCX's 8 KiB send segments cost UCX 1.22 two thirds of
+// its tcp bandwidth and 1.13 up to a third in NCCL's slot pattern. Socket buffers stay the
+// kernel's: fixed 4 MiB ones were faster on loopback but hid a slow rail's speed from the lane
+// steering behind seconds of buffered bytes. Measured in docs/performance.md; latency unchanged.
 constexpr std::pair<const char*, const char*> kTcpBulk[] = {
     {"TCP_TX_SEG_SIZE", "64K"},
     {"TCP_RX_SEG_SIZE", "256K"},
-    {"TCP_SNDBUF", "4M"},
-    {"TCP_RCVBUF", "4M"},
 };
 
 // Transports probeTransports leaves out for its "remote" view.

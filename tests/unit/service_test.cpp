@@ -42,8 +42,7 @@ class ServiceMap : public ::testing::Test {
   void SetUp() override {
     clean_.set("UCX_TLS", std::nullopt).set("UCX_IB_SL", std::nullopt)
         .set("UCX_IB_TRAFFIC_CLASS", std::nullopt).set("UCX_TCP_TX_SEG_SIZE", std::nullopt)
-        .set("UCX_TCP_RX_SEG_SIZE", std::nullopt).set("UCX_TCP_SNDBUF", std::nullopt)
-        .set("UCX_TCP_RCVBUF", std::nullopt);
+        .set("UCX_TCP_RX_SEG_SIZE", std::nullopt);
   }
   ScopedEnv clean_;
 };
@@ -64,10 +63,9 @@ struct Row {
 };
 
 // What every context that carries data over tcp gets (service.cpp, kTcpBulk).
-const Settings kTcp = {{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_RX_SEG_SIZE", "256K"},
-                       {"TCP_SNDBUF", "4M"}, {"TCP_RCVBUF", "4M"}};
-constexpr const char* kTcpKey = "TCP_TX_SEG_SIZE=64K;TCP_RX_SEG_SIZE=256K;TCP_SNDBUF=4M;TCP_RCVBUF=4M";
-#define kTcpNotes "UCX_TCP_TX_SEG_SIZE=64K, UCX_TCP_RX_SEG_SIZE=256K, UCX_TCP_SNDBUF=4M, UCX_TCP_RCVBUF=4M"
+const Settings kTcp = {{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_RX_SEG_SIZE", "256K"}};
+constexpr const char* kTcpKey = "TCP_TX_SEG_SIZE=64K;TCP_RX_SEG_SIZE=256K";
+#define kTcpNotes "UCX_TCP_TX_SEG_SIZE=64K, UCX_TCP_RX_SEG_SIZE=256K"
 
 class ServiceTable : public ServiceMap, public ::testing::WithParamInterface<Row> {};
 
@@ -179,8 +177,7 @@ TEST_F(ServiceMap, TcpBulkSettingsOnlyWhereTcpCarriesDataAndTheUserHasNotSetThem
   ScopedEnv user;
   user.set("UCX_TCP_RX_SEG_SIZE", "32K");
   ServiceConfig c = mapOk(Profile{}, tcpDevice());
-  EXPECT_EQ(c.ucxSettings, (Settings{{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_SNDBUF", "4M"},
-                                     {"TCP_RCVBUF", "4M"}}));
+  EXPECT_EQ(c.ucxSettings, (Settings{{"TCP_TX_SEG_SIZE", "64K"}}));
   EXPECT_NE(c.summary.find("UCX_TCP_RX_SEG_SIZE=32K (set by the user; wins over 256K)"),
             std::string::npos) << c.summary;
 }
