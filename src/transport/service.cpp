@@ -42,7 +42,7 @@ constexpr const char* kFallbackTls = "tcp,sm,self";
 // kernel's: fixed 4 MiB ones were faster on loopback but hid a slow rail's speed from the lane
 // steering behind seconds of buffered bytes. Measured in docs/performance.md; latency unchanged.
 constexpr std::pair<const char*, const char*> kTcpBulk[] = {
-    {"TCP_TX_SEG_SIZE", "64K"},
+    {"TCP_TX_SEG_SIZE", "32K"},
     {"TCP_RX_SEG_SIZE", "256K"},
 };
 

@@ -38,7 +38,7 @@ fi
 
 # The tcp settings pact gives UCX (docs/performance.md), and the user's own value winning.
 out=$(env -u UCX_TLS PACT_NET_DEVICES=lo UCX_TCP_TX_SEG_SIZE=16K "$info" --no-probe 2>&1); rc=$?
-for want in "UCX_TCP_RX_SEG_SIZE=256K" "UCX_TCP_TX_SEG_SIZE=16K (set by the user; wins over 64K)"; do
+for want in "UCX_TCP_RX_SEG_SIZE=256K" "UCX_TCP_TX_SEG_SIZE=16K (set by the user; wins over 32K)"; do
   case "$out" in *"$want"*) echo "ok: tcp settings: '$want'" ;; *) echo "FAIL: tcp settings: missing '$want' (rc=$rc)"; fail=1 ;; esac
 done
 

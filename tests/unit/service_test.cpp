@@ -63,9 +63,9 @@ struct Row {
 };
 
 // What every context that carries data over tcp gets (service.cpp, kTcpBulk).
-const Settings kTcp = {{"TCP_TX_SEG_SIZE", "64K"}, {"TCP_RX_SEG_SIZE", "256K"}};
-constexpr const char* kTcpKey = "TCP_TX_SEG_SIZE=64K;TCP_RX_SEG_SIZE=256K";
-#define kTcpNotes "UCX_TCP_TX_SEG_SIZE=64K, UCX_TCP_RX_SEG_SIZE=256K"
+const Settings kTcp = {{"TCP_TX_SEG_SIZE", "32K"}, {"TCP_RX_SEG_SIZE", "256K"}};
+constexpr const char* kTcpKey = "TCP_TX_SEG_SIZE=32K;TCP_RX_SEG_SIZE=256K";
+#define kTcpNotes "UCX_TCP_TX_SEG_SIZE=32K, UCX_TCP_RX_SEG_SIZE=256K"
 
 class ServiceTable : public ServiceMap, public ::testing::WithParamInterface<Row> {};
 
@@ -177,7 +177,7 @@ TEST_F(ServiceMap, TcpBulkSettingsOnlyWhereTcpCarriesDataAndTheUserHasNotSetThem
   ScopedEnv user;
   user.set("UCX_TCP_RX_SEG_SIZE", "32K");
   ServiceConfig c = mapOk(Profile{}, tcpDevice());
-  EXPECT_EQ(c.ucxSettings, (Settings{{"TCP_TX_SEG_SIZE", "64K"}}));
+  EXPECT_EQ(c.ucxSettings, (Settings{{"TCP_TX_SEG_SIZE", "32K"}}));
   EXPECT_NE(c.summary.find("UCX_TCP_RX_SEG_SIZE=32K (set by the user; wins over 256K)"),
             std::string::npos) << c.summary;
 }
