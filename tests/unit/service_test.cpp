@@ -1,6 +1,10 @@
 // The service mapping (profile + device -> UCX settings of the class's context), fallbacks,
 // the user's UCX_* winning, context keys, and probeTransports over the real loopback device.
 #include <gtest/gtest.h>
+#include <ucs/debug/log_def.h>
+
+#include <cstdarg>
+#include <cstdio>
 
 #include "common/clock.h"
 #include "tests/common/scoped_env.h"
@@ -206,6 +210,34 @@ TEST(ContextSettings, AppliedWithUcpConfigModify) {
   EXPECT_NE(bad.error().message.find("config_modify(RNDV_THRESH=not-a-size)"), std::string::npos)
       << bad.error().message;
   EXPECT_TRUE(ucx::Context::create("lo", "t", {{"TLS", "tcp"}, {"RNDV_THRESH", "64K"}}).ok());
+}
+
+// UCX 1.13 accepts a transport-prefixed key through ucp_config_modify and then drops it with a
+// warning "invalid configurations: ..." at worker creation: the tcp settings must not be among
+// the dropped ones on either UCX.
+std::string g_ucxWarnings;
+ucs_log_func_rc_t keepWarnings(const char*, unsigned, const char*, ucs_log_level_t level,
+                               const ucs_log_component_config_t*, const char* fmt, va_list ap) {
+  if (level <= UCS_LOG_LEVEL_WARN) {
+    char buf[512];
+    std::vsnprintf(buf, sizeof buf, fmt, ap);
+    g_ucxWarnings += std::string(buf) + "\n";
+  }
+  return UCS_LOG_FUNC_RC_CONTINUE;
+}
+
+TEST(ContextSettings, TcpKeysAreAppliedNotDropped) {
+  ScopedEnv env;
+  env.set("UCX_TCP_TX_SEG_SIZE", std::nullopt).set("UCX_TCP_RX_SEG_SIZE", std::nullopt);
+  auto ctx = ucx::Context::create("lo", "t", {{"TLS", "tcp"}, {"TCP_TX_SEG_SIZE", "32K"},
+                                              {"TCP_RX_SEG_SIZE", "256K"}});
+  ASSERT_TRUE(ctx.ok()) << ctx.error().message;
+  g_ucxWarnings.clear();
+  ucs_log_push_handler(keepWarnings);
+  auto worker = ucx::Worker::create(*ctx);
+  ucs_log_pop_handler();
+  ASSERT_TRUE(worker.ok()) << worker.error().message;
+  EXPECT_EQ(g_ucxWarnings.find("SEG_SIZE"), std::string::npos) << g_ucxWarnings;
 }
 
 TEST(ProbeTransports, LoopbackUnderUcxTlsTcpSelectsTcp) {
