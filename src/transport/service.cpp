@@ -80,6 +80,24 @@ void addSetting(ServiceConfig& c, std::vector<std::string>& notes, const std::st
   notes.push_back(env + "=" + value);
 }
 
+// The TLS list a context gets: the one set here, else the user's UCX_TLS, else "" (all).
+std::string effectiveTls(const ServiceConfig& c) {
+  for (const auto& [k, v] : c.ucxSettings)
+    if (k == "TLS") return v;
+  return envIsSet("UCX_TLS") ? envValue("UCX_TLS") : "";
+}
+
+// Whether a UCX_TLS value lets tcp carry data: all, a list naming tcp, or an exclusion list
+// ("^sm,self") that does not name it.
+bool tlsHasTcp(const std::string& tls) {
+  if (tls.empty() || tls == "all") return true;
+  const bool exclude = tls[0] == '^';
+  std::istringstream in(exclude ? tls.substr(1) : tls);
+  bool named = false;
+  for (std::string t; std::getline(in, t, ',');) named = named || t == "tcp";
+  return exclude ? !named : named;
+}
+
 }  // namespace
 
 std::string contextKey(const Profile& profile, const ServiceConfig& config) {
@@ -136,12 +154,10 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
       c.fallbackWarning += "; " + q + " ignored";
   }
 
-  // tcp carries data unless the TLS list set here leaves it out (rc or ud on an RDMA device).
-  const bool tcpCarries = hasFamily(device, "tcp") &&
-                          std::none_of(c.ucxSettings.begin(), c.ucxSettings.end(), [](const auto& s) {
-                            return s.first == "TLS" && s.second.find("tcp") == std::string::npos;
-                          });
-  if (tcpCarries)
+  // tcp carries data unless the TLS list (set here, else the user's UCX_TLS) leaves it out. A tcp
+  // key on a context without tcp is one UCX warns about ("invalid configurations") at every
+  // worker creation, and UCX 1.13's warning crashes after a plugin reload.
+  if (hasFamily(device, "tcp") && tlsHasTcp(effectiveTls(c)))
     for (const auto& [key, value] : kTcpBulk) addSetting(c, notes, key, value);
 
   std::vector<std::string> keyParts;

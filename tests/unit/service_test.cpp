@@ -178,6 +178,16 @@ TEST_F(ServiceMap, TcpBulkSettingsOnlyWhereTcpCarriesDataAndTheUserHasNotSetThem
   Settings fallback = {{"TLS", "tcp,sm,self"}};
   fallback.insert(fallback.end(), kTcp.begin(), kTcp.end());
   EXPECT_EQ(mapOk(*Profile::parse("ud"), rcOnly).ucxSettings, fallback);
+  {  // the user's UCX_TLS leaves tcp out: nothing to tune
+    ScopedEnv tls("UCX_TLS", "sm,self");
+    EXPECT_EQ(mapOk(Profile{}, tcpDevice()).ucxSettings, Settings{});
+    tls.set("UCX_TLS", "^tcp");
+    EXPECT_EQ(mapOk(Profile{}, tcpDevice()).ucxSettings, Settings{});
+    tls.set("UCX_TLS", "^sm");
+    EXPECT_EQ(mapOk(Profile{}, tcpDevice()).ucxSettings, kTcp);
+    tls.set("UCX_TLS", "tcp,self");
+    EXPECT_EQ(mapOk(Profile{}, tcpDevice()).ucxSettings, kTcp);
+  }
   ScopedEnv user;
   user.set("UCX_TCP_RX_SEG_SIZE", "32K");
   ServiceConfig c = mapOk(Profile{}, tcpDevice());
