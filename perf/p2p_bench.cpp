@@ -11,7 +11,6 @@
 namespace pact::perf {
 namespace {
 
-constexpr size_t kSlotBudget = 512u << 20;   // bytes of bandwidth buffer slots per process
 constexpr int kTagRank0 = 0, kTagRank1 = 1;  // NCCL's tag: the sender's rank
 
 Buffer allocBuffer(size_t bytes) {
@@ -53,8 +52,7 @@ void checkPattern(const char* p, size_t n, uint64_t seq, const char* what) {
 }  // namespace
 
 size_t slotCount(const P2pOptions& opt, size_t max_bw) {
-  const size_t wanted = opt.buffers > 0 ? static_cast<size_t>(opt.buffers) : static_cast<size_t>(opt.window);
-  return std::clamp<size_t>(kSlotBudget / max_bw, 1, wanted);
+  return streamSlots(static_cast<size_t>(opt.buffers > 0 ? opt.buffers : opt.window), max_bw);
 }
 
 void connectPair(Session& s) {
@@ -193,8 +191,7 @@ struct BwWire {  // rank 1 -> rank 0, one per size
 };
 
 long bwIters(const P2pOptions& o, size_t size, size_t budget) {
-  if (o.iters > 0) return o.iters;
-  return std::clamp<long>(static_cast<long>(budget / size), 5, std::max<long>(o.max_iters, 5));
+  return o.iters > 0 ? o.iters : streamIters(budget, size, o.max_iters);
 }
 
 long latIters(const P2pOptions& o, size_t size) {
@@ -208,7 +205,7 @@ long latIters(const P2pOptions& o, size_t size) {
 void runBandwidth(Session& s, size_t size, size_t budget, SizeRow* row) {
   watchdog(s.opt.timeout, "bandwidth");
   long iters = bwIters(s.opt, size, budget);
-  long warm = std::clamp<long>(iters / 10, 1, 1000);
+  long warm = streamWarmup(iters);
   stream(s, size, 0, warm, nullptr, nullptr);
   watchdog(s.opt.timeout, "bandwidth");
   std::vector<double> gaps;

@@ -67,6 +67,17 @@ std::vector<size_t> sweep(size_t lo, size_t hi, size_t factor) {
   return sizes;
 }
 
+size_t streamSlots(size_t wanted, size_t max_bytes) {
+  constexpr size_t kSlotBudget = 512u << 20;  // bytes of bandwidth buffer slots per process
+  return std::clamp<size_t>(kSlotBudget / max_bytes, 1, std::max<size_t>(wanted, 1));
+}
+
+long streamIters(size_t budget, size_t size, long max_iters) {
+  return std::clamp<long>(static_cast<long>(budget / size), 5, std::max<long>(max_iters, 5));
+}
+
+long streamWarmup(long iters) { return std::clamp<long>(iters / 10, 1, 1000); }
+
 void printTable(std::FILE* out, const std::vector<SizeRow>& rows) {
   std::fprintf(out, "%10s %10s %10s %10s %10s | %10s %10s %10s\n", "size", "bw_GB/s", "bw_p50_us",
                "bw_p95_us", "bw_p99_us", "lat_p50_us", "lat_p95_us", "lat_p99_us");

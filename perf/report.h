@@ -35,6 +35,14 @@ std::string formatSize(size_t bytes);
 // Geometric sweep lo, lo*factor, ... <= hi. Empty if the arguments make no sense.
 std::vector<size_t> sweep(size_t lo, size_t hi, size_t factor);
 
+// The bandwidth stream's sizing, the same for pact-perf p2p and its raw-UCP baseline pact-ucp-bw
+// (they are compared size by size): slot buffers per side for a largest message of max_bytes
+// (`wanted` of them, within 512 MiB, at least one); messages per size (budget / size, 5 ..
+// max(max_iters, 5)); warm-up messages before the measured ones (a tenth, 1 .. 1000).
+size_t streamSlots(size_t wanted, size_t max_bytes);
+long streamIters(size_t budget, size_t size, long max_iters);
+long streamWarmup(long iters);
+
 // Writes the rows as an aligned text table.
 void printTable(std::FILE* out, const std::vector<SizeRow>& rows);
 

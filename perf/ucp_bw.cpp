@@ -14,7 +14,6 @@
 #include <CLI/CLI.hpp>
 #include <ucp/api/ucp.h>
 
-#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -24,7 +23,6 @@
 namespace pact::perf {
 namespace {
 
-constexpr size_t kSlotBudget = 512u << 20;  // as pact-perf p2p: bytes of slots per process
 constexpr ucp_tag_t kTag = 0x5eed;
 
 struct Options {
@@ -170,8 +168,7 @@ int run(const Options& o) {
   watchdog(o.timeout, "ucp setup");
   Ucp u;
   setup(u, o);
-  const size_t wanted = o.buffers > 0 ? static_cast<size_t>(o.buffers) : static_cast<size_t>(o.window);
-  const size_t slots = std::clamp<size_t>(kSlotBudget / hi, 1, wanted);
+  const size_t slots = streamSlots(static_cast<size_t>(o.buffers > 0 ? o.buffers : o.window), hi);
   void* mem = nullptr;
   if (posix_memalign(&mem, 4096, slots * hi) != 0) die("cannot allocate the slots");
   std::unique_ptr<char, decltype(&std::free)> base(static_cast<char*>(mem), &std::free);
@@ -190,8 +187,8 @@ int run(const Options& o) {
   std::vector<SizeRow> rows;
   for (size_t z : sizes) {
     watchdog(o.timeout, "bandwidth");
-    const long iters = std::clamp<long>(static_cast<long>(budget / z), 5, std::max<long>(o.max_iters, 5));
-    stream(u, rank, o, base.get(), slots, z, std::clamp<long>(iters / 10, 1, 1000), nullptr);
+    const long iters = streamIters(budget, z, o.max_iters);
+    stream(u, rank, o, base.get(), slots, z, streamWarmup(iters), nullptr);
     std::vector<double> gaps;
     const double elapsed = stream(u, rank, o, base.get(), slots, z, iters, &gaps);
     double wire[4] = {};
@@ -233,7 +230,7 @@ int run(const Options& o) {
 
 int main(int argc, char** argv) {
   pact::perf::Options o;
-  CLI::App app{"pact-ucp-bw: raw UCP tag bandwidth in NCCL's slot pattern (the baseline of pact-perf p2p)"};
+  CLI::App app{"pact-ucp-bw: raw UCP tag bandwidth in NCCL's slot pattern (pact-perf p2p's baseline)"};
   app.add_option("--min-size", o.min_size, "smallest message")->capture_default_str();
   app.add_option("--max-size", o.max_size, "largest message")->capture_default_str();
   app.add_option("--factor", o.factor, "size step")->capture_default_str();

@@ -1,10 +1,10 @@
 // Lanes of a send comm: one UCX endpoint each, and the steering that picks the lane for a piece.
 // The pieces of an unordered channel are bound to a lane late: pieces wait in one queue and each
 // lane takes the next one while it has less than laneCap() bytes in flight, so a lane that drains
-// faster takes more pieces, no decision is made long before the data moves, and no lane (a single
-// one included) piles more rendezvous transfers on its UCX endpoint than it can move. Adaptive steering
-// then gives each piece to the lane where it is expected to finish first (bytes in flight over
-// measured throughput); round-robin is kept for comparison. The injected lane delay (a test
+// faster takes more pieces, no decision is made long before the data moves, and no lane (a
+// single one included) piles more rendezvous transfers on its UCX endpoint than it can move.
+// Adaptive steering then gives each piece to the lane where it is expected to finish first (bytes
+// in flight over measured throughput); round-robin is kept for comparison. The injected lane delay (a test
 // hook) holds a lane's pieces back before UCX sees them. Device mutex held for every call.
 #pragma once
 
@@ -35,7 +35,6 @@ struct LaneStats {
 
 class Lanes {
  public:
-
   void configure(const ChannelConfig& cfg) { cfg_ = cfg; }
   void add(std::shared_ptr<SharedEndpoint> ep, uint8_t rail) {
     lanes_.emplace_back();

@@ -154,8 +154,8 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
       c.fallbackWarning += "; " + q + " ignored";
   }
 
-  // tcp carries data unless the TLS list (set here, else the user's UCX_TLS) leaves it out. A tcp
-  // key on a context without tcp is one UCX warns about ("invalid configurations") at every
+  // tcp carries data unless the TLS list (set here, else the user's UCX_TLS) leaves it out. A
+  // tcp key on a context without tcp is one UCX warns about ("invalid configurations") at every
   // worker creation, and UCX 1.13's warning crashes after a plugin reload.
   if (hasFamily(device, "tcp") && tlsHasTcp(effectiveTls(c)))
     for (const auto& [key, value] : kTcpBulk) addSetting(c, notes, key, value);
@@ -183,10 +183,7 @@ namespace {
 // The TLS list for the "remote" view: the effective one (ours, else the user's, else all)
 // without shared memory and self. Empty when nothing would be left.
 std::string remoteTls(const ServiceConfig& config) {
-  std::string tls;
-  for (const auto& [k, v] : config.ucxSettings)
-    if (k == "TLS") tls = v;
-  if (tls.empty() && envIsSet("UCX_TLS")) tls = envValue("UCX_TLS");
+  const std::string tls = effectiveTls(config);
   if (tls.empty() || tls == "all") return "^sm,self";
   if (tls[0] == '^') return tls + ",sm,self";
   std::vector<std::string> kept;

@@ -56,14 +56,14 @@ Result<Context> Context::create(const std::string& netDevice, const std::string&
     // A tcp transport key (TCP_TX_SEG_SIZE): UCX 1.22 takes it as named, UCX 1.13 accepts it but
     // never applies it (it warns "invalid configurations" at worker creation) and takes only the
     // name without the transport prefix, which 1.22 refuses. So the bare name first.
+    const char* applied = key.c_str();
     if (key.rfind("TCP_", 0) == 0 &&
-        ucp_config_modify(config.get(), key.c_str() + 4, value.c_str()) == UCS_OK) {
-      PACT_DEBUG("ucx context %s: %s=%s", name.c_str(), key.c_str() + 4, value.c_str());
-      continue;
+        ucp_config_modify(config.get(), applied + 4, value.c_str()) == UCS_OK) {
+      applied += 4;
+    } else if ((st = ucp_config_modify(config.get(), applied, value.c_str())) != UCS_OK) {
+      return error(("config_modify(" + key + "=" + value + ")").c_str(), st);
     }
-    st = ucp_config_modify(config.get(), key.c_str(), value.c_str());
-    if (st != UCS_OK) return error(("config_modify(" + key + "=" + value + ")").c_str(), st);
-    PACT_DEBUG("ucx context %s: %s=%s", name.c_str(), key.c_str(), value.c_str());
+    PACT_DEBUG("ucx context %s: %s=%s", name.c_str(), applied, value.c_str());
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED |
