@@ -1,0 +1,110 @@
+// The pact Python binding's shared parts: the engine core every Python object holds, the one
+// place a C status becomes a pact.Error, and the registered-memory types (docs/python.md).
+#pragma once
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "pact/pact.h"
+
+namespace pact::py {
+
+namespace nb = nanobind;
+
+// Raises the pact.Error subclass of status with the C API's message for this thread's last
+// failing call (read before anything else can overwrite it). Never returns.
+[[noreturn]] void raise(pact_status_t status, const std::string& context);
+// Raises unless status is PACT_OK (or PACT_IN_PROGRESS when allowed).
+inline void check(pact_status_t status, const char* context, bool inProgressOk = false) {
+  if (status == PACT_OK || (inProgressOk && status == PACT_IN_PROGRESS)) return;
+  raise(status, context);
+}
+// The pact.Error subclass of status with the binding's own message (no C call failed).
+[[noreturn]] void fail(pact_status_t status, const std::string& message);
+[[noreturn]] inline void invalid(const std::string& message) { fail(PACT_ERR_INVALID_ARG, message); }
+
+// The commit policy, evaluated in C inside the engine's commit hook (engine lock held, on the
+// progress thread, no GIL): request ids the application refused (preempted or abandoned
+// requests) are rejected; everything else the engine hands over is committed.
+struct CommitPolicy {
+  std::mutex mu;
+  std::unordered_set<uint64_t> refused;
+  uint64_t committed = 0;
+  uint64_t rejected = 0;
+};
+
+struct Memory;
+
+// What every Python object of one engine shares: the C handle (null once closed), the policy and
+// the transfers opened through Python that nobody has seen final yet, each with the registrations
+// of its blocks, kept alive until then (a dropped Transfer never frees memory UCX still writes).
+// Touched only with the GIL held.
+struct Core {
+  pact_engine_t engine = nullptr;
+  CommitPolicy policy;
+  std::unordered_map<pact_xfer_t, std::vector<std::shared_ptr<Memory>>> open;
+  uint64_t traceCursor = 0;
+
+  pact_engine_t get() const {
+    if (engine == nullptr) invalid("the engine is closed");
+    return engine;
+  }
+  void close();  // destroys the engine (bounded; transfers still open are aborted)
+  ~Core() { close(); }
+};
+using CoreRef = std::shared_ptr<Core>;
+
+// A registration: the C handle and a reference to the Python object whose memory it covers, so
+// the memory outlives the registration (a bytearray with an exported buffer cannot be resized).
+struct Memory {
+  CoreRef core;
+  pact_mr_t mr = nullptr;
+  Py_buffer buffer{};  // held while registered (buffer protocol): the exporter cannot resize
+  bool holdsBuffer = false;
+  nb::object owner;    // DLPack: the ndarray view holding the producer's capsule
+  uintptr_t addr = 0;
+  size_t nbytes = 0;
+  bool readonly = false;
+  bool device = false;  // CUDA memory
+  int deviceId = -1;
+
+  void close();
+  void drop();  // lets go of the Python memory (GIL held)
+  ~Memory();
+};
+
+// A range of a registration: what transfers and group steps take.
+struct Block {
+  std::shared_ptr<Memory> memory;
+  uint64_t offset = 0;
+  uint64_t length = 0;
+};
+
+// Engine.register: the object's memory (buffer protocol or DLPack), registered.
+std::shared_ptr<Memory> registerObject(const CoreRef& core, nb::handle obj);
+// The registrations behind a list of blocks (already checked by toBlocks).
+std::vector<std::shared_ptr<Memory>> memoriesOf(nb::handle blocks);
+
+// The C blocks of a Python sequence of Block or Memory objects (a Memory is all of it), checked:
+// every registration of this engine and still open, and writable when receiving into it.
+std::vector<pact_block_t> toBlocks(const Core& core, nb::handle blocks, bool receiving,
+                                   const char* what);
+// A pact_key_t from (request_id, transfer_id, model_epoch[, generation]) or a pact.Key.
+pact_key_t toKey(nb::handle key);
+nb::object fromKey(const pact_key_t& k);
+// Seconds (None: forever, as -1) to milliseconds; deadlines in seconds (None: 0) to microseconds.
+int toMs(nb::handle seconds, const char* what);
+uint64_t toDeadlineUs(nb::handle seconds);
+
+void bindMemory(nb::module_& m);
+void bindEngine(nb::module_& m);
+
+}  // namespace pact::py
