@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package that pact's build, tests and tools need, then the project's own
 # Python venv (<repo>/.venv) holding NVIDIA's CUDA-enabled UCX wheel, the second UCX that
-# ci/test.sh builds and tests against (build-ucx122, meson -Ducx_prefix=...). Idempotent.
+# ci/test.sh builds and tests against (build-ucx122, meson -Ducx_prefix=...), and what the pact
+# Python package needs to build and test in place (python/requirements-dev.txt). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -13,6 +14,8 @@ pkgs=(
   gcc g++ meson ninja-build pkg-config
   # second UCX: the libucx-cu12 wheel in a venv, found through its cmake package
   python3 python3-venv cmake
+  # the pact Python package (python/): headers for its extension; nanobind etc. come from PyPI
+  python3-dev
   # UCX (data path) and rdma-core (optional device facts)
   libucx-dev ucx-utils libibverbs-dev librdmacm-dev rdma-core
   # libraries used instead of hand-written ones
@@ -32,3 +35,6 @@ venv=$root/.venv
 if ! "$venv/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('${ucx_wheel%%==*}') != '${ucx_wheel##*==}')" 2>/dev/null; then
   "$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input "$ucx_wheel"
 fi
+
+# The Python package's build and test requirements (nanobind, pytest, numpy; pinned).
+"$venv/bin/python" -m pip install -q --disable-pip-version-check --no-input -r python/requirements-dev.txt

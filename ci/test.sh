@@ -11,7 +11,8 @@ root=$PWD
 if [ "${PACTCI_SKIP_SETUP:-0}" != 1 ]; then
   ci/setup.sh > /tmp/pact-setup.log 2>&1 || { cat /tmp/pact-setup.log; echo "0 passed, 1 failed"; exit 1; }
 fi
-ci/build.sh build || { echo "0 passed, 1 failed"; exit 1; }
+# The main build also builds the pact Python package for the venv's interpreter (suite "python").
+ci/build.sh build -Dpython=enabled -Dpython_exe="$root/.venv/bin/python" || { echo "0 passed, 1 failed"; exit 1; }
 
 # Hermetic: loopback only, whatever the host's interfaces.
 export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
@@ -63,6 +64,6 @@ if [ "${PACTCI_SKIP_FUZZ:-0}" != 1 ]; then
 fi
 
 EXTRA_PASSED=$fuzz_passed EXTRA_FAILED=$((fuzz_failed + ucx122_failed)) EXTRA_SKIPPED=$ucx122_skipped python3 "$root/ci/summary.py" \
-  build/meson-logs/testlog.json "${ucx122_logs[@]}" \
+  build/meson-logs/testlog.json build/python/pytest.xml "${ucx122_logs[@]}" \
   $( [ "${PACTCI_SKIP_ASAN:-0}" != 1 ] && echo build-asan/meson-logs/testlog-asan.json )
 exit $status

@@ -195,7 +195,8 @@ pact_status_t pact_set_credit(pact_engine_t engine, pact_peer_t peer, uint64_t b
  * The transfer is advertised to the sender (credit granted, destination published) once the
  * sender's matching offer arrived and the bytes fit the credit budget. deadline_us: time budget
  * from now, 0 = the class default or none. traffic_class: NULL = "DEFAULT" (PACT_TC_*: verify,
- * timeout, retries, credits, and its context, lanes and piece size). PACT_ERR_DUPLICATE when the
+ * timeout, retries, credits, and its context, lanes and piece size); DEFAULT, KV, A2A, CTRL or
+ * CKPT in any case, anything else PACT_ERR_INVALID_ARG (pact_send alike). PACT_ERR_DUPLICATE when the
  * key is open or committed already; PACT_ERR_EPOCH_MISMATCH when key->model_epoch is not the
  * current epoch; PACT_ERR_STALE when a newer generation of (request_id, transfer_id) was
  * expected already. */

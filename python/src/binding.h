@@ -43,20 +43,30 @@ struct CommitPolicy {
 
 struct Memory;
 
+// A transfer opened through Python, tracked until it is released: the registrations of its blocks
+// stay alive (a dropped Transfer never frees memory UCX still writes, and a registration is
+// deregistered only once no transfer uses it).
+struct Tracked {
+  std::vector<std::shared_ptr<Memory>> memories;
+  bool reported = false;  // Engine.poll returned it final
+  bool orphan = false;    // its Transfer object is gone: released once final and reported
+  bool released = false;  // released while UCX still touched its blocks: dropped once final
+};
+
 // What every Python object of one engine shares: the C handle (null once closed), the policy and
-// the transfers opened through Python that nobody has seen final yet, each with the registrations
-// of its blocks, kept alive until then (a dropped Transfer never frees memory UCX still writes).
-// Touched only with the GIL held.
+// the tracked transfers. Touched only with the GIL held.
 struct Core {
   pact_engine_t engine = nullptr;
   CommitPolicy policy;
-  std::unordered_map<pact_xfer_t, std::vector<std::shared_ptr<Memory>>> open;
+  std::unordered_map<pact_xfer_t, Tracked> open;
   uint64_t traceCursor = 0;
 
   pact_engine_t get() const {
     if (engine == nullptr) invalid("the engine is closed");
     return engine;
   }
+  // Releases what may go: orphans final and reported, released transfers now final.
+  void sweep();
   void close();  // destroys the engine (bounded; transfers still open are aborted)
   ~Core() { close(); }
 };

@@ -34,9 +34,10 @@ int commitHook(void* user, pact_xfer_t, const pact_key_t* key, pact_peer_t, cons
 }
 
 // Calls wait(slice_ms) until it returns something other than PACT_ERR_TIMED_OUT or timeout_ms
-// (-1: forever) passed, checking for signals between slices. Returns the last status.
+// (-1: forever) passed, checking for signals between slices. Returns the last status; raises
+// pact.TimedOut naming the whole timeout when it passed.
 template <typename F>
-pact_status_t sliced(int timeoutMs, F&& wait) {
+pact_status_t sliced(const char* what, int timeoutMs, F&& wait) {
   constexpr int kSliceMs = 100;
   const auto start = std::chrono::steady_clock::now();
   for (;;) {
@@ -53,13 +54,15 @@ pact_status_t sliced(int timeoutMs, F&& wait) {
     }
     if (s != PACT_ERR_TIMED_OUT) return s;
     if (timeoutMs >= 0 && std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(timeoutMs))
-      return s;
+      fail(PACT_ERR_TIMED_OUT, std::string(what) + ": not done within " + std::to_string(timeoutMs) +
+                                   " ms (the operation goes on)");
     if (PyErr_CheckSignals() != 0) throw nb::python_error();
   }
 }
 
-nb::object info(const CoreRef& core, pact_xfer_t id, const pact_xfer_info_t& i) {
-  if (i.final) core->open.erase(id);  // seen final: its memory may go
+// The TransferInfo of i; a final transfer counts as seen by the application (poll skips it).
+nb::object info(Core& core, pact_xfer_t id, const pact_xfer_info_t& i) {
+  if (auto it = core.open.find(id); i.final && it != core.open.end()) it->second.reported = true;
   nb::object pact = nb::module_::import_("pact");
   return pact.attr("TransferInfo")(id, pact.attr("State")(static_cast<int>(i.state)),
                                    static_cast<int>(i.result), i.final != 0, i.retries,
@@ -71,6 +74,17 @@ struct Transfer {
   pact_xfer_t id = 0;
   bool sender = false;
 
+  Transfer(CoreRef c, pact_xfer_t x, bool s) : core(std::move(c)), id(x), sender(s) {}
+  Transfer(Transfer&& o) noexcept : core(std::move(o.core)), id(std::exchange(o.id, 0)), sender(o.sender) {}
+  Transfer(const Transfer&) = delete;
+  Transfer& operator=(const Transfer&) = delete;
+  // Dropped: the transfer goes on, tracked, and is released once final and reported by poll.
+  ~Transfer() {
+    if (id == 0 || !core || core->engine == nullptr) return;
+    if (auto it = core->open.find(id); it != core->open.end()) it->second.orphan = true;
+    core->sweep();
+  }
+
   nb::object query() {
     pact_xfer_info_t i{};
     pact_status_t s;
@@ -79,15 +93,15 @@ struct Transfer {
       s = pact_xfer_query(core->get(), id, &i);
     }
     check(s, "Transfer.query");
-    return info(core, id, i);
+    return info(*core, id, i);
   }
   nb::object wait(nb::handle timeout) {
     const int ms = toMs(timeout, "Transfer.wait");
     pact_engine_t e = core->get();
     pact_xfer_info_t i{};
-    pact_status_t s = sliced(ms, [&](int slice) { return pact_xfer_wait(e, id, slice, &i); });
+    pact_status_t s = sliced("Transfer.wait", ms, [&](int slice) { return pact_xfer_wait(e, id, slice, &i); });
     check(s, "Transfer.wait");
-    return info(core, id, i);
+    return info(*core, id, i);
   }
   bool release() {
     pact_status_t s;
@@ -96,7 +110,8 @@ struct Transfer {
       s = pact_xfer_release(core->get(), id);
     }
     check(s, "Transfer.release", true);
-    if (s == PACT_OK) core->open.erase(id);
+    if (s == PACT_OK) core->open.erase(id);  // gone: its registrations may go
+    else if (auto it = core->open.find(id); it != core->open.end()) it->second.released = true;
     return s == PACT_OK;
   }
 };
@@ -176,7 +191,7 @@ struct Engine {
     const int ms = toMs(timeout, "Engine.wait_peer");
     pact_engine_t e = core->get();
     pact_peer_t peer = 0;
-    check(sliced(ms, [&](int slice) { return pact_peer_wait(e, peerName.c_str(), slice, &peer); }),
+    check(sliced("Engine.wait_peer", ms, [&](int slice) { return pact_peer_wait(e, peerName.c_str(), slice, &peer); }),
           "Engine.wait_peer");
     return peer;
   }
@@ -196,7 +211,7 @@ struct Engine {
                  : pact_expect(e, &k, bs.data(), bs.size(), us, c, &x);
     }
     check(s, what);
-    core->open.emplace(x, memoriesOf(blocks));
+    core->open[x].memories = memoriesOf(blocks);
     return Transfer{core, x, sender};
   }
   // Batched: one call per item, all or nothing (what was opened before a failing item is released).
@@ -218,8 +233,11 @@ struct Engine {
       }
     } catch (...) {
       for (auto& x : out) {
-        nb::gil_scoped_release unlocked;
-        (void)pact_xfer_release(core->engine, x.id);
+        try {
+          (void)x.release();  // a fresh transfer: nothing of UCX touches its blocks yet
+        } catch (const nb::python_error&) {
+        }
+        x.id = 0;
       }
       throw;
     }
@@ -233,7 +251,8 @@ struct Engine {
     std::vector<nb::object> out;
     auto collect = [&] {
       std::vector<pact_xfer_t> ids;
-      for (auto& [id, mems] : core->open) ids.push_back(id);
+      for (auto& [id, t] : core->open)
+        if (!t.reported && !t.released) ids.push_back(id);
       std::vector<pact_xfer_info_t> infos(ids.size());
       std::vector<pact_status_t> st(ids.size());
       {
@@ -241,12 +260,15 @@ struct Engine {
         for (size_t i = 0; i < ids.size(); ++i) st[i] = pact_xfer_query(e, ids[i], &infos[i]);
       }
       for (size_t i = 0; i < ids.size(); ++i)
-        if (st[i] == PACT_OK && infos[i].final) out.push_back(info(core, ids[i], infos[i]));
+        if (st[i] == PACT_OK && infos[i].final) {
+          out.push_back(info(*core, ids[i], infos[i]));
+        }
+      core->sweep();
     };
     collect();
     if (!out.empty() || ms == 0) return out;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms < 0 ? 0 : ms);
-    while (out.empty() && !core->open.empty() && (ms < 0 || std::chrono::steady_clock::now() < deadline)) {
+    while (out.empty() && (ms < 0 || std::chrono::steady_clock::now() < deadline)) {
       {
         nb::gil_scoped_release unlocked;
         (void)pact_progress(e, 10);
@@ -327,6 +349,23 @@ struct Engine {
 
 }  // namespace
 
+void Core::sweep() {
+  if (engine == nullptr) return;
+  for (auto it = open.begin(); it != open.end();) {
+    Tracked& t = it->second;
+    bool drop = false;
+    if (t.released || (t.orphan && t.reported)) {
+      pact_xfer_info_t i{};
+      const pact_status_t q = pact_xfer_query(engine, it->first, &i);
+      if (q != PACT_OK || i.final) {  // NOT_FOUND: the engine let go of a released id
+        if (!t.released) (void)pact_xfer_release(engine, it->first);
+        drop = true;
+      }
+    }
+    it = drop ? open.erase(it) : std::next(it);
+  }
+}
+
 void Core::close() {
   if (engine == nullptr) return;
   pact_engine_t e = std::exchange(engine, nullptr);
@@ -359,7 +398,8 @@ void bindEngine(nb::module_& m) {
            "result says committed or why not). Raises pact.TimedOut after timeout seconds.")
       .def("release", &Transfer::release,
            "Ends interest (an open transfer is aborted). True: gone, its blocks are free; False: "
-           "UCX still touches its blocks, wait() until final before reusing them.")
+           "UCX still touches its blocks, wait() until final before reusing them. A Transfer "
+           "dropped unreleased is released once final and seen (wait, query or poll).")
       .def("__repr__", [](const Transfer& t) {
         return std::string("<pact.Transfer ") + std::to_string(t.id) + (t.sender ? " send>" : " expect>");
       });
@@ -388,7 +428,7 @@ void bindEngine(nb::module_& m) {
       .def("wait",
            [](Group& g, nb::handle timeout) {
              pact_group_t grp = g.get();
-             check(sliced(toMs(timeout, "Group.wait"), [&](int slice) { return pact_group_wait(grp, slice); }),
+             check(sliced("Group.wait", toMs(timeout, "Group.wait"), [&](int slice) { return pact_group_wait(grp, slice); }),
                    "Group.wait");
            },
            nb::arg("timeout") = nb::none(),
@@ -467,7 +507,8 @@ void bindEngine(nb::module_& m) {
            nb::arg("traffic_class") = nb::none(), "send() for each (peer, key, blocks); all or nothing.")
       .def("poll", &Engine::poll, nb::arg("timeout") = 0,
            "TransferInfo of every transfer opened here that became final and was not seen final "
-           "(by wait, query or an earlier poll); waits up to timeout seconds for one.")
+           "(by wait, query or an earlier poll); waits up to timeout seconds for one. A transfer "
+           "whose Transfer object was dropped is released once poll reported it.")
       .def("progress", &Engine::progress, nb::arg("timeout") = 0,
            "Progresses an engine without a progress thread.")
       .def("stats", &Engine::stats, "The engine's counters, the commit policy's and the binding's.")

@@ -166,6 +166,8 @@ class Engine final : private Link {
   Status openContexts();
   // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
   size_t routeFor(const char* trafficClass) const;
+  // kOk for NULL, DEFAULT or an engine class (any case); else kInvalidArgument naming the choices.
+  static Status checkClass(const char* what, const char* trafficClass);
   unsigned progressWorkers();
   bool armWorkers();
   void pumpLanes();

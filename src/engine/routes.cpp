@@ -1,6 +1,8 @@
 // The engine on the transport core: a context per distinct service of the engine classes (from
 // the engine's Fabric), the lanes of each class to each peer, and the UCX calls of the data path
 // (pieces and control messages as active messages, from the operation slabs): the protocol's Link.
+#include <strings.h>
+
 #include <algorithm>
 #include <cstring>
 
@@ -76,6 +78,16 @@ Status Engine::openContexts() {
     routes_.push_back(std::move(r));
   }
   return Status::kOk;
+}
+
+Status Engine::checkClass(const char* what, const char* trafficClass) {
+  if (trafficClass == nullptr || strcasecmp(trafficClass, "DEFAULT") == 0 ||
+      ClassTable::isEngineClass(trafficClass))
+    return Status::kOk;
+  std::string choices = "DEFAULT";
+  for (const auto& n : ClassTable::engineClassNames()) choices += ", " + n;
+  return fail(Status::kInvalidArgument, std::string(what) + ": traffic class '" + trafficClass +
+                                            "': expected one of " + choices);
 }
 
 size_t Engine::routeFor(const char* trafficClass) const {

@@ -218,6 +218,11 @@ TEST(Engine, BadArgumentsAreRefusedWithAMessage) {
         pact_key_t other = key(1, 5);
         pact_block_t ok{r.mr, 0, 10};
         EXPECT_EQ(pact_expect(r.engine, &other, &ok, 1, 0, nullptr, &x), PACT_ERR_EPOCH_MISMATCH);
+        // A misspelt class is an error, not silently DEFAULT; names are case-insensitive.
+        EXPECT_EQ(pact_expect(r.engine, &k, &ok, 1, 0, "KVV", &x), PACT_ERR_INVALID_ARG);
+        EXPECT_NE(std::string(pact_last_error()).find("traffic class 'KVV': expected one of DEFAULT, KV"),
+                  std::string::npos) << pact_last_error();
+        EXPECT_EQ(pact_send(r.engine, r.peer, &k, &ok, 1, 0, "bogus", &x), PACT_ERR_INVALID_ARG);
         ASSERT_EQ(pact_expect(r.engine, &k, &ok, 1, 0, nullptr, &x), PACT_OK);
         pact_xfer_t y = 0;
         EXPECT_EQ(pact_expect(r.engine, &k, &ok, 1, 0, nullptr, &y), PACT_ERR_DUPLICATE);
