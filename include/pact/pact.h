@@ -60,8 +60,11 @@ typedef enum pact_status {
   PACT_ERR_INTERNAL = -16,        /**< a bug or an unexpected UCX failure */
   PACT_ERR_INCOMPLETE = -17,      /**< data pieces missing after the sender finished, no retry left */
   PACT_ERR_CANCELED = -18,        /**< the other side's application released the transfer */
-  PACT_ERR_UNSUPPORTED = -19      /**< this host cannot do it (GPU memory without a driver or a
+  PACT_ERR_UNSUPPORTED = -19,     /**< this host cannot do it (GPU memory without a driver or a
                                      CUDA-capable UCX); the message says what is missing */
+  PACT_ERR_PEER_STALE = -20       /**< the application disconnected the peer as gone or restarted
+                                     (pact_peer_disconnect; e.g. its metadata-store lease expired
+                                     or it came back on a new epoch) */
 } pact_status_t;
 
 /** Constant name of a status ("PACT_ERR_DEADLINE"). */
@@ -121,6 +124,13 @@ pact_status_t pact_peer_wait(pact_engine_t engine, const char* name, int timeout
  * transfers to it. */
 pact_status_t pact_peer_credit(pact_engine_t engine, pact_peer_t peer, uint64_t* budget,
                                uint64_t* in_use);
+
+/** Drops the connection to peer because the application knows it is gone or restarted (its
+ * metadata-store lease expired, its entry names a new epoch): every open transfer with it ends
+ * PACT_ERR_PEER_STALE, the peer is told (its transfers with this engine end PACT_ERR_PEER_LOST),
+ * later calls naming the id fail PACT_ERR_PEER_LOST with the reason; connect again for a new id.
+ * PACT_ERR_NOT_FOUND for an unknown id; an id already lost is left as it is (PACT_OK). */
+pact_status_t pact_peer_disconnect(pact_engine_t engine, pact_peer_t peer, const char* reason);
 
 /* ---- memory ------------------------------------------------------------------------------- */
 

@@ -85,7 +85,8 @@ ncclResult_t toNccl(Status s) {
     case Status::kDuplicate:
     case Status::kOutOfRange:
     case Status::kStale:
-    case Status::kIncomplete: return ncclRemoteError;
+    case Status::kIncomplete:
+    case Status::kPeerStale: return ncclRemoteError;
     case Status::kNoResource:
     case Status::kInternal: return ncclInternalError;
   }

@@ -13,7 +13,7 @@ from typing import NamedTuple
 
 from ._errors import (Busy, Canceled, ChecksumError, DeadlineExceeded, Duplicate, EpochMismatch,
                       Error, Incomplete, Internal, InvalidArgument, MetadataError, NoMemory,
-                      NotFound, OutOfRange, PeerLost, Refused, Rejected, Stale, SystemCallError,
+                      NotFound, OutOfRange, PeerLost, PeerStale, Refused, Rejected, Stale, SystemCallError,
                       TimedOut, Unsupported, error_class, error_for)
 from ._pact import API_VERSION, Block, Engine, Group, Memory, Transfer, status_string
 from . import _meta
@@ -22,7 +22,7 @@ __all__ = [
     "API_VERSION", "Block", "Engine", "Group", "Key", "Memory", "State", "TraceEvent", "Transfer",
     "TransferInfo", "status_string", "parse_metadata", "Error", "Busy", "Canceled",
     "ChecksumError", "DeadlineExceeded", "Duplicate", "EpochMismatch", "Incomplete", "Internal",
-    "InvalidArgument", "MetadataError", "NoMemory", "NotFound", "OutOfRange", "PeerLost",
+    "InvalidArgument", "MetadataError", "NoMemory", "NotFound", "OutOfRange", "PeerLost", "PeerStale",
     "Refused", "Rejected", "Stale", "SystemCallError", "TimedOut", "Unsupported", "error_class",
 ]
 

@@ -96,6 +96,11 @@ class Unsupported(Error):
     """This host cannot do it (GPU memory without a driver or CUDA-capable UCX)."""
 
 
+class PeerStale(Error, ConnectionError):
+    """The application disconnected the peer as gone or restarted (Engine.disconnect, or a
+    metadata-store watch: its lease expired or it came back on a new epoch)."""
+
+
 class MetadataError(Error):
     """A metadata blob or store entry is malformed or of another version."""
 
@@ -104,7 +109,7 @@ _classes: dict[int, type[Error]] = {
     -1: InvalidArgument, -2: NoMemory, -3: NotFound, -4: TimedOut, -5: EpochMismatch,
     -6: PeerLost, -7: Refused, -8: ChecksumError, -9: Rejected, -10: DeadlineExceeded,
     -11: Duplicate, -12: OutOfRange, -13: Stale, -14: Busy, -15: SystemCallError,
-    -16: Internal, -17: Incomplete, -18: Canceled, -19: Unsupported,
+    -16: Internal, -17: Incomplete, -18: Canceled, -19: Unsupported, -20: PeerStale,
 }
 _names: dict[int, str] = {
     -1: "PACT_ERR_INVALID_ARG", -2: "PACT_ERR_NO_MEMORY", -3: "PACT_ERR_NOT_FOUND",
@@ -113,7 +118,7 @@ _names: dict[int, str] = {
     -10: "PACT_ERR_DEADLINE", -11: "PACT_ERR_DUPLICATE", -12: "PACT_ERR_OUT_OF_RANGE",
     -13: "PACT_ERR_STALE", -14: "PACT_ERR_BUSY", -15: "PACT_ERR_SYSTEM",
     -16: "PACT_ERR_INTERNAL", -17: "PACT_ERR_INCOMPLETE", -18: "PACT_ERR_CANCELED",
-    -19: "PACT_ERR_UNSUPPORTED",
+    -19: "PACT_ERR_UNSUPPORTED", -20: "PACT_ERR_PEER_STALE",
 }
 for _status, _cls in _classes.items():
     _cls.status, _cls.code = _status, _names[_status]

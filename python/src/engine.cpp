@@ -452,6 +452,18 @@ void bindEngine(nb::module_& m) {
            "Connects to the engine at 'ip:port'; returns the peer id.")
       .def("wait_peer", &Engine::waitPeer, nb::arg("name"), nb::arg("timeout") = 10.0,
            "Waits for a peer (connected or accepted) of that name; returns its id.")
+      .def("disconnect",
+           [](Engine& e, uint64_t peer, const std::string& reason) {
+             pact_status_t s;
+             {
+               nb::gil_scoped_release unlocked;
+               s = pact_peer_disconnect(e.core->get(), peer, reason.c_str());
+             }
+             check(s, "Engine.disconnect");
+           },
+           nb::arg("peer"), nb::arg("reason") = "",
+           "Drops the peer as gone or restarted: its open transfers end pact.PeerStale, the peer "
+           "is told; connect again for a new id.")
       .def("peer_credit",
            [](Engine& e, uint64_t peer) {
              uint64_t budget = 0, inUse = 0;

@@ -1,6 +1,7 @@
 """The pact package end to end: transfers, commit semantics, the policy, threads and the GIL."""
 
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -272,3 +273,23 @@ def test_registrations_are_freed_once_their_transfers_are(pair):
     while tx.stats()["tracked_transfers"]:  # dropped sends: released once poll reported them
         assert tx.poll(timeout=5), "sends not final"
     assert counters(tx) == tx_before
+
+
+def test_disconnect_fails_open_transfers_as_stale_and_tells_the_peer(pair):
+    tx, rx, peer = pair
+    rx_peer = rx.wait_peer("tx")
+    rx.set_credit(0)  # the offer is matched but never advertised: both sides stay open
+    x = rx.expect(KEY, [rx.register(bytearray(64))])
+    s = tx.send(peer, KEY, [tx.register(b"d" * 64)])
+    deadline = time.monotonic() + 10
+    while x.query().peer == 0 and time.monotonic() < deadline:  # until the offer matched
+        rx.progress(timeout=0.001)
+    rx.disconnect(rx_peer, "its lease expired")
+    assert isinstance(x.wait(10).error, pact.PeerStale)
+    assert isinstance(s.wait(10).error, pact.PeerLost)  # the sender was told
+    with pytest.raises(pact.PeerLost, match="its lease expired"):
+        rx.send(rx_peer, KEY._replace(transfer_id=9), [rx.register(b"z")])
+    with pytest.raises(pact.NotFound):
+        rx.disconnect(12345)
+    peer2 = tx.connect(rx.address)  # a new connection works
+    assert peer2 != peer

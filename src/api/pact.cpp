@@ -61,6 +61,7 @@ pact_status_t st(Status s) {
     case Status::kStale: return PACT_ERR_STALE;
     case Status::kBusy: return PACT_ERR_BUSY;
     case Status::kIncomplete: return PACT_ERR_INCOMPLETE;
+    case Status::kPeerStale: return PACT_ERR_PEER_STALE;
   }
   return PACT_ERR_INTERNAL;
 }
@@ -134,6 +135,7 @@ const char* pact_status_string(pact_status_t status) {
     case PACT_ERR_INCOMPLETE: return "PACT_ERR_INCOMPLETE";
     case PACT_ERR_CANCELED: return "PACT_ERR_CANCELED";
     case PACT_ERR_UNSUPPORTED: return "PACT_ERR_UNSUPPORTED";
+    case PACT_ERR_PEER_STALE: return "PACT_ERR_PEER_STALE";
   }
   return "PACT_ERR_UNKNOWN";
 }
@@ -268,6 +270,13 @@ pact_status_t pact_set_epoch(pact_engine_t engine, uint64_t model_epoch) {
   return guarded([&] {
     if (engine == nullptr) return bad("set_epoch: NULL engine");
     return st(engine->engine->setEpoch(model_epoch));
+  });
+}
+
+pact_status_t pact_peer_disconnect(pact_engine_t engine, pact_peer_t peer, const char* reason) {
+  return guarded([&] {
+    if (engine == nullptr) return bad("peer_disconnect: NULL engine");
+    return st(engine->engine->disconnectPeer(peer, reason == nullptr ? "" : reason));
   });
 }
 

@@ -27,6 +27,7 @@ const char* statusName(Status s) {
     case Status::kStale: return "stale generation";
     case Status::kBusy: return "busy";
     case Status::kIncomplete: return "incomplete";
+    case Status::kPeerStale: return "peer stale";
   }
   return "unknown status";
 }

@@ -36,6 +36,7 @@ enum class [[nodiscard]] Status : int8_t {
   kStale = -19,           // an older generation than the receiver expects
   kBusy = -20,            // in use (a registration with live transfers)
   kIncomplete = -21,      // pieces missing after the sender finished, no retry left
+  kPeerStale = -22,       // the application declared the peer gone or restarted (disconnect)
 };
 
 const char* statusName(Status s);

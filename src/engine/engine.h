@@ -95,6 +95,8 @@ class Engine final : private Link {
   Status peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse);
   // kOk for a ready peer; kNotFound (unknown) or kPeerLost, with the message.
   Status checkPeer(uint64_t peer);
+  // The application's verdict that the peer is gone or restarted: its transfers end kPeerStale.
+  Status disconnectPeer(uint64_t peer, const std::string& reason);
 
   Status registerMemory(const MemorySpec& spec, Registration** out);
   Status deregister(Registration* mr);
@@ -199,7 +201,7 @@ class Engine final : private Link {
   std::vector<uint8_t> helloFor(const Peer& p);
   Status onHello(Peer& p, const Hello& hello);
   Status connectEndpoint(Peer& p);
-  void peerLost(Peer& p, const std::string& why);
+  void peerLost(Peer& p, const std::string& why, Status transfers = Status::kRemoteError);
   // The ready peer with this id (our token for it), or nullptr.
   Peer* peerByToken(uint64_t token);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);

@@ -91,6 +91,16 @@ Status Engine::checkPeer(uint64_t peer) {
   return Status::kOk;
 }
 
+Status Engine::disconnectPeer(uint64_t peer, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  auto it = peers_.find(peer);
+  if (it == peers_.end()) return fail(Status::kNotFound, "disconnect: peer " + std::to_string(peer) + ": unknown");
+  peerLost(*it->second, "disconnected by the application" + (reason.empty() ? "" : ": " + reason),
+           Status::kPeerStale);
+  wake();
+  return Status::kOk;
+}
+
 Status Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
   std::lock_guard lock(mu_);
   if (peers_.count(peer) == 0) return fail(Status::kNotFound, "peer " + std::to_string(peer) + ": unknown");
@@ -197,7 +207,7 @@ Status Engine::connectEndpoint(Peer& p) {
   return Status::kOk;
 }
 
-void Engine::peerLost(Peer& p, const std::string& why) {
+void Engine::peerLost(Peer& p, const std::string& why, Status transfers) {
   if (p.phase == Peer::Phase::kLost) return;
   PACT_INFO("engine %s: peer %s lost: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
   if (p.phase == Peer::Phase::kHandshake) --handshaking_;
@@ -212,7 +222,7 @@ void Engine::peerLost(Peer& p, const std::string& why) {
       sessions_->close(p.channel, false, nullptr);
     p.channel = 0;
   }
-  proto_->peerLost(p.id);
+  proto_->peerLost(p.id, transfers);
   closePeerEndpoints(p);
   cv_.notify_all();
 }

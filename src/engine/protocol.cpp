@@ -32,12 +32,12 @@ void Protocol::peerReady(uint64_t id, const std::string& name) {
   link_.sendControl(id, CreditUpdate{credits_.grantFor(id)});  // the new peer's credit share
 }
 
-void Protocol::peerLost(uint64_t id) {
+void Protocol::peerLost(uint64_t id, Status status) {
   forEachLive([&](const Transfer& x) { return x.peer == id; }, [&](Transfer& x) {
     if (x.role == Role::kReceiver) {
-      receiverAbort(x, Event::kFatalError, Status::kRemoteError, Reason::kPeerLost);
+      receiverAbort(x, Event::kFatalError, status, Reason::kPeerLost);
     } else {
-      settle(x, Event::kFatalError, Status::kRemoteError);
+      settle(x, Event::kFatalError, status);
     }
   });
   std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == id; });

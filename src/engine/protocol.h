@@ -86,7 +86,8 @@ class Protocol {
   // A peer became ready: it is told its credit.
   void peerReady(uint64_t peer, const std::string& name);
   // A peer is gone: its transfers abort (PACT_ERR_PEER_LOST), its offers are dropped.
-  void peerLost(uint64_t peer);
+  // Ends every live transfer with the peer with status (kRemoteError: it died or closed).
+  void peerLost(uint64_t peer, Status status = Status::kRemoteError);
   // A control message of a transfer (Offer, Advertise, Done, Verdict, EpochChange, Credit, Cancel).
   void onControl(uint64_t peer, const Control& m);
   // A piece from peer (0: unknown connection): range-checked before a byte moves, then landed

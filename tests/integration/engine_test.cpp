@@ -223,6 +223,8 @@ TEST(Engine, BadArgumentsAreRefusedWithAMessage) {
         EXPECT_NE(std::string(pact_last_error()).find("traffic class 'KVV': expected one of DEFAULT, KV"),
                   std::string::npos) << pact_last_error();
         EXPECT_EQ(pact_send(r.engine, r.peer, &k, &ok, 1, 0, "bogus", &x), PACT_ERR_INVALID_ARG);
+        EXPECT_EQ(pact_peer_disconnect(r.engine, 999, "gone"), PACT_ERR_NOT_FOUND);
+        EXPECT_STREQ(pact_status_string(PACT_ERR_PEER_STALE), "PACT_ERR_PEER_STALE");
         ASSERT_EQ(pact_expect(r.engine, &k, &ok, 1, 0, nullptr, &x), PACT_OK);
         pact_xfer_t y = 0;
         EXPECT_EQ(pact_expect(r.engine, &k, &ok, 1, 0, nullptr, &y), PACT_ERR_DUPLICATE);
