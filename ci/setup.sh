@@ -24,6 +24,8 @@ pkgs=(
   libgtest-dev libgmock-dev clang libclang-rt-14-dev llvm
   # netns / fault harness, tools
   iproute2 nftables procps kmod
+  # the Python package's discovery tests start a real etcd v3
+  etcd-server
 )
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
