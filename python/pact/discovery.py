@@ -307,13 +307,17 @@ class Directory:
         deadline = time.monotonic() + timeout
         with self._lock:
             known = self._peers.get(name)
+        entry = self.lookup(name)
         if known is not None:
-            return known[0]
-        while (entry := self.lookup(name)) is None:
+            if entry is not None and _same_incarnation(entry, known[1]):
+                return known[0]
+            self._drop(name, known[0], "its metadata-store entry changed or expired")
+        while entry is None:
             if time.monotonic() >= deadline:
                 raise NotFound(-3, f"no engine named {name!r} in the metadata store "
                                    f"({self.namespace}) within {timeout} s")
             self._stop.wait(min(0.05, max(0.0, deadline - time.monotonic())))
+            entry = self.lookup(name)
         peer = self.engine.connect(entry["address"], timeout=max(0.1, deadline - time.monotonic()))
         with self._lock:
             self._peers[name] = (peer, entry)
@@ -336,22 +340,29 @@ class Directory:
         for name, (peer, entry) in peers:
             now = self.lookup(name)
             if now is None:
-                why = f"its entry in the metadata store expired (lease of {name})"
-            elif now["model_epoch"] != entry["model_epoch"] or now["address"] != entry["address"]:
-                why = (f"it restarted: the metadata store names epoch {now['model_epoch']} at "
-                       f"{now['address']}, connected to epoch {entry['model_epoch']} at "
-                       f"{entry['address']}")
-            else:
-                continue
-            with self._lock:
-                if self._peers.get(name, (None,))[0] != peer:
-                    continue
-                del self._peers[name]
-            self.disconnects.append((name, why))
-            try:
-                self.engine.disconnect(peer, why)
-            except Exception as e:  # noqa: BLE001  (the engine closed meanwhile)
-                self.errors.append(str(e))
+                self._drop(name, peer, f"its entry in the metadata store expired (lease of {name})")
+            elif not _same_incarnation(now, entry):
+                self._drop(name, peer, f"it restarted: the metadata store names epoch "
+                                       f"{now['model_epoch']} at {now['address']}, connected to "
+                                       f"epoch {entry['model_epoch']} at {entry['address']}")
+
+    def forget(self, name: str, why: str = "forgotten by the application") -> None:
+        """Drops the connection to name (if any); the next connect(name) looks it up anew."""
+        with self._lock:
+            known = self._peers.get(name)
+        if known is not None:
+            self._drop(name, known[0], why)
+
+    def _drop(self, name: str, peer: int, why: str) -> None:
+        with self._lock:
+            if self._peers.get(name, (None,))[0] != peer:
+                return  # dropped already
+            del self._peers[name]
+        self.disconnects.append((name, why))
+        try:
+            self.engine.disconnect(peer, why)
+        except Exception as e:  # noqa: BLE001  (the engine closed meanwhile)
+            self.errors.append(str(e))
 
     def close(self) -> None:
         """Stops the threads and removes the entry at once (peers see it gone)."""
@@ -368,6 +379,10 @@ class Directory:
 
     def __exit__(self, *args):
         self.close()
+
+
+def _same_incarnation(a: dict, b: dict) -> bool:
+    return a["model_epoch"] == b["model_epoch"] and a["address"] == b["address"]
 
 
 def main(argv=None) -> int:
