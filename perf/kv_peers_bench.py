@@ -1,0 +1,237 @@
+"""The same KV workload through pact's Python package, Mooncake's transfer engine and NIXL,
+interleaved in one run on loopback (docs/performance.md, "KV transfer beside Mooncake and NIXL").
+
+    UCX_TLS=tcp UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo \\
+      PYTHONPATH=build/python python perf/kv_peers_bench.py [--rounds 3] [--json FILE]
+
+Each system gets a sender and a receiver in one process of its own (two engines or agents; a
+process per system and round, the order rotating; --here puts all in one process, where the
+others' polling threads take the cores), over tcp:
+pact with UCX_TLS=tcp, Mooncake's "tcp" protocol with P2PHANDSHAKE metadata, NIXL's UCX backend
+with UCX_TLS=tcp, DRAM. A request moves `blocks` blocks of `size` bytes, scattered over a pool
+of pages on both sides (every other page: paged KV), one request at a time. pact's time runs to
+the receiver's commit (all bytes in, epoch current); Mooncake's to its synchronous batch write's
+return; NIXL's to DONE on the initiator. Goodput = bytes / time over a size's requests;
+P50/P99 of the per-request times. Systems that fail to import are reported with the reason.
+Rounds rotate the order of the systems; the medians of the rounds are printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+
+import numpy as np
+
+SIZES = [16 << 10, 256 << 10, 2 << 20]
+COUNTS = [1, 16, 256]
+POOL = 1 << 30  # bytes per side: the pages a request's blocks are scattered over (every other one)
+
+
+def plan(size, count):
+    """(source offsets, destination offsets): every other page of the pool, shuffled."""
+    pages = POOL // size // 2
+    rng = np.random.default_rng(size * 1000 + count)
+    src = rng.choice(pages, count, replace=False) * 2 * size
+    dst = rng.choice(pages, count, replace=False) * 2 * size
+    return [int(x) for x in src], [int(x) for x in dst]
+
+
+def requests_for(size, count):
+    total = size * count
+    return max(5, min(200, (64 << 20) // total))
+
+
+class Pact:
+    name = "pact"
+
+    def __init__(self):
+        import pact
+        self.pact = pact
+        self.rx = pact.Engine(name="bench-rx", listen="127.0.0.1", model_epoch=1)
+        self.tx = pact.Engine(name="bench-tx", listen="127.0.0.1", model_epoch=1)
+        self.peer = self.tx.connect(self.rx.address)
+        self.src, self.dst = np.ones(POOL, np.uint8), np.zeros(POOL, np.uint8)
+        self.ms, self.md = self.tx.register(self.src), self.rx.register(self.dst)
+        self.n = 0
+
+    def run(self, size, count, so, do):
+        self.n += 1
+        key = self.pact.Key(self.n, 0, 1)
+        x = self.rx.expect(key, [self.md.block(o, size) for o in do])
+        s = self.tx.send(self.peer, key, [self.ms.block(o, size) for o in so])
+        ok = x.wait(timeout=60).committed
+        s.wait(timeout=60)
+        x.release(), s.release()
+        return ok
+
+    def close(self):
+        self.tx.close(), self.rx.close()
+
+
+class Mooncake:
+    name = "mooncake"
+
+    def __init__(self):
+        from mooncake.engine import TransferEngine
+        self.a, self.b = TransferEngine(), TransferEngine()
+        for e in (self.a, self.b):
+            if e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") != 0:
+                raise RuntimeError("mooncake initialize failed")
+        self.target = f"127.0.0.1:{self.b.get_rpc_port()}"
+        self.src, self.dst = np.ones(POOL, np.uint8), np.zeros(POOL, np.uint8)
+        self.sp, self.dp = self.src.ctypes.data, self.dst.ctypes.data
+        assert self.a.register_memory(self.sp, POOL) == 0 and self.b.register_memory(self.dp, POOL) == 0
+
+    def run(self, size, count, so, do):
+        r = self.a.batch_transfer_sync_write(self.target, [self.sp + o for o in so],
+                                             [self.dp + o for o in do], [size] * count)
+        return r == 0
+
+    def close(self):
+        pass
+
+
+class Nixl:
+    name = "nixl"
+
+    def __init__(self):
+        from nixl._api import nixl_agent, nixl_agent_config
+        cfg = nixl_agent_config(backends=["UCX"])
+        self.a, self.b = nixl_agent("bench-a", cfg), nixl_agent("bench-b", cfg)
+        self.src, self.dst = np.ones(POOL, np.uint8), np.zeros(POOL, np.uint8)
+        self.sp, self.dp = self.src.ctypes.data, self.dst.ctypes.data
+        self.a.register_memory([(self.sp, POOL, 0, "")], "DRAM")
+        self.b.register_memory([(self.dp, POOL, 0, "")], "DRAM")
+        self.a.add_remote_agent(self.b.get_agent_metadata())
+
+    def run(self, size, count, so, do):
+        local = self.a.get_xfer_descs([(self.sp + o, size, 0) for o in so], "DRAM")
+        remote = self.b.get_xfer_descs([(self.dp + o, size, 0) for o in do], "DRAM")
+        h = self.a.initialize_xfer("WRITE", local, remote, "bench-b", b"kv")
+        self.a.transfer(h)
+        while (state := self.a.check_xfer_state(h)) not in ("DONE", "ERR"):
+            pass
+        self.a.release_xfer_handle(h)
+        return state == "DONE"
+
+    def close(self):
+        pass
+
+
+def measure(system, size, count):
+    so, do = plan(size, count)
+    system.run(size, count, so, do)  # warm-up
+    times, failed = [], 0
+    for _ in range(requests_for(size, count)):
+        t = time.perf_counter()
+        failed += not system.run(size, count, so, do)
+        times.append(time.perf_counter() - t)
+    times.sort()
+    return {"goodput_gbs": size * count * len(times) / sum(times) / 1e9,
+            "p50_us": times[len(times) // 2] * 1e6,
+            "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6,
+            "requests": len(times), "failed": failed}
+
+
+def run_here(names, rounds_n):
+    """{system: {(size, count): [per-round result]}} measured in this process; missing systems."""
+    systems, missing = [], {}
+    for cls in (c for c in (Pact, Mooncake, Nixl) if c.name in names):
+        try:
+            systems.append(cls())
+        except Exception as e:  # noqa: BLE001  (reported, the others still run)
+            missing[cls.name] = f"{type(e).__name__}: {e}"
+    rounds = {s.name: {} for s in systems}
+    for r in range(rounds_n):
+        order = systems[r % len(systems):] + systems[:r % len(systems)]
+        for size in SIZES:
+            for count in COUNTS:
+                for s in order:
+                    rounds[s.name].setdefault((size, count), []).append(measure(s, size, count))
+    for s in systems:
+        s.close()
+    return rounds, missing
+
+
+def run_isolated(names, rounds_n):
+    """Each (round, system) in a process of its own, the order rotating per round: the systems'
+    background threads (Mooncake's and NIXL's poll) never share the 2 cores with another's."""
+    import subprocess
+    import tempfile
+    rounds, missing, crashed_at_exit = {}, {}, set()
+    for r in range(rounds_n):
+        order = names[r % len(names):] + names[:r % len(names)]
+        for name in order:
+            with tempfile.NamedTemporaryFile(suffix=".json") as f:
+                proc = subprocess.run([sys.executable, __file__, "--here", "--systems", name,
+                                       "--rounds", "1", "--raw", f.name],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                try:
+                    doc = json.load(open(f.name))
+                except json.JSONDecodeError:  # it died before writing its results
+                    missing[name] = f"exit status {proc.returncode}: " + (
+                        proc.stderr.strip().splitlines()[-1] if proc.stderr.strip() else "no output")
+                    continue
+                if proc.returncode != 0:  # NIXL 1.5.1 segfaults at interpreter exit
+                    crashed_at_exit.add(f"{name} (exit status {proc.returncode})")
+            missing.update(doc["missing"])
+            for row in doc["rows"]:
+                rounds.setdefault(name, {}).setdefault((row["size"], row["blocks"]), []).append(row["result"])
+    for c in sorted(crashed_at_exit):
+        print(f"note: {c} crashed after writing its results")
+    return rounds, missing
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--json")
+    ap.add_argument("--systems", default="pact,mooncake,nixl", help="comma-separated subset")
+    ap.add_argument("--here", action="store_true",
+                    help="every system in this one process (their threads then compete)")
+    ap.add_argument("--raw", help=argparse.SUPPRESS)  # a child's per-round results
+    args = ap.parse_args()
+    names = args.systems.split(",")
+    rounds, missing = (run_here if args.here else run_isolated)(names, args.rounds)
+    if args.raw:
+        rows = [{"size": k[0], "blocks": k[1], "result": v[0]}
+                for res in rounds.values() for k, v in res.items()]
+        json.dump({"missing": missing, "rows": rows}, open(args.raw, "w"))
+        return 0
+    for name, why in missing.items():
+        print(f"{name}: not run ({why})")
+    names = [n for n in names if n in rounds]
+    print(f"{'size':>6} {'blocks':>6} | " + " | ".join(f"{n:>24}" for n in names)
+          + " | pact/best goodput, pact/best-P99")
+    print(f"{'':>6} {'':>6} | " + " | ".join(f"{'GB/s   P50us   P99us':>24}" for _ in names))
+    out = []
+    for size in SIZES:
+        for count in COUNTS:
+            med = {}
+            for n in names:
+                rs = rounds[n][(size, count)]
+                med[n] = {k: statistics.median(x[k] for x in rs) for k in ("goodput_gbs", "p50_us", "p99_us")}
+                med[n]["failed"] = sum(x["failed"] for x in rs)
+            others = [n for n in med if n != "pact"]
+            ratio = ""
+            if "pact" in med and others:
+                best_g = max(med[n]["goodput_gbs"] for n in others)
+                best_p99 = min(med[n]["p99_us"] for n in others)
+                ratio = f"{med['pact']['goodput_gbs'] / best_g:.2f}x, {med['pact']['p99_us'] / best_p99:.2f}x"
+            cells = " | ".join(f"{m['goodput_gbs']:6.2f} {m['p50_us']:7.0f} {m['p99_us']:7.0f}"
+                               + ("!" if m["failed"] else " ") for m in med.values())
+            size_s = f"{size >> 10}K" if size < (1 << 20) else f"{size >> 20}M"
+            print(f"{size_s:>6} {count:>6} | {cells} | {ratio}", flush=True)
+            out.append({"size": size, "blocks": count, **med})
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rounds": args.rounds, "missing": missing, "rows": out}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
