@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -27,6 +28,7 @@ import time
 import numpy as np
 
 SIZES = [16 << 10, 256 << 10, 2 << 20]
+C_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "perf", "pact-kv-c-bench")
 COUNTS = [1, 16, 256]
 POOL = 1 << 30  # bytes per side: the pages a request's blocks are scattered over (every other one)
 
@@ -166,6 +168,17 @@ def run_isolated(names, rounds_n):
     for r in range(rounds_n):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
+            if name == "pact-c":  # the C API alone: perf/kv_c_bench.cpp
+                plan_args = [f"{size}:{count}:{requests_for(size, count)}:{size * 1000 + count}"
+                             for size in SIZES for count in COUNTS]
+                proc = subprocess.run([C_BENCH] + plan_args, capture_output=True, text=True)
+                if proc.returncode != 0:
+                    missing[name] = f"{C_BENCH}: exit status {proc.returncode}: {proc.stderr.strip()[-200:]}"
+                    continue
+                for line in proc.stdout.splitlines():
+                    row = json.loads(line)
+                    rounds.setdefault(name, {}).setdefault((row["size"], row["blocks"]), []).append(row["result"])
+                continue
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 proc = subprocess.run([sys.executable, __file__, "--here", "--systems", name,
                                        "--rounds", "1", "--raw", f.name],
@@ -190,7 +203,9 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json")
-    ap.add_argument("--systems", default="pact,mooncake,nixl", help="comma-separated subset")
+    ap.add_argument("--systems", default="pact,mooncake,nixl,pact-c",
+                    help="comma-separated subset; pact-c: the same workload through the C API "
+                         "(build/perf/pact-kv-c-bench), for the Python overhead")
     ap.add_argument("--here", action="store_true",
                     help="every system in this one process (their threads then compete)")
     ap.add_argument("--raw", help=argparse.SUPPRESS)  # a child's per-round results
@@ -206,7 +221,7 @@ def main() -> int:
         print(f"{name}: not run ({why})")
     names = [n for n in names if n in rounds]
     print(f"{'size':>6} {'blocks':>6} | " + " | ".join(f"{n:>24}" for n in names)
-          + " | pact/best goodput, pact/best-P99")
+          + " | pact/best goodput, pact/best-P99, Python/C goodput")
     print(f"{'':>6} {'':>6} | " + " | ".join(f"{'GB/s   P50us   P99us':>24}" for _ in names))
     out = []
     for size in SIZES:
@@ -216,12 +231,14 @@ def main() -> int:
                 rs = rounds[n][(size, count)]
                 med[n] = {k: statistics.median(x[k] for x in rs) for k in ("goodput_gbs", "p50_us", "p99_us")}
                 med[n]["failed"] = sum(x["failed"] for x in rs)
-            others = [n for n in med if n != "pact"]
+            others = [n for n in med if n not in ("pact", "pact-c")]
             ratio = ""
             if "pact" in med and others:
                 best_g = max(med[n]["goodput_gbs"] for n in others)
                 best_p99 = min(med[n]["p99_us"] for n in others)
                 ratio = f"{med['pact']['goodput_gbs'] / best_g:.2f}x, {med['pact']['p99_us'] / best_p99:.2f}x"
+            if "pact" in med and "pact-c" in med:
+                ratio += f", py/C {med['pact']['goodput_gbs'] / med['pact-c']['goodput_gbs']:.2f}x"
             cells = " | ".join(f"{m['goodput_gbs']:6.2f} {m['p50_us']:7.0f} {m['p99_us']:7.0f}"
                                + ("!" if m["failed"] else " ") for m in med.values())
             size_s = f"{size >> 10}K" if size < (1 << 20) else f"{size >> 20}M"
