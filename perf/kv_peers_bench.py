@@ -4,16 +4,17 @@ interleaved in one run on loopback (docs/performance.md, "KV transfer beside Moo
     UCX_TLS=tcp UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo \\
       PYTHONPATH=build/python python perf/kv_peers_bench.py [--rounds 3] [--json FILE]
 
-Each system gets a sender and a receiver in one process of its own (two engines or agents; a
-process per system and round, the order rotating; --here puts all in one process, where the
-others' polling threads take the cores), over tcp:
-pact with UCX_TLS=tcp, Mooncake's "tcp" protocol with P2PHANDSHAKE metadata, NIXL's UCX backend
-with UCX_TLS=tcp, DRAM. A request moves `blocks` blocks of `size` bytes, scattered over a pool
-of pages on both sides (every other page: paged KV), one request at a time. pact's time runs to
-the receiver's commit (all bytes in, epoch current); Mooncake's to its synchronous batch write's
-return; NIXL's to DONE on the initiator. Goodput = bytes / time over a size's requests;
-P50/P99 of the per-request times. Systems that fail to import are reported with the reason.
-Rounds rotate the order of the systems; the medians of the rounds are printed.
+Each system gets its senders and a receiver in one process of its own (a process per system
+and round, the order rotating; --here puts all in one process, where the others' polling
+threads take the cores), over tcp: pact with UCX_TLS=tcp, Mooncake's "tcp" protocol with
+P2PHANDSHAKE metadata, NIXL's UCX backend with UCX_TLS=tcp, DRAM. A request moves `blocks`
+blocks of `size` bytes, scattered over every other page of a pool on each side (paged KV), one
+request per sender at a time (--senders N: N senders to the one receiver, each into its share of
+the receiver's pool, all at once; shapes that do not fit a share are left out). pact's time runs
+to the receiver's commit (all bytes in, epoch current); Mooncake's to its synchronous batch
+write's return (one thread per sender); NIXL's to DONE on the initiator. Goodput = bytes / wall
+time; P50/P99 of the per-request times. Systems that fail to import are reported with the
+reason; the medians of the rounds are printed.
 """
 
 from __future__ import annotations
@@ -33,13 +34,17 @@ COUNTS = [1, 16, 256]
 POOL = 1 << 30  # bytes per side: the pages a request's blocks are scattered over (every other one)
 
 
-def plan(size, count):
-    """(source offsets, destination offsets): every other page of the pool, shuffled."""
-    pages = POOL // size // 2
+def plan(size, count, senders):
+    """Per sender (source offsets in its own pool, destination offsets in its share of the
+    receiver's pool): every other page, shuffled. None when the request does not fit."""
+    region = POOL // senders
+    pages = region // size // 2
+    if count > pages:
+        return None
     rng = np.random.default_rng(size * 1000 + count)
-    src = rng.choice(pages, count, replace=False) * 2 * size
-    dst = rng.choice(pages, count, replace=False) * 2 * size
-    return [int(x) for x in src], [int(x) for x in dst]
+    return [([int(x) * 2 * size for x in rng.choice(pages, count, replace=False)],
+             [i * region + int(x) * 2 * size for x in rng.choice(pages, count, replace=False)])
+            for i in range(senders)]
 
 
 def requests_for(size, count):
@@ -50,48 +55,81 @@ def requests_for(size, count):
 class Pact:
     name = "pact"
 
-    def __init__(self):
+    def __init__(self, senders):
         import pact
         self.pact = pact
         self.rx = pact.Engine(name="bench-rx", listen="127.0.0.1", model_epoch=1)
-        self.tx = pact.Engine(name="bench-tx", listen="127.0.0.1", model_epoch=1)
-        self.peer = self.tx.connect(self.rx.address)
-        self.src, self.dst = np.ones(POOL, np.uint8), np.zeros(POOL, np.uint8)
-        self.ms, self.md = self.tx.register(self.src), self.rx.register(self.dst)
+        self.dst = np.zeros(POOL, np.uint8)
+        self.md = self.rx.register(self.dst)
+        self.tx, self.peers, self.srcs, self.ms = [], [], [], []
+        for i in range(senders):
+            tx = pact.Engine(name=f"bench-tx{i}", listen="127.0.0.1", model_epoch=1)
+            self.tx.append(tx)
+            self.peers.append(tx.connect(self.rx.address))
+            self.srcs.append(np.ones(POOL // senders, np.uint8))
+            self.ms.append(tx.register(self.srcs[-1]))
         self.n = 0
 
-    def run(self, size, count, so, do):
-        self.n += 1
-        key = self.pact.Key(self.n, 0, 1)
-        x = self.rx.expect(key, [self.md.block(o, size) for o in do])
-        s = self.tx.send(self.peer, key, [self.ms.block(o, size) for o in so])
-        ok = x.wait(timeout=60).committed
-        s.wait(timeout=60)
-        x.release(), s.release()
-        return ok
+    def run(self, size, plans):
+        t0 = time.perf_counter()
+        xs, ss = {}, []
+        for i, (so, do) in enumerate(plans):
+            self.n += 1
+            key = self.pact.Key(self.n, 0, 1)
+            xs[self.rx.expect(key, [self.md.block(o, size) for o in do]).id] = None
+            ss.append(self.tx[i].send(self.peers[i], key, [self.ms[i].block(o, size) for o in so]))
+        out = []
+        while len(out) < len(plans):  # the receiver's commits as they happen
+            for info in self.rx.poll(timeout=60):
+                out.append((info.committed, time.perf_counter() - t0))
+        for s in ss:
+            s.wait(timeout=60)
+        return out
 
     def close(self):
-        self.tx.close(), self.rx.close()
+        for tx in self.tx:
+            tx.close()
+        self.rx.close()
 
 
 class Mooncake:
     name = "mooncake"
 
-    def __init__(self):
+    def __init__(self, senders):
         from mooncake.engine import TransferEngine
-        self.a, self.b = TransferEngine(), TransferEngine()
-        for e in (self.a, self.b):
+        self.b = TransferEngine()
+        self.a = [TransferEngine() for _ in range(senders)]
+        for e in [self.b] + self.a:
             if e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") != 0:
                 raise RuntimeError("mooncake initialize failed")
         self.target = f"127.0.0.1:{self.b.get_rpc_port()}"
-        self.src, self.dst = np.ones(POOL, np.uint8), np.zeros(POOL, np.uint8)
-        self.sp, self.dp = self.src.ctypes.data, self.dst.ctypes.data
-        assert self.a.register_memory(self.sp, POOL) == 0 and self.b.register_memory(self.dp, POOL) == 0
+        self.dst = np.zeros(POOL, np.uint8)
+        self.dp = self.dst.ctypes.data
+        assert self.b.register_memory(self.dp, POOL) == 0
+        self.srcs = [np.ones(POOL // senders, np.uint8) for _ in range(senders)]
+        for a, src in zip(self.a, self.srcs):
+            assert a.register_memory(src.ctypes.data, src.nbytes) == 0
 
-    def run(self, size, count, so, do):
-        r = self.a.batch_transfer_sync_write(self.target, [self.sp + o for o in so],
-                                             [self.dp + o for o in do], [size] * count)
-        return r == 0
+    def run(self, size, plans):
+        import threading
+        out = [None] * len(plans)
+        t0 = time.perf_counter()
+
+        def one(i, so, do):
+            sp = self.srcs[i].ctypes.data
+            r = self.a[i].batch_transfer_sync_write(self.target, [sp + o for o in so],
+                                                    [self.dp + o for o in do], [size] * len(so))
+            out[i] = (r == 0, time.perf_counter() - t0)
+
+        if len(plans) == 1:
+            one(0, *plans[0])
+            return out
+        threads = [threading.Thread(target=one, args=(i, so, do)) for i, (so, do) in enumerate(plans)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return out
 
     def close(self):
         pass
@@ -100,51 +138,70 @@ class Mooncake:
 class Nixl:
     name = "nixl"
 
-    def __init__(self):
+    def __init__(self, senders):
         from nixl._api import nixl_agent, nixl_agent_config
         cfg = nixl_agent_config(backends=["UCX"])
-        self.a, self.b = nixl_agent("bench-a", cfg), nixl_agent("bench-b", cfg)
-        self.src, self.dst = np.ones(POOL, np.uint8), np.zeros(POOL, np.uint8)
-        self.sp, self.dp = self.src.ctypes.data, self.dst.ctypes.data
-        self.a.register_memory([(self.sp, POOL, 0, "")], "DRAM")
+        self.b = nixl_agent("bench-b", cfg)
+        self.dst = np.zeros(POOL, np.uint8)
+        self.dp = self.dst.ctypes.data
         self.b.register_memory([(self.dp, POOL, 0, "")], "DRAM")
-        self.a.add_remote_agent(self.b.get_agent_metadata())
+        self.a, self.srcs = [], []
+        for i in range(senders):
+            a = nixl_agent(f"bench-a{i}", cfg)
+            src = np.ones(POOL // senders, np.uint8)
+            a.register_memory([(src.ctypes.data, src.nbytes, 0, "")], "DRAM")
+            a.add_remote_agent(self.b.get_agent_metadata())
+            self.a.append(a)
+            self.srcs.append(src)
 
-    def run(self, size, count, so, do):
-        local = self.a.get_xfer_descs([(self.sp + o, size, 0) for o in so], "DRAM")
-        remote = self.b.get_xfer_descs([(self.dp + o, size, 0) for o in do], "DRAM")
-        h = self.a.initialize_xfer("WRITE", local, remote, "bench-b", b"kv")
-        self.a.transfer(h)
-        while (state := self.a.check_xfer_state(h)) not in ("DONE", "ERR"):
-            pass
-        self.a.release_xfer_handle(h)
-        return state == "DONE"
+    def run(self, size, plans):
+        t0 = time.perf_counter()
+        handles = []
+        for i, (so, do) in enumerate(plans):
+            sp = self.srcs[i].ctypes.data
+            local = self.a[i].get_xfer_descs([(sp + o, size, 0) for o in so], "DRAM")
+            remote = self.b.get_xfer_descs([(self.dp + o, size, 0) for o in do], "DRAM")
+            h = self.a[i].initialize_xfer("WRITE", local, remote, "bench-b", b"kv")
+            self.a[i].transfer(h)
+            handles.append(h)
+        out = [None] * len(plans)
+        while any(o is None for o in out):
+            for i, h in enumerate(handles):
+                if out[i] is None and (state := self.a[i].check_xfer_state(h)) in ("DONE", "ERR"):
+                    out[i] = (state == "DONE", time.perf_counter() - t0)
+        for a, h in zip(self.a, handles):
+            a.release_xfer_handle(h)
+        return out
 
     def close(self):
         pass
 
 
-def measure(system, size, count):
-    so, do = plan(size, count)
-    system.run(size, count, so, do)  # warm-up
-    times, failed = [], 0
-    for _ in range(requests_for(size, count)):
+def measure(system, size, count, senders):
+    plans = plan(size, count, senders)
+    if plans is None:
+        return None
+    system.run(size, plans)  # warm-up
+    times, failed, wall = [], 0, 0.0
+    for _ in range(max(3, requests_for(size, count) // senders)):
         t = time.perf_counter()
-        failed += not system.run(size, count, so, do)
-        times.append(time.perf_counter() - t)
+        for ok, took in system.run(size, plans):
+            failed += not ok
+            times.append(took)
+        wall += time.perf_counter() - t
     times.sort()
-    return {"goodput_gbs": size * count * len(times) / sum(times) / 1e9,
+    return {"goodput_gbs": size * count * len(times) / wall / 1e9,
             "p50_us": times[len(times) // 2] * 1e6,
             "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))] * 1e6,
             "requests": len(times), "failed": failed}
 
 
-def run_here(names, rounds_n):
+def run_here(names, rounds_n, senders):
     """{system: {(size, count): [per-round result]}} measured in this process; missing systems."""
     systems, missing = [], {}
     for cls in (c for c in (Pact, Mooncake, Nixl) if c.name in names):
         try:
-            systems.append(cls())
+            systems.append(cls(senders))
         except Exception as e:  # noqa: BLE001  (reported, the others still run)
             missing[cls.name] = f"{type(e).__name__}: {e}"
     rounds = {s.name: {} for s in systems}
@@ -153,13 +210,15 @@ def run_here(names, rounds_n):
         for size in SIZES:
             for count in COUNTS:
                 for s in order:
-                    rounds[s.name].setdefault((size, count), []).append(measure(s, size, count))
+                    res = measure(s, size, count, senders)
+                    if res is not None:
+                        rounds[s.name].setdefault((size, count), []).append(res)
     for s in systems:
         s.close()
     return rounds, missing
 
 
-def run_isolated(names, rounds_n):
+def run_isolated(names, rounds_n, senders):
     """Each (round, system) in a process of its own, the order rotating per round: the systems'
     background threads (Mooncake's and NIXL's poll) never share the 2 cores with another's."""
     import subprocess
@@ -168,6 +227,9 @@ def run_isolated(names, rounds_n):
     for r in range(rounds_n):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
+            if name == "pact-c" and senders > 1:
+                missing[name] = "one sender only"
+                continue
             if name == "pact-c":  # the C API alone: perf/kv_c_bench.cpp
                 plan_args = [f"{size}:{count}:{requests_for(size, count)}:{size * 1000 + count}"
                              for size in SIZES for count in COUNTS]
@@ -181,7 +243,7 @@ def run_isolated(names, rounds_n):
                 continue
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 proc = subprocess.run([sys.executable, __file__, "--here", "--systems", name,
-                                       "--rounds", "1", "--raw", f.name],
+                                       "--rounds", "1", "--senders", str(senders), "--raw", f.name],
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 try:
                     doc = json.load(open(f.name))
@@ -208,10 +270,12 @@ def main() -> int:
                          "(build/perf/pact-kv-c-bench), for the Python overhead")
     ap.add_argument("--here", action="store_true",
                     help="every system in this one process (their threads then compete)")
+    ap.add_argument("--senders", type=int, default=1,
+                    help="senders to the one receiver, each with a request in flight at once")
     ap.add_argument("--raw", help=argparse.SUPPRESS)  # a child's per-round results
     args = ap.parse_args()
     names = args.systems.split(",")
-    rounds, missing = (run_here if args.here else run_isolated)(names, args.rounds)
+    rounds, missing = (run_here if args.here else run_isolated)(names, args.rounds, args.senders)
     if args.raw:
         rows = [{"size": k[0], "blocks": k[1], "result": v[0]}
                 for res in rounds.values() for k, v in res.items()]
@@ -227,6 +291,8 @@ def main() -> int:
     for size in SIZES:
         for count in COUNTS:
             med = {}
+            if any((size, count) not in rounds[n] for n in names):
+                continue  # does not fit this many senders' shares of the pool
             for n in names:
                 rs = rounds[n][(size, count)]
                 med[n] = {k: statistics.median(x[k] for x in rs) for k in ("goodput_gbs", "p50_us", "p99_us")}
