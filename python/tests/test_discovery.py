@@ -13,7 +13,7 @@ import pytest
 
 import pact
 from pact import discovery
-from conftest import warm
+from conftest import counters, warm
 
 KEY = pact.Key(1, 1, 1)
 TTL = 1.0  # short leases: expiry within TTL is what the tests assert
@@ -170,6 +170,7 @@ def test_a_hung_peer_loses_its_lease_and_is_dropped(embedded):
 
 def test_unreachable_and_dead_stores_name_the_store(etcd):
     (a,) = engines("lonely")
+    before = counters(a)
     try:
         with pytest.raises(discovery.StoreError, match="127.0.0.1:1 unreachable"):
             discovery.Directory(a, discovery.HttpStore("http://127.0.0.1:1", timeout=1))
@@ -184,6 +185,7 @@ def test_unreachable_and_dead_stores_name_the_store(etcd):
         d.close()  # stops its threads; the failed delete is recorded, not raised
         assert any("unreachable" in e for e in d.errors)
         assert isinstance(discovery.StoreError("x"), pact.MetadataError)
+        assert counters(a) == before  # nothing left behind by the failed cases
     finally:
         a.close()
 
@@ -201,10 +203,14 @@ def test_malformed_entries_in_the_store_are_refused(embedded):
     (a,) = engines("reader")
     try:
         embedded.put("/pact/engines/broken", b"not json", 0)
+        before = counters(a)
         d = discovery.Directory(a, embedded, ttl=TTL)
         with pytest.raises(pact.MetadataError, match="not a pact metadata blob"):
             d.connect("broken", timeout=1)
+        with pytest.raises(pact.NotFound, match="no engine named 'nobody'"):
+            d.connect("nobody", timeout=0.1)
         d.close()
+        assert counters(a) == before
     finally:
         a.close()
 
