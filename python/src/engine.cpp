@@ -1,4 +1,4 @@
-// pact.Engine, pact.Transfer and pact.Group over the C API. Every call into the engine releases
+// pact.Engine over the C API (Transfer and Group: transfer.h). Every call into the engine releases
 // the GIL (the engine lock may be held by the progress thread); blocking waits run in slices so
 // that Ctrl-C (a pending signal) interrupts them. No Python code ever runs under the engine lock:
 // the commit hook is C++ (CommitPolicy) and results reach Python by polling (docs/python.md).
@@ -12,7 +12,7 @@
 
 #include <unistd.h>
 
-#include "binding.h"
+#include "transfer.h"
 
 namespace pact::py {
 
@@ -32,116 +32,6 @@ int commitHook(void* user, pact_xfer_t, const pact_key_t* key, pact_peer_t, cons
   ++policy->committed;
   return 0;
 }
-
-// Calls wait(slice_ms) until it returns something other than PACT_ERR_TIMED_OUT or timeout_ms
-// (-1: forever) passed, checking for signals between slices. Returns the last status; raises
-// pact.TimedOut naming the whole timeout when it passed.
-template <typename F>
-pact_status_t sliced(const char* what, int timeoutMs, F&& wait) {
-  constexpr int kSliceMs = 100;
-  const auto start = std::chrono::steady_clock::now();
-  for (;;) {
-    int slice = kSliceMs;
-    if (timeoutMs >= 0) {
-      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             std::chrono::steady_clock::now() - start).count();
-      slice = static_cast<int>(std::min<int64_t>(kSliceMs, std::max<int64_t>(0, timeoutMs - spent)));
-    }
-    pact_status_t s;
-    {
-      nb::gil_scoped_release unlocked;
-      s = wait(slice);
-    }
-    if (s != PACT_ERR_TIMED_OUT) return s;
-    if (timeoutMs >= 0 && std::chrono::steady_clock::now() - start >= std::chrono::milliseconds(timeoutMs))
-      fail(PACT_ERR_TIMED_OUT, std::string(what) + ": not done within " + std::to_string(timeoutMs) +
-                                   " ms (the operation goes on)");
-    if (PyErr_CheckSignals() != 0) throw nb::python_error();
-  }
-}
-
-// The TransferInfo of i; a final transfer counts as seen by the application (poll skips it).
-nb::object info(Core& core, pact_xfer_t id, const pact_xfer_info_t& i) {
-  if (auto it = core.open.find(id); i.final && it != core.open.end()) it->second.reported = true;
-  nb::object pact = nb::module_::import_("pact");
-  return pact.attr("TransferInfo")(id, pact.attr("State")(static_cast<int>(i.state)),
-                                   static_cast<int>(i.result), i.final != 0, i.retries,
-                                   fromKey(i.key), i.peer, i.bytes);
-}
-
-struct Transfer {
-  CoreRef core;
-  pact_xfer_t id = 0;
-  bool sender = false;
-
-  Transfer(CoreRef c, pact_xfer_t x, bool s) : core(std::move(c)), id(x), sender(s) {}
-  Transfer(Transfer&& o) noexcept : core(std::move(o.core)), id(std::exchange(o.id, 0)), sender(o.sender) {}
-  Transfer(const Transfer&) = delete;
-  Transfer& operator=(const Transfer&) = delete;
-  // Dropped: the transfer goes on, tracked, and is released once final and reported by poll.
-  ~Transfer() {
-    if (id == 0 || !core || core->engine == nullptr) return;
-    if (auto it = core->open.find(id); it != core->open.end()) it->second.orphan = true;
-    core->sweep();
-  }
-
-  nb::object query() {
-    pact_xfer_info_t i{};
-    pact_status_t s;
-    {
-      nb::gil_scoped_release unlocked;
-      s = pact_xfer_query(core->get(), id, &i);
-    }
-    check(s, "Transfer.query");
-    return info(*core, id, i);
-  }
-  nb::object wait(nb::handle timeout) {
-    const int ms = toMs(timeout, "Transfer.wait");
-    pact_engine_t e = core->get();
-    pact_xfer_info_t i{};
-    pact_status_t s = sliced("Transfer.wait", ms, [&](int slice) { return pact_xfer_wait(e, id, slice, &i); });
-    check(s, "Transfer.wait");
-    return info(*core, id, i);
-  }
-  bool release() {
-    pact_status_t s;
-    {
-      nb::gil_scoped_release unlocked;
-      s = pact_xfer_release(core->get(), id);
-    }
-    check(s, "Transfer.release", true);
-    if (s == PACT_OK) core->open.erase(id);  // gone: its registrations may go
-    else if (auto it = core->open.find(id); it != core->open.end()) it->second.released = true;
-    return s == PACT_OK;
-  }
-};
-
-struct Group {
-  CoreRef core;
-  pact_group_t group = nullptr;
-  std::vector<std::shared_ptr<Memory>> step;  // the current step's registrations
-
-  explicit Group(CoreRef c) : core(std::move(c)) {}
-  Group(Group&& o) noexcept
-      : core(std::move(o.core)), group(std::exchange(o.group, nullptr)), step(std::move(o.step)) {}
-  Group(const Group&) = delete;
-  Group& operator=(const Group&) = delete;
-
-  pact_group_t get() const {
-    if (group == nullptr) invalid("the group is closed");
-    core->get();
-    return group;
-  }
-  void close() {
-    if (group != nullptr && core->engine != nullptr) {
-      nb::gil_scoped_release unlocked;
-      pact_group_destroy(group);
-    }
-    group = nullptr;
-    step.clear();
-  }
-  ~Group() { close(); }
-};
 
 struct Engine {
   CoreRef core = std::make_shared<Core>();
@@ -389,54 +279,7 @@ void raise(pact_status_t status, const std::string& context) {
 }
 
 void bindEngine(nb::module_& m) {
-  nb::class_<Transfer>(m, "Transfer", "A transfer opened by Engine.send or Engine.expect.")
-      .def_ro("id", &Transfer::id)
-      .def_ro("sender", &Transfer::sender, "True on the sending side.")
-      .def("query", &Transfer::query, "The transfer's TransferInfo now (no waiting).")
-      .def("wait", &Transfer::wait, nb::arg("timeout") = nb::none(),
-           "Blocks (GIL released) until the transfer is final; returns its TransferInfo (whose "
-           "result says committed or why not). Raises pact.TimedOut after timeout seconds.")
-      .def("release", &Transfer::release,
-           "Ends interest (an open transfer is aborted). True: gone, its blocks are free; False: "
-           "UCX still touches its blocks, wait() until final before reusing them. A Transfer "
-           "dropped unreleased is released once final and seen (wait, query or poll).")
-      .def("__repr__", [](const Transfer& t) {
-        return std::string("<pact.Transfer ") + std::to_string(t.id) + (t.sender ? " send>" : " expect>");
-      });
-
-  nb::class_<Group>(m, "Group", "An all-to-all group (Engine.group).")
-      .def("step",
-           [](Group& g, uint64_t epoch, uint32_t generation, nb::handle send, nb::handle recv,
-              nb::handle deadline) {
-             pact_group_t grp = g.get();
-             auto s = toBlocks(*g.core, send, false, "Group.step send");
-             auto r = toBlocks(*g.core, recv, true, "Group.step recv");
-             if (s.size() != r.size()) invalid("Group.step: send and recv differ in length");
-             const uint64_t us = toDeadlineUs(deadline);
-             pact_status_t st;
-             {
-               nb::gil_scoped_release unlocked;
-               st = pact_group_step(grp, epoch, generation, s.data(), r.data(), us);
-             }
-             check(st, "Group.step");
-             g.step = memoriesOf(send);
-             for (auto& mem : memoriesOf(recv)) g.step.push_back(mem);
-           },
-           nb::arg("model_epoch"), nb::arg("generation"), nb::arg("send"), nb::arg("recv"),
-           nb::arg("deadline") = nb::none(),
-           "Starts a step: send[r] goes to rank r, recv[r] is expected from it (one block per rank).")
-      .def("wait",
-           [](Group& g, nb::handle timeout) {
-             pact_group_t grp = g.get();
-             check(sliced("Group.wait", toMs(timeout, "Group.wait"), [&](int slice) { return pact_group_wait(grp, slice); }),
-                   "Group.wait");
-           },
-           nb::arg("timeout") = nb::none(),
-           "Blocks until the step is final; raises the first chunk's failure.")
-      .def("close", &Group::close)
-      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
-      .def("__exit__", [](Group& g, nb::args) { g.close(); });
-
+  bindTransfer(m);
   nb::class_<Engine>(m, "Engine")
       .def(nb::init<std::optional<std::string>, std::optional<std::string>, int, uint64_t, uint64_t, bool>(),
            nb::kw_only(), nb::arg("name") = nb::none(), nb::arg("listen") = nb::none(),

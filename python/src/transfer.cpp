@@ -1,0 +1,66 @@
+// pact.Transfer and pact.Group over the C API (transfer.h).
+#include "transfer.h"
+
+#include <nanobind/stl/shared_ptr.h>
+
+namespace pact::py {
+
+nb::object info(Core& core, pact_xfer_t id, const pact_xfer_info_t& i) {
+  if (auto it = core.open.find(id); i.final && it != core.open.end()) it->second.reported = true;
+  nb::object pact = nb::module_::import_("pact");
+  return pact.attr("TransferInfo")(id, pact.attr("State")(static_cast<int>(i.state)),
+                                   static_cast<int>(i.result), i.final != 0, i.retries,
+                                   fromKey(i.key), i.peer, i.bytes);
+}
+
+void bindTransfer(nb::module_& m) {
+  nb::class_<Transfer>(m, "Transfer", "A transfer opened by Engine.send or Engine.expect.")
+      .def_ro("id", &Transfer::id)
+      .def_ro("sender", &Transfer::sender, "True on the sending side.")
+      .def("query", &Transfer::query, "The transfer's TransferInfo now (no waiting).")
+      .def("wait", &Transfer::wait, nb::arg("timeout") = nb::none(),
+           "Blocks (GIL released) until the transfer is final; returns its TransferInfo (whose "
+           "result says committed or why not). Raises pact.TimedOut after timeout seconds.")
+      .def("release", &Transfer::release,
+           "Ends interest (an open transfer is aborted). True: gone, its blocks are free; False: "
+           "UCX still touches its blocks, wait() until final before reusing them. A Transfer "
+           "dropped unreleased is released once final and seen (wait, query or poll).")
+      .def("__repr__", [](const Transfer& t) {
+        return std::string("<pact.Transfer ") + std::to_string(t.id) + (t.sender ? " send>" : " expect>");
+      });
+
+  nb::class_<Group>(m, "Group", "An all-to-all group (Engine.group).")
+      .def("step",
+           [](Group& g, uint64_t epoch, uint32_t generation, nb::handle send, nb::handle recv,
+              nb::handle deadline) {
+             pact_group_t grp = g.get();
+             auto s = toBlocks(*g.core, send, false, "Group.step send");
+             auto r = toBlocks(*g.core, recv, true, "Group.step recv");
+             if (s.size() != r.size()) invalid("Group.step: send and recv differ in length");
+             const uint64_t us = toDeadlineUs(deadline);
+             pact_status_t st;
+             {
+               nb::gil_scoped_release unlocked;
+               st = pact_group_step(grp, epoch, generation, s.data(), r.data(), us);
+             }
+             check(st, "Group.step");
+             g.step = memoriesOf(send);
+             for (auto& mem : memoriesOf(recv)) g.step.push_back(mem);
+           },
+           nb::arg("model_epoch"), nb::arg("generation"), nb::arg("send"), nb::arg("recv"),
+           nb::arg("deadline") = nb::none(),
+           "Starts a step: send[r] goes to rank r, recv[r] is expected from it (one block per rank).")
+      .def("wait",
+           [](Group& g, nb::handle timeout) {
+             pact_group_t grp = g.get();
+             check(sliced("Group.wait", toMs(timeout, "Group.wait"), [&](int slice) { return pact_group_wait(grp, slice); }),
+                   "Group.wait");
+           },
+           nb::arg("timeout") = nb::none(),
+           "Blocks until the step is final; raises the first chunk's failure.")
+      .def("close", &Group::close)
+      .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
+      .def("__exit__", [](Group& g, nb::args) { g.close(); });
+}
+
+}  // namespace pact::py
