@@ -114,10 +114,7 @@ class PactKVConnector:
         for attempt in (1, 2):
             try:
                 peer = self.directory.connect(remote, timeout=self.deadline)
-                entry = self.directory.lookup(remote)
-                if entry is None:
-                    raise pact.NotFound(-3, f"{remote}: its metadata-store entry expired")
-                epoch = entry["model_epoch"]
+                epoch = self.directory.connected(remote)["model_epoch"]  # as connect checked it
                 items = [(peer, pact.Key(request_id, i, epoch), blocks)
                          for i, blocks in enumerate(self._blocks_of(block_ids))]
                 xs = self.engine.send_batch(items, deadline=self.deadline)

@@ -296,6 +296,13 @@ class Directory:
         self.engine.set_epoch(model_epoch)
         self._publish()
 
+    def connected(self, name: str) -> dict | None:
+        """The entry of name this directory is connected to (None: not connected), as connect
+        last checked it; no store read."""
+        with self._lock:
+            known = self._peers.get(name)
+        return None if known is None else known[1]
+
     def lookup(self, name: str) -> dict | None:
         """The entry of the engine called name, None when there is none (or it expired)."""
         got = self.store.get(self._key(name))
@@ -310,7 +317,7 @@ class Directory:
         entry = self.lookup(name)
         if known is not None:
             if entry is not None and _same_incarnation(entry, known[1]):
-                return known[0]
+                return known[0]  # still the incarnation connected to
             self._drop(name, known[0], "its metadata-store entry changed or expired")
         while entry is None:
             if time.monotonic() >= deadline:

@@ -65,10 +65,15 @@ struct Core {
     if (engine == nullptr) invalid("the engine is closed");
     return engine;
   }
-  // Releases what may go: orphans final and reported, released transfers now final.
+  // Releases what may go: orphans final and reported, released transfers now final; settle
+  // looks at one transfer, sweep at all (Engine.poll).
+  void settle(pact_xfer_t id);
   void sweep();
   void close();  // destroys the engine (bounded; transfers still open are aborted)
   ~Core() { close(); }
+
+ private:
+  bool mayDrop(pact_xfer_t id, const Tracked& t);  // releases t's transfer when it may go
 };
 using CoreRef = std::shared_ptr<Core>;
 
@@ -100,13 +105,10 @@ struct Block {
 
 // Engine.register: the object's memory (buffer protocol or DLPack), registered.
 std::shared_ptr<Memory> registerObject(const CoreRef& core, nb::handle obj);
-// The registrations behind a list of blocks (already checked by toBlocks).
-std::vector<std::shared_ptr<Memory>> memoriesOf(nb::handle blocks);
-
 // The C blocks of a Python sequence of Block or Memory objects (a Memory is all of it), checked:
 // every registration of this engine and still open, and writable when receiving into it.
 std::vector<pact_block_t> toBlocks(const Core& core, nb::handle blocks, bool receiving,
-                                   const char* what);
+                                   const char* what, std::vector<std::shared_ptr<Memory>>* keep);
 // A pact_key_t from (request_id, transfer_id, model_epoch[, generation]) or a pact.Key.
 pact_key_t toKey(nb::handle key);
 nb::object fromKey(const pact_key_t& k);

@@ -90,7 +90,8 @@ struct Engine {
                 nb::handle deadline, const std::optional<std::string>& cls, const char* what) {
     pact_engine_t e = core->get();
     const pact_key_t k = toKey(key);
-    auto bs = toBlocks(*core, blocks, !sender, what);
+    std::vector<std::shared_ptr<Memory>> keep;
+    auto bs = toBlocks(*core, blocks, !sender, what, &keep);
     const uint64_t us = toDeadlineUs(deadline);
     pact_xfer_t x = 0;
     pact_status_t s;
@@ -101,7 +102,7 @@ struct Engine {
                  : pact_expect(e, &k, bs.data(), bs.size(), us, c, &x);
     }
     check(s, what);
-    core->open[x].memories = memoriesOf(blocks);
+    core->open[x].memories = std::move(keep);
     return Transfer{core, x, sender};
   }
   // Batched: one call per item, all or nothing (what was opened before a failing item is released).
@@ -124,7 +125,7 @@ struct Engine {
     } catch (...) {
       for (auto& x : out) {
         try {
-          (void)x.release();  // a fresh transfer: nothing of UCX touches its blocks yet
+          (void)x.release();  // a send already moving stays tracked until final (Core::settle)
         } catch (const nb::python_error&) {
         }
         x.id = 0;
@@ -239,21 +240,23 @@ struct Engine {
 
 }  // namespace
 
+bool Core::mayDrop(pact_xfer_t id, const Tracked& t) {
+  if (!t.released && !(t.orphan && t.reported)) return false;
+  pact_xfer_info_t i{};
+  const pact_status_t q = pact_xfer_query(engine, id, &i);
+  if (q == PACT_OK && !i.final) return false;  // NOT_FOUND: the engine let go of a released id
+  if (!t.released) (void)pact_xfer_release(engine, id);
+  return true;
+}
+
+void Core::settle(pact_xfer_t id) {
+  if (auto it = open.find(id); engine != nullptr && it != open.end() && mayDrop(id, it->second))
+    open.erase(it);
+}
+
 void Core::sweep() {
   if (engine == nullptr) return;
-  for (auto it = open.begin(); it != open.end();) {
-    Tracked& t = it->second;
-    bool drop = false;
-    if (t.released || (t.orphan && t.reported)) {
-      pact_xfer_info_t i{};
-      const pact_status_t q = pact_xfer_query(engine, it->first, &i);
-      if (q != PACT_OK || i.final) {  // NOT_FOUND: the engine let go of a released id
-        if (!t.released) (void)pact_xfer_release(engine, it->first);
-        drop = true;
-      }
-    }
-    it = drop ? open.erase(it) : std::next(it);
-  }
+  std::erase_if(open, [&](auto& kv) { return mayDrop(kv.first, kv.second); });
 }
 
 void Core::close() {

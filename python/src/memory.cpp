@@ -110,22 +110,21 @@ std::shared_ptr<Memory> registerObject(const CoreRef& core, nb::handle obj) {
 }
 
 std::vector<pact_block_t> toBlocks(const Core& core, nb::handle blocks, bool receiving,
-                                   const char* what) {
+                                   const char* what, std::vector<std::shared_ptr<Memory>>* keep) {
   if (nb::isinstance<Block>(blocks) || nb::isinstance<Memory>(blocks) ||
       !nb::isinstance<nb::sequence>(blocks))
     invalid(std::string(what) + ": blocks must be a list of Block or Memory objects");
   std::vector<pact_block_t> out;
   size_t i = 0;
   for (nb::handle item : blocks) {
-    const Memory* mem;
+    std::shared_ptr<Memory> mem;
     pact_block_t b{};
     if (Block* blk; nb::try_cast(item, blk) && blk != nullptr) {
-      mem = blk->memory.get();
+      mem = blk->memory;
       b.offset = blk->offset;
       b.length = blk->length;
-    } else if (Memory* m; nb::try_cast(item, m) && m != nullptr) {
-      mem = m;
-      b.length = m->nbytes;
+    } else if (nb::try_cast(item, mem) && mem != nullptr) {
+      b.length = mem->nbytes;
     } else {
       invalid(std::string(what) + ": blocks[" + std::to_string(i) + "] is a " +
               nb::type_name(item.type()).c_str() + ", not a Block or Memory");
@@ -140,18 +139,10 @@ std::vector<pact_block_t> toBlocks(const Core& core, nb::handle blocks, bool rec
               "] is read-only memory (bytes, a read-only array): it cannot receive");
     b.mr = mem->mr;
     out.push_back(b);
+    keep->push_back(std::move(mem));
     ++i;
   }
   if (out.empty()) invalid(std::string(what) + ": no blocks");
-  return out;
-}
-
-std::vector<std::shared_ptr<Memory>> memoriesOf(nb::handle blocks) {
-  std::vector<std::shared_ptr<Memory>> out;
-  for (nb::handle item : blocks) {
-    if (Block* blk; nb::try_cast(item, blk) && blk != nullptr) out.push_back(blk->memory);
-    else out.push_back(nb::cast<std::shared_ptr<Memory>>(item));
-  }
   return out;
 }
 

@@ -34,8 +34,9 @@ void bindTransfer(nb::module_& m) {
            [](Group& g, uint64_t epoch, uint32_t generation, nb::handle send, nb::handle recv,
               nb::handle deadline) {
              pact_group_t grp = g.get();
-             auto s = toBlocks(*g.core, send, false, "Group.step send");
-             auto r = toBlocks(*g.core, recv, true, "Group.step recv");
+             std::vector<std::shared_ptr<Memory>> keep;
+             auto s = toBlocks(*g.core, send, false, "Group.step send", &keep);
+             auto r = toBlocks(*g.core, recv, true, "Group.step recv", &keep);
              if (s.size() != r.size()) invalid("Group.step: send and recv differ in length");
              const uint64_t us = toDeadlineUs(deadline);
              pact_status_t st;
@@ -44,8 +45,7 @@ void bindTransfer(nb::module_& m) {
                st = pact_group_step(grp, epoch, generation, s.data(), r.data(), us);
              }
              check(st, "Group.step");
-             g.step = memoriesOf(send);
-             for (auto& mem : memoriesOf(recv)) g.step.push_back(mem);
+             g.step = std::move(keep);
            },
            nb::arg("model_epoch"), nb::arg("generation"), nb::arg("send"), nb::arg("recv"),
            nb::arg("deadline") = nb::none(),

@@ -49,11 +49,12 @@ struct Transfer {
   Transfer(Transfer&& o) noexcept : core(std::move(o.core)), id(std::exchange(o.id, 0)), sender(o.sender) {}
   Transfer(const Transfer&) = delete;
   Transfer& operator=(const Transfer&) = delete;
-  // Dropped: the transfer goes on, tracked, and is released once final and reported by poll.
+  // Dropped: the transfer goes on, tracked, and is released once final and seen (wait, query
+  // or poll): now if it was, else by the poll that reports it.
   ~Transfer() {
     if (id == 0 || !core || core->engine == nullptr) return;
     if (auto it = core->open.find(id); it != core->open.end()) it->second.orphan = true;
-    core->sweep();
+    core->settle(id);
   }
 
   nb::object query() {

@@ -248,8 +248,9 @@ Status Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> bl
                           uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
   uint64_t bytes = 0;
   if (Status c = checkBlocks(blocks, &bytes); c != Status::kOk) return fail(c, "expect: " + lastError());
-  if (Status c = checkClass("expect", trafficClass); c != Status::kOk) return c;
-  return proto_->expect(key, blocks, deadlineUs, routeFor(trafficClass), xfer);
+  size_t route = 0;
+  if (Status c = classRoute("expect", trafficClass, &route); c != Status::kOk) return c;
+  return proto_->expect(key, blocks, deadlineUs, route, xfer);
 }
 
 Status Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
@@ -269,8 +270,9 @@ Status Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const
   }
   uint64_t bytes = 0;
   if (Status c = checkBlocks(blocks, &bytes); c != Status::kOk) return fail(c, "send: " + lastError());
-  if (Status c = checkClass("send", trafficClass); c != Status::kOk) return c;
-  return proto_->send(peer, key, blocks, deadlineUs, routeFor(trafficClass), xfer);
+  size_t route = 0;
+  if (Status c = classRoute("send", trafficClass, &route); c != Status::kOk) return c;
+  return proto_->send(peer, key, blocks, deadlineUs, route, xfer);
 }
 
 Status Engine::setEpoch(uint64_t epoch) {

@@ -168,8 +168,9 @@ class Engine final : private Link {
   Status openContexts();
   // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
   size_t routeFor(const char* trafficClass) const;
-  // kOk for NULL, DEFAULT or an engine class (any case); else kInvalidArgument naming the choices.
-  static Status checkClass(const char* what, const char* trafficClass);
+  // The route of an application's class name (NULL: DEFAULT); any name but DEFAULT or an engine
+  // class (any case) is kInvalidArgument, naming the choices.
+  Status classRoute(const char* what, const char* trafficClass, size_t* route) const;
   unsigned progressWorkers();
   bool armWorkers();
   void pumpLanes();

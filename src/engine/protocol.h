@@ -85,8 +85,8 @@ class Protocol {
   // ---- the connections' events ----
   // A peer became ready: it is told its credit.
   void peerReady(uint64_t peer, const std::string& name);
-  // A peer is gone: its transfers abort (PACT_ERR_PEER_LOST), its offers are dropped.
-  // Ends every live transfer with the peer with status (kRemoteError: it died or closed).
+  // A peer is gone: its transfers abort with status (kRemoteError, PACT_ERR_PEER_LOST: it died
+  // or closed; kPeerStale: the application disconnected it), its offers are dropped.
   void peerLost(uint64_t peer, Status status = Status::kRemoteError);
   // A control message of a transfer (Offer, Advertise, Done, Verdict, EpochChange, Credit, Cancel).
   void onControl(uint64_t peer, const Control& m);

@@ -80,7 +80,8 @@ Status Engine::openContexts() {
   return Status::kOk;
 }
 
-Status Engine::checkClass(const char* what, const char* trafficClass) {
+Status Engine::classRoute(const char* what, const char* trafficClass, size_t* route) const {
+  *route = routeFor(trafficClass);
   if (trafficClass == nullptr || strcasecmp(trafficClass, "DEFAULT") == 0 ||
       ClassTable::isEngineClass(trafficClass))
     return Status::kOk;
