@@ -196,7 +196,19 @@ def measure(system, size, count, senders):
             "requests": len(times), "failed": failed}
 
 
-def run_here(names, rounds_n, senders):
+def parse_shapes(text):
+    """'16K:1,256K:1' -> [(16384, 1), (262144, 1)]; None: every size x every count."""
+    if not text:
+        return [(size, count) for size in SIZES for count in COUNTS]
+    units = {"K": 1 << 10, "M": 1 << 20}
+    out = []
+    for item in text.split(","):
+        size, count = item.split(":")
+        out.append((int(size[:-1]) * units[size[-1]] if size[-1] in units else int(size), int(count)))
+    return out
+
+
+def run_here(names, rounds_n, senders, shapes):
     """{system: {(size, count): [per-round result]}} measured in this process; missing systems."""
     systems, missing = [], {}
     for cls in (c for c in (Pact, Mooncake, Nixl) if c.name in names):
@@ -207,18 +219,17 @@ def run_here(names, rounds_n, senders):
     rounds = {s.name: {} for s in systems}
     for r in range(rounds_n):
         order = systems[r % len(systems):] + systems[:r % len(systems)]
-        for size in SIZES:
-            for count in COUNTS:
-                for s in order:
-                    res = measure(s, size, count, senders)
-                    if res is not None:
-                        rounds[s.name].setdefault((size, count), []).append(res)
+        for size, count in shapes:
+            for s in order:
+                res = measure(s, size, count, senders)
+                if res is not None:
+                    rounds[s.name].setdefault((size, count), []).append(res)
     for s in systems:
         s.close()
     return rounds, missing
 
 
-def run_isolated(names, rounds_n, senders):
+def run_isolated(names, rounds_n, senders, shapes, shapes_text):
     """Each (round, system) in a process of its own, the order rotating per round: the systems'
     background threads (Mooncake's and NIXL's poll) never share the 2 cores with another's."""
     import subprocess
@@ -232,7 +243,7 @@ def run_isolated(names, rounds_n, senders):
                 continue
             if name == "pact-c":  # the C API alone: perf/kv_c_bench.cpp
                 plan_args = [f"{size}:{count}:{requests_for(size, count)}:{size * 1000 + count}"
-                             for size in SIZES for count in COUNTS]
+                             for size, count in shapes]
                 proc = subprocess.run([C_BENCH] + plan_args, capture_output=True, text=True)
                 if proc.returncode != 0:
                     missing[name] = f"{C_BENCH}: exit status {proc.returncode}: {proc.stderr.strip()[-200:]}"
@@ -243,7 +254,8 @@ def run_isolated(names, rounds_n, senders):
                 continue
             with tempfile.NamedTemporaryFile(suffix=".json") as f:
                 proc = subprocess.run([sys.executable, __file__, "--here", "--systems", name,
-                                       "--rounds", "1", "--senders", str(senders), "--raw", f.name],
+                                       "--rounds", "1", "--senders", str(senders), "--raw", f.name]
+                                      + (["--shapes", shapes_text] if shapes_text else []),
                                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
                 try:
                     doc = json.load(open(f.name))
@@ -272,10 +284,16 @@ def main() -> int:
                     help="every system in this one process (their threads then compete)")
     ap.add_argument("--senders", type=int, default=1,
                     help="senders to the one receiver, each with a request in flight at once")
+    ap.add_argument("--shapes", help="SIZE:BLOCKS,... (e.g. 16K:1,256K:1); default: every size "
+                                     "x every block count")
     ap.add_argument("--raw", help=argparse.SUPPRESS)  # a child's per-round results
     args = ap.parse_args()
     names = args.systems.split(",")
-    rounds, missing = (run_here if args.here else run_isolated)(names, args.rounds, args.senders)
+    shapes = parse_shapes(args.shapes)
+    if args.here:
+        rounds, missing = run_here(names, args.rounds, args.senders, shapes)
+    else:
+        rounds, missing = run_isolated(names, args.rounds, args.senders, shapes, args.shapes)
     if args.raw:
         rows = [{"size": k[0], "blocks": k[1], "result": v[0]}
                 for res in rounds.values() for k, v in res.items()]
@@ -288,28 +306,27 @@ def main() -> int:
           + " | pact/best goodput, pact/best-P99, Python/C goodput")
     print(f"{'':>6} {'':>6} | " + " | ".join(f"{'GB/s   P50us   P99us':>24}" for _ in names))
     out = []
-    for size in SIZES:
-        for count in COUNTS:
-            med = {}
-            if any((size, count) not in rounds[n] for n in names):
-                continue  # does not fit this many senders' shares of the pool
-            for n in names:
-                rs = rounds[n][(size, count)]
-                med[n] = {k: statistics.median(x[k] for x in rs) for k in ("goodput_gbs", "p50_us", "p99_us")}
-                med[n]["failed"] = sum(x["failed"] for x in rs)
-            others = [n for n in med if n not in ("pact", "pact-c")]
-            ratio = ""
-            if "pact" in med and others:
-                best_g = max(med[n]["goodput_gbs"] for n in others)
-                best_p99 = min(med[n]["p99_us"] for n in others)
-                ratio = f"{med['pact']['goodput_gbs'] / best_g:.2f}x, {med['pact']['p99_us'] / best_p99:.2f}x"
-            if "pact" in med and "pact-c" in med:
-                ratio += f", py/C {med['pact']['goodput_gbs'] / med['pact-c']['goodput_gbs']:.2f}x"
-            cells = " | ".join(f"{m['goodput_gbs']:6.2f} {m['p50_us']:7.0f} {m['p99_us']:7.0f}"
-                               + ("!" if m["failed"] else " ") for m in med.values())
-            size_s = f"{size >> 10}K" if size < (1 << 20) else f"{size >> 20}M"
-            print(f"{size_s:>6} {count:>6} | {cells} | {ratio}", flush=True)
-            out.append({"size": size, "blocks": count, **med})
+    for size, count in shapes:
+        med = {}
+        if any((size, count) not in rounds[n] for n in names):
+            continue  # does not fit this many senders' shares of the pool
+        for n in names:
+            rs = rounds[n][(size, count)]
+            med[n] = {k: statistics.median(x[k] for x in rs) for k in ("goodput_gbs", "p50_us", "p99_us")}
+            med[n]["failed"] = sum(x["failed"] for x in rs)
+        others = [n for n in med if n not in ("pact", "pact-c")]
+        ratio = ""
+        if "pact" in med and others:
+            best_g = max(med[n]["goodput_gbs"] for n in others)
+            best_p99 = min(med[n]["p99_us"] for n in others)
+            ratio = f"{med['pact']['goodput_gbs'] / best_g:.2f}x, {med['pact']['p99_us'] / best_p99:.2f}x"
+        if "pact" in med and "pact-c" in med:
+            ratio += f", py/C {med['pact']['goodput_gbs'] / med['pact-c']['goodput_gbs']:.2f}x"
+        cells = " | ".join(f"{m['goodput_gbs']:6.2f} {m['p50_us']:7.0f} {m['p99_us']:7.0f}"
+                           + ("!" if m["failed"] else " ") for m in med.values())
+        size_s = f"{size >> 10}K" if size < (1 << 20) else f"{size >> 20}M"
+        print(f"{size_s:>6} {count:>6} | {cells} | {ratio}", flush=True)
+        out.append({"size": size, "blocks": count, **med})
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rounds": args.rounds, "missing": missing, "rows": out}, f, indent=1)

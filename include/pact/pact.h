@@ -87,8 +87,9 @@ typedef struct pact_engine_config {
   uint16_t listen_port;        /**< 0 = chosen by the kernel */
   uint64_t model_epoch;        /**< the receiver's current epoch (pact_set_epoch changes it) */
   uint64_t credit_budget;      /**< bytes the receiver may have advertised at once; 0 = unlimited */
-  int progress_thread;         /**< 1: an engine thread progresses (sleeping on the UCX event fd
-                                  when idle); 0: the caller calls pact_progress */
+  int progress_thread;         /**< 1: an engine thread progresses (polling for PACT_PROGRESS_SPIN
+                                  after the last event, then sleeping on the UCX event fd);
+                                  0: the caller calls pact_progress */
 } pact_engine_config_t;
 
 void pact_engine_config_init(pact_engine_config_t* config);
@@ -103,8 +104,10 @@ pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine
 void pact_engine_destroy(pact_engine_t engine);
 /** "ip:port" other engines pass to pact_connect. PACT_ERR_NOT_FOUND when not listening. */
 pact_status_t pact_engine_address(pact_engine_t engine, char* buffer, size_t length);
-/** Progresses the engine once; when nothing happened and timeout_ms > 0, sleeps on the engine's
- * event fds up to timeout_ms (or the next deadline). Returns PACT_OK. Blocking. */
+/** Progresses the engine once; when nothing happened and timeout_ms > 0, returns at once while
+ * the engine is busy (PACT_PROGRESS_SPIN: the caller polls again), else sleeps up to timeout_ms
+ * (or the next deadline): on the engine's event fds, or with a progress thread until that thread
+ * sees an event. Returns PACT_OK. Blocking. */
 pact_status_t pact_progress(pact_engine_t engine, int timeout_ms);
 
 /* ---- peers -------------------------------------------------------------------------------- */

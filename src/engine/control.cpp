@@ -62,6 +62,9 @@ struct Encoder {
     putKey(w, m.key);
     w.u64(m.bytes);
     w.u64(m.deadlineUs);
+    w.u8(m.flags);
+    w.u8(static_cast<uint8_t>(m.checksumKind));
+    w.u64(m.checksum);
     return Type::kOffer;
   }
   Type operator()(const Hello& m) {
@@ -79,6 +82,7 @@ struct Encoder {
   }
   Type operator()(const Cancel& m) {
     putKey(w, m.key);
+    w.u8(m.answer ? 1 : 0);
     return Type::kCancel;
   }
   Type operator()(const EpochChange& m) {
@@ -129,19 +133,22 @@ Result<Control> decodeAdvertise(ByteReader& r, Advertise* spare) {
   return Control(std::move(m));
 }
 
-Result<Control> decodeDone(ByteReader& r) {
-  Done m;
+bool getChecksumKind(ByteReader& r, Checksum* out) {
   uint8_t kind = 0;
-  if (!getKey(r, &m.key) || !r.u32(&m.attempt, "attempt") || !r.u64(&m.bytes, "bytes") ||
-      !r.u8(&kind, "checksum_kind") ||
-      !r.u64(&m.checksum, "checksum"))
-    return r.error();
+  if (!r.u8(&kind, "checksum_kind")) return false;
   if (kind > 2) {
     r.fail("checksum_kind", "unknown kind " + std::to_string(kind));
-    return r.error();
+    return false;
   }
-  m.checksumKind = static_cast<Checksum>(kind);
-  if (!r.done()) return r.error();
+  *out = static_cast<Checksum>(kind);
+  return true;
+}
+
+Result<Control> decodeDone(ByteReader& r) {
+  Done m;
+  if (!getKey(r, &m.key) || !r.u32(&m.attempt, "attempt") || !r.u64(&m.bytes, "bytes") ||
+      !getChecksumKind(r, &m.checksumKind) || !r.u64(&m.checksum, "checksum") || !r.done())
+    return r.error();
   return Control(m);
 }
 
@@ -169,8 +176,14 @@ Result<Control> decodeVerdict(ByteReader& r) {
 Result<Control> decodeOffer(ByteReader& r) {
   Offer m;
   if (!getKey(r, &m.key) || !r.u64(&m.bytes, "bytes") || !r.u64(&m.deadlineUs, "deadline_us") ||
-      !r.done())
+      !r.u8(&m.flags, "flags") || !getChecksumKind(r, &m.checksumKind) ||
+      !r.u64(&m.checksum, "checksum"))
     return r.error();
+  if ((m.flags & ~(kOfferEager | kOfferRepeat)) != 0) {
+    r.fail("flags", "unknown flags " + std::to_string(m.flags));
+    return r.error();
+  }
+  if (!r.done()) return r.error();
   return Control(m);
 }
 
@@ -290,7 +303,14 @@ Result<Control> decode(std::span<const uint8_t> frame, Advertise* spare) {
     case Type::kCancel: {
       ByteReader r(body, "cancel");
       Cancel m;
-      if (!getKey(r, &m.key) || !r.done()) return r.error();
+      uint8_t answer = 0;
+      if (!getKey(r, &m.key) || !r.u8(&answer, "answer")) return r.error();
+      if (answer > 1) {
+        r.fail("answer", "expected 0 or 1, got " + std::to_string(answer));
+        return r.error();
+      }
+      m.answer = answer == 1;
+      if (!r.done()) return r.error();
       return Control(m);
     }
   }

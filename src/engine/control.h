@@ -21,7 +21,7 @@
 namespace pact::engine {
 
 inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
-inline constexpr uint16_t kControlVersion = 3;  // 2: Hello lists the engine's contexts; 3: auth moved to the session
+inline constexpr uint16_t kControlVersion = 4;  // 2: Hello lists the engine's contexts; 3: auth moved to the session; 4: eager offers
 inline constexpr size_t kControlHeader = kFrameHeader;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
@@ -52,12 +52,26 @@ struct Advertise {
 
 enum class Checksum : uint8_t { kNone = 0, kCrc32c = 1, kXxh3 = 2 };
 
+// Offer flags. kOfferEager: the sender offered the transfer eagerly (docs/engine.md, "Eager
+// transfers"): its first offer carried every byte, so it says the offer again (kOfferRepeat)
+// rather than Done until the receiver advertises. kOfferRepeat: a repeat of an eager offer,
+// without the bytes; for a key committed already the receiver answers with the verdict again
+// (a first offer of a committed key is a second send: refused as a duplicate).
+inline constexpr uint8_t kOfferEager = 1;
+inline constexpr uint8_t kOfferRepeat = 2;
+
 // Sender -> receiver: this transfer is ready to go; the receiver advertises it once it expects
-// the key and has credit for the bytes.
+// the key and has credit for the bytes. An eager offer travels as one active message with all
+// the bytes behind it (and their checksum here): a receiver that expects the key and has credit
+// lands and commits them at once, with no Advertise and no Done; one that cannot falls back to
+// advertising, and the bytes come again as pieces.
 struct Offer {
   TransferKey key;
   uint64_t bytes = 0;
   uint64_t deadlineUs = 0;  // time budget left, in us from receipt; 0 = none
+  uint8_t flags = 0;        // kOfferEager, kOfferRepeat
+  Checksum checksumKind = Checksum::kNone;  // of the bytes behind an eager offer
+  uint64_t checksum = 0;
 };
 
 // Sender -> receiver: every byte of attempt `attempt` of the transfer has been sent.
@@ -118,8 +132,11 @@ struct Hello {
 
 // Sender -> receiver: the sender's application released (or destroyed) the transfer before its
 // Done left; the receiver aborts it (PACT_ERR_CANCELED) and never commits it.
+// answer: the sender waits for a verdict (an eager sender: the receiver may have committed
+// already); the receiver answers with the verdict of the key, committed or canceled.
 struct Cancel {
   TransferKey key;
+  bool answer = false;
 };
 
 using Control =

@@ -4,6 +4,7 @@
 #include "engine/peer.h"
 
 #include <poll.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -90,6 +91,7 @@ void Engine::shutdown() {
     std::unique_lock lock(mu_);
     stop_ = true;
   }
+  waitersDone_.notify_all();
   wake();
   if (thread_.joinable()) thread_.join();
   std::unique_lock lock(mu_);
@@ -126,10 +128,19 @@ void Engine::shutdown() {
 
 // ---- progress ----------------------------------------------------------------------------------
 
+// Nothing happened: while the engine is busy (PACT_PROGRESS_SPIN) the caller polls again at once;
+// else it sleeps, on the event fds or, with a progress thread, until that thread sees an event.
 Status Engine::progress(int timeoutMs) {
   std::unique_lock lock(mu_);
-  if (progressLocked() == 0 && timeoutMs > 0 && !config_.progressThread)
+  appPolled();
+  if (progressLocked() > 0 || timeoutMs <= 0) return Status::kOk;
+  if (spinning()) {
+    yieldLocked(lock);
+  } else if (config_.progressThread) {
+    cv_.wait_for(lock, std::chrono::milliseconds(timeoutMs));
+  } else {
     sleepLocked(lock, timeoutMs);
+  }
   return Status::kOk;
 }
 
@@ -149,11 +160,15 @@ int Engine::progressLocked() {
     events += pollPeers();
   }
   events += fireTimers();
-  if (events > 0) cv_.notify_all();
+  if (events > 0) {
+    touch();
+    cv_.notify_all();
+  }
   return events;
 }
 
 void Engine::wake() {
+  touch();  // the application started something: spin for its answer
   const uint64_t one = 1;
   ssize_t n = ::write(wakeFd_.get(), &one, sizeof one);
   (void)n;
@@ -184,22 +199,80 @@ void Engine::sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs) {
 void Engine::runProgressThread() {
   std::unique_lock lock(mu_);
   while (!stop_) {
-    if (progressLocked() == 0) sleepLocked(lock, 100);
+    if (pollingWaiters_ > 0) {
+      waitersDone_.wait(lock, [this] { return pollingWaiters_ == 0 || stop_; });
+      continue;
+    }
+    if (appPolledRecently()) {  // the application calls pact_progress in a loop of its own
+      waitersDone_.wait_for(lock, kAppPollGrace);
+      continue;
+    }
+    if (progressLocked() > 0) continue;
+    if (spinning()) {
+      yieldLocked(lock);
+    } else {
+      sleepLocked(lock, 100);
+    }
   }
 }
 
+bool Engine::spinning() const {
+  const int64_t last = lastActivity_.load(std::memory_order_relaxed);
+  return params_.progress_spin.count() > 0 &&
+         now().time_since_epoch().count() - last <
+             std::chrono::duration_cast<Clock::duration>(params_.progress_spin).count();
+}
+
+void Engine::appPolled() {
+  lastAppPoll_.store(now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+bool Engine::appPolledRecently() const {
+  return now().time_since_epoch().count() - lastAppPoll_.load(std::memory_order_relaxed) <
+         std::chrono::duration_cast<Clock::duration>(kAppPollGrace).count();
+}
+
+void Engine::touch() {
+  lastActivity_.store(now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+// Lets the other threads in (the application's calls, the other engines' progress) between two
+// polls of a spin.
+void Engine::yieldLocked(std::unique_lock<std::mutex>& lock) {
+  lock.unlock();
+  sched_yield();
+  lock.lock();
+}
+
+// While the engine is busy (PACT_PROGRESS_SPIN) a waiter progresses it itself, so the event it
+// waits for is seen on its own thread, without a hand-over through the condition variable.
 bool Engine::waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs, FunctionRef<bool()> pred) {
   const auto limit = now() + std::chrono::milliseconds(std::max(timeoutMs, 0));
+  // While this wait polls, the progress thread stands aside (a third polling thread on two
+  // cores took the core the peer's progress needed).
+  bool polling = false;
+  auto stopPolling = [&] {
+    if (!polling) return;
+    polling = false;
+    if (--pollingWaiters_ == 0) waitersDone_.notify_all();
+  };
   while (!pred()) {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(limit - now());
-    if (left.count() <= 0) return pred();
+    if (left.count() <= 0) break;
+    if (spinning()) {
+      if (!polling) ++pollingWaiters_, polling = true;
+      if (progressLocked() == 0) yieldLocked(lock);
+      continue;
+    }
+    stopPolling();
     if (config_.progressThread) {
       cv_.wait_for(lock, std::min(left, std::chrono::milliseconds(100)));
     } else if (progressLocked() == 0) {
       sleepLocked(lock, static_cast<int>(std::min<int64_t>(left.count(), 10)));
     }
   }
-  return true;
+  stopPolling();
+  return pred();
 }
 
 int Engine::fireTimers() {

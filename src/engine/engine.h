@@ -25,6 +25,7 @@
 // Protocol (protocol.h) that knows the connections only through that Link.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -56,6 +57,7 @@ namespace pact::engine {
 
 inline constexpr unsigned kAmControl = 0x5043;  // active message ids on the engine's worker
 inline constexpr unsigned kAmPiece = 0x5044;
+inline constexpr unsigned kAmEager = 0x5045;  // an eager offer and its transfer's bytes
 
 struct EngineConfig {
   std::string name;
@@ -163,6 +165,8 @@ class Engine final : private Link {
   void sendControl(uint64_t peer, const Control& m, int route) override;
   void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src, uint64_t n,
                  uint64_t xfer, ucx::MemoryType srcType) override;
+  void sendEager(uint64_t peer, size_t route, const Offer& m, std::span<const Extent> src,
+                 uint64_t xfer) override;
   void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
              ucx::MemoryType dstType) override;
   Status openContexts();
@@ -183,6 +187,8 @@ class Engine final : private Link {
   static void onPieceSent(ucx::Op* op, ucs_status_t st);
   static void onPieceFetched(ucx::Op* op, ucs_status_t st);
   static void onControlSent(ucx::Op* op, ucs_status_t st);
+  static void onEagerSent(ucx::Op* op, ucs_status_t st);
+  static ucx::AmVerdict onEagerAm(void* arg, const ucx::AmMessage& m);
   static ucx::AmVerdict onControlAm(void* arg, const ucx::AmMessage& m);
   static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
 
@@ -190,6 +196,13 @@ class Engine final : private Link {
   int progressLocked();
   void sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs);
   void wake();
+  // Whether the engine had something to do within PACT_PROGRESS_SPIN: then its progress thread
+  // and its waiters poll instead of sleeping.
+  bool spinning() const;
+  void touch();
+  void appPolled();
+  bool appPolledRecently() const;
+  void yieldLocked(std::unique_lock<std::mutex>& lock);
   void runProgressThread();
   int fireTimers();
 
@@ -211,6 +224,12 @@ class Engine final : private Link {
   Params params_;
   const cuda::Driver* driver_ = nullptr;  // PACT_CUDA_DRIVER's (GPU blocks)
   std::mutex mu_;
+  std::atomic<int64_t> lastActivity_{0};  // now() of the last event or call, in Clock ticks
+  int pollingWaiters_ = 0;                // waits polling the engine themselves (under mu_)
+  std::atomic<int64_t> lastAppPoll_{0};   // the last pact_progress call, in Clock ticks
+  // A progress thread stands aside this long after the application last called pact_progress.
+  static constexpr auto kAppPollGrace = std::chrono::microseconds(200);
+  std::condition_variable waitersDone_;   // the last of them stopped
   std::condition_variable cv_;
   // Operation slabs outlive the fabric's workers (declared first): UCX completes into them.
   transport::Slab<PieceOp> pieceOps_;

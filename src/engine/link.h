@@ -8,9 +8,11 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "engine/control.h"
+#include "engine/transfer.h"
 #include "ucx/reg_cache.h"
 
 namespace pact::engine {
@@ -31,6 +33,11 @@ class Link {
   // srcType: the memory src lies in.
   virtual void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
                          uint64_t n, uint64_t xfer, ucx::MemoryType srcType) = 0;
+  // An eager offer (m.flags has kOfferEager) with every byte of the transfer behind it, read
+  // from src in order, as one active message on the route's first lane (never rendezvous). The
+  // link calls Protocol::pieceSent(xfer, ok) exactly once for it, later, as for a piece.
+  virtual void sendEager(uint64_t peer, size_t route, const Offer& m, std::span<const Extent> src,
+                         uint64_t xfer) = 0;
   // Only from inside Protocol::onPiece for a rendezvous piece: fetches its n bytes into dst,
   // then calls Protocol::pieceFetched(xfer, attempt, dst, n, ok) exactly once, later.
   // dstType: the memory dst lies in (UCX writes GPU memory itself: no copy by the CPU).

@@ -49,9 +49,13 @@ struct Engine::PieceOp : ucx::Op, transport::LanePiece {
 };
 
 // A control message on its way (the slab keeps the buffer's capacity for the next one).
+// Also an eager offer: then bytes is the AM header (token and offer) and iov the transfer's
+// blocks, and xfer the transfer told when it completes.
 struct Engine::ControlOp : ucx::Op {
   Engine* engine = nullptr;
   std::vector<uint8_t> bytes;
+  uint64_t xfer = 0;
+  std::vector<ucp_dt_iov_t> iov;
 };
 
 // What an active message handler knows of where the message arrived.

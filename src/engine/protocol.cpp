@@ -63,11 +63,25 @@ void Protocol::onControl(uint64_t from, const Control& m) {
         else if constexpr (std::is_same_v<T, Verdict>) onVerdict(from, msg);
         else if constexpr (std::is_same_v<T, EpochChange>) onEpochChange(from, msg);
         else if constexpr (std::is_same_v<T, Cancel>) onCancel(from, msg);
-        else if constexpr (std::is_same_v<T, CreditUpdate>) peers_[from].creditBudget = msg.budgetBytes;
+        else if constexpr (std::is_same_v<T, CreditUpdate>) {
+          peers_[from].creditBudget = msg.budgetBytes;
+          peers_[from].creditKnown = true;
+        }
         else PACT_WARN("engine %s: unexpected handshake message from %s", config_.name.c_str(),
                        peers_[from].name.c_str());
       },
       m);
+}
+
+void Protocol::onEager(uint64_t from, const Offer& m, const uint8_t* data, size_t length) {
+  if (peer(from) == nullptr) return;
+  if (data != nullptr && length != m.bytes) {
+    PACT_WARN("engine %s: eager offer %s from %s carries %zu bytes, says %lu: bytes dropped",
+              config_.name.c_str(), keyText(m.key).c_str(), peers_[from].name.c_str(), length,
+              static_cast<unsigned long>(m.bytes));
+    data = nullptr;  // the offer stands; the bytes come again as pieces
+  }
+  onOffer(from, m, data);
 }
 
 void Protocol::abortAll() {
@@ -115,6 +129,8 @@ int Protocol::fireTimers() {
       }
     } else if (timer.kind == TimerKind::kMissing) {
       checkMissing(x);
+    } else if (x.role == Role::kSender && x.eager && x.state == State::kAllocated) {
+      repeatOffer(x);  // no verdict and no advertisement for the eager offer yet
     } else if (x.role == Role::kSender && x.piecesPosted && x.pendingOps == 0) {
       sendDone(x);  // the receiver's verdict did not come: say Done again
     }
@@ -194,8 +210,8 @@ void Protocol::settle(Transfer& x, Event e, Status result) {
   if (x.role == Role::kSender) {
     sending_.erase({x.peer, x.key});
     PeerView* p = peer(x.peer);
-    if (p != nullptr && x.state != State::kAllocated && x.remoteBlocks.size() > 0)
-      p->creditInUse -= std::min(p->creditInUse, x.bytes);
+    if (p != nullptr && x.creditHeld) p->creditInUse -= std::min(p->creditInUse, x.bytes);
+    x.creditHeld = false;
   } else {
     receiving_.erase(x.key);
     waitingCredit_.remove(x.id);

@@ -90,6 +90,8 @@ class Protocol {
   void peerLost(uint64_t peer, Status status = Status::kRemoteError);
   // A control message of a transfer (Offer, Advertise, Done, Verdict, EpochChange, Credit, Cancel).
   void onControl(uint64_t peer, const Control& m);
+  // An eager offer and the transfer's bytes behind it (data null: they did not come with it).
+  void onEager(uint64_t peer, const Offer& m, const uint8_t* data, size_t length);
   // A piece from peer (0: unknown connection): range-checked before a byte moves, then landed
   // (copied now, or fetched through the link for a rendezvous: descriptor).
   PieceVerdict onPiece(uint64_t peer, const PieceHeader& h, const void* data, size_t length,
@@ -116,8 +118,9 @@ class Protocol {
   // The protocol's view of a peer: its name and, as a sender, the credit it was granted.
   struct PeerView {
     std::string name;
-    uint64_t creditBudget = 0;  // 0 = unlimited
+    uint64_t creditBudget = 0;  // kUnlimited, or bytes (0 grants nothing)
     uint64_t creditInUse = 0;
+    bool creditKnown = false;   // a CreditUpdate came (eager offers wait for one)
     bool lost = false;          // gone; what it was granted stays readable (pact_peer_credit)
   };
   // Open sends are per receiver: (peer, key), ordered by the key's identity.
@@ -178,15 +181,24 @@ class Protocol {
   void forEachLive(FunctionRef<bool(const Transfer&)> pred, FunctionRef<void(Transfer&)> fn);
 
   // ---- receiver (receiver.cpp) ----
-  void onOffer(uint64_t from, const Offer& m);
+  // data: the bytes behind an eager offer (m.bytes of them), or null.
+  void onOffer(uint64_t from, const Offer& m, const uint8_t* data = nullptr);
   void onDone(uint64_t from, const Done& m);
   void onCancel(uint64_t from, const Cancel& m);
+  // The offer of peer from matched x: x waits for credit, then is advertised.
   void match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs);
+  void bindPeer(Transfer& x, uint64_t from, uint64_t offerDeadlineUs);
+  // An eager offer matched x: landed and committed now when credit allows, else advertised.
+  void matchEager(Transfer& x, uint64_t from, const Offer& m, const uint8_t* data);
   void advertiseWaiting();
   void advertise(Transfer& x);
+  void takeCredit(Transfer& x);
+  void sendAdvertise(Transfer& x);
   bool classCreditFits(const Transfer& x) const;
   void sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reason r, uint32_t attempt = 0);
   void landed(Transfer& x, uint8_t* dst, uint64_t length);
+  // PACT_FAULT corrupt: flips a bit of [dst, dst + length), one of x's blocks.
+  void maybeCorrupt(Transfer& x, uint8_t* dst, uint64_t length);
   void checkMissing(Transfer& x);
   void tryComplete(Transfer& x);
   bool retryAttempt(Transfer& x, Event why, Reason reason);
@@ -204,8 +216,16 @@ class Protocol {
   // (Cancel) and never commits; after, the verdict still settles it (a release cannot un-commit).
   // waitVerdict: a release (the transfer stays open until its verdict); a destroy settles now.
   void senderWithdraw(Transfer& x, Status result, bool waitVerdict);
+  // Whether x may go eagerly to p: small enough for its class, host memory, within p's grant.
+  bool eagerFits(const Transfer& x, const PeerView& p) const;
+  void sendEager(Transfer& x);
+  // An eager transfer not advertised yet: its offer again (the offer or the verdict may be lost,
+  // or the receiver waits for its expect or credit); released: Cancel, answered with the verdict.
+  void repeatOffer(Transfer& x);
   void postPieces(Transfer& x);
   void sendDone(Transfer& x);
+  // Arms the timer that says Done (or an eager offer) again while no verdict comes.
+  void armResend(Transfer& x);
   // The checksum of x's blocks (verify kind x.verify); GPU blocks are read through staging_.
   Result<uint64_t> digestBlocks(const Transfer& x);
 

@@ -96,7 +96,7 @@ Status Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks
   return Status::kOk;
 }
 
-void Protocol::onOffer(uint64_t from, const Offer& m) {
+void Protocol::onOffer(uint64_t from, const Offer& m, const uint8_t* data) {
   const TransferKey& k = m.key;
   if (k.modelEpoch != epoch_) {
     counters_.add(telemetry::kStaleRejected);
@@ -109,9 +109,16 @@ void Protocol::onOffer(uint64_t from, const Offer& m) {
     sendVerdict(from, k, Outcome::kAborted, Reason::kStale);
     return;
   }
+  const bool repeat = (m.flags & kOfferRepeat) != 0;
   if (committed_.contains(k)) {
+    // A repeated eager offer: the verdict was lost, say it again. A first eager offer of a
+    // committed key is a second send of it (an eager sender commits on a committed verdict).
     counters_.add(telemetry::kDuplicatesDropped);
-    sendVerdict(from, k, Outcome::kCommitted, Reason::kDuplicate);
+    if (repeat || (m.flags & kOfferEager) == 0) {
+      sendVerdict(from, k, Outcome::kCommitted, Reason::kDuplicate);
+    } else {
+      sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
+    }
     return;
   }
   Transfer* x = openReceiver(k);
@@ -120,18 +127,24 @@ void Protocol::onOffer(uint64_t from, const Offer& m) {
     return;
   }
   if (x == nullptr) {
+    // The same sender again (a repeated eager offer, or a copy): it still waits for the expect.
+    // (A sender never has two sends of one key open to one receiver.)
+    if (auto pending = offers_.find(k); pending != offers_.end() && pending->second.peer == from)
+      return;
     if (offers_.count(k) != 0 || offers_.size() >= (1u << 16)) {
       counters_.add(telemetry::kDuplicatesDropped);
       sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
       return;
     }
-    // Waits for the application's expect, at most until the sender's deadline.
+    // Waits for the application's expect, at most until the sender's deadline (an eager
+    // offer's bytes are not kept: they come as pieces once it is advertised).
     const uint64_t id = nextId_++;
     offers_[k] = PendingOffer{from, m, id};
     if (m.deadlineUs != 0) addTimer(now() + std::chrono::microseconds(m.deadlineUs), id, TimerKind::kOffer);
     return;
   }
   if (x->matched) {
+    if (repeat && x->peer == from) return;  // it waits for credit, or its bytes are moving
     counters_.add(telemetry::kDuplicatesDropped);  // a second offer of an open transfer
     if (x->peer != from) sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
     return;
@@ -142,16 +155,59 @@ void Protocol::onOffer(uint64_t from, const Offer& m) {
     settle(*x, Event::kFatalError, Status::kInvalidArgument);
     return;
   }
-  match(*x, from, m.deadlineUs);
+  if (data != nullptr) {
+    matchEager(*x, from, m, data);
+  } else {
+    match(*x, from, m.deadlineUs);
+  }
 }
 
-void Protocol::match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
+void Protocol::bindPeer(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
   x.matched = true;
   x.peer = from;
   x.matchedAt = now();
   if (offerDeadlineUs != 0) {
     advanceDeadline(x, x.matchedAt + std::chrono::microseconds(offerDeadlineUs));
   }
+}
+
+// The bytes land only where an Advertise would have been sent at once (the credit fits: first
+// fit, as advertiseWaiting). Then they are checked and committed as if every piece and the Done
+// had come; a failed check asks for them as pieces.
+void Protocol::matchEager(Transfer& x, uint64_t from, const Offer& m, const uint8_t* data) {
+  bindPeer(x, from, m.deadlineUs);
+  x.eager = true;
+  if (!credits_.fits(from, x.bytes) || !classCreditFits(x)) {
+    match(x, from, m.deadlineUs);  // advertised when credit comes; the bytes come as pieces
+    return;
+  }
+  takeCredit(x);
+  step(x, Event::kEager);
+  step(x, Event::kPost);
+  step(x, Event::kSend);
+  const uint8_t* from_ = data;
+  for (const Extent& b : x.blocks) {
+    if (b.type == ucx::MemoryType::kHost) {
+      std::memcpy(b.addr, from_, b.length);
+    } else if (transport::copyIn(config_.cudaDriver, b.addr, from_, b.length, b.type) != Status::kOk) {
+      PACT_WARN("engine %s: %s: the CUDA driver could not copy eager bytes into a GPU block",
+                config_.name.c_str(), keyText(x.key).c_str());
+      receiverAbort(x, Event::kFatalError, Status::kInternal, Reason::kIncomplete);
+      return;
+    }
+    from_ += b.length;
+  }
+  maybeCorrupt(x, x.blocks.front().addr, x.blocks.front().length);
+  x.eagerLanded = true;
+  x.landedBytes = x.bytes;
+  counters_.add(telemetry::kBytesReceived, x.bytes);
+  x.doneSeen = true;
+  x.done = Done{x.key, x.attempt, m.bytes, m.checksumKind, m.checksum};
+  tryComplete(x);
+}
+
+void Protocol::match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
+  if (!x.matched) bindPeer(x, from, offerDeadlineUs);
   // Larger than the budget its sender is held to: it waits until the application raises the
   // budget (a decode worker grants credit as pages free up), or until its deadline. Said once,
   // so that a wait without a deadline is never silent.
@@ -199,16 +255,25 @@ bool Protocol::classCreditFits(const Transfer& x) const {
   return in == 0 || in + x.bytes <= budget;
 }
 
-void Protocol::advertise(Transfer& x) {
+void Protocol::takeCredit(Transfer& x) {
   x.advertised = true;
-  // Room for the pieces once: blocks cut at 64 KiB on average (it grows if they are smaller).
-  x.landed.reserve(std::min<size_t>(x.blocks.size() + x.bytes / (64 << 10), 1 << 16));
   credits_.take(x.peer, x.bytes);
   classStaged_[{x.peer, x.route}] += x.bytes;
   counters_.add(telemetry::kCreditStallNs, static_cast<uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(now() - x.matchedAt).count()));
   syncCredit();
+}
+
+void Protocol::advertise(Transfer& x) {
+  takeCredit(x);
   step(x, Event::kAdvertise);
+  sendAdvertise(x);
+  step(x, Event::kPost);  // the destination is posted: pieces may land from now on
+}
+
+void Protocol::sendAdvertise(Transfer& x) {
+  // Room for the pieces once: blocks cut at 64 KiB on average (it grows if they are smaller).
+  x.landed.reserve(std::min<size_t>(x.blocks.size() + x.bytes / (64 << 10), 1 << 16));
   if (!std::holds_alternative<Advertise>(advertiseOut_)) advertiseOut_ = Advertise{};
   Advertise& m = std::get<Advertise>(advertiseOut_);  // kept: its vectors keep their capacity
   m.rkey.clear();
@@ -223,7 +288,6 @@ void Protocol::advertise(Transfer& x) {
     off += b.length;
   }
   link_.sendControl(x.peer, advertiseOut_);
-  step(x, Event::kPost);  // the destination is posted: pieces may land from now on
 }
 
 void Protocol::releaseCredit(Transfer& x) {
@@ -320,6 +384,13 @@ void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uin
 }
 
 void Protocol::landed(Transfer& x, uint8_t* dst, uint64_t length) {
+  maybeCorrupt(x, dst, length);
+  x.landedBytes += length;
+  counters_.add(telemetry::kBytesReceived, length);
+  tryComplete(x);
+}
+
+void Protocol::maybeCorrupt(Transfer& x, uint8_t* dst, uint64_t length) {
   if (inject(fault_.corrupt)) {
     uint8_t* at = dst + dice_.next() % length;
     // A GPU block is never touched by the CPU: the flip goes through the driver's copies.
@@ -335,9 +406,6 @@ void Protocol::landed(Transfer& x, uint8_t* dst, uint64_t length) {
       ignore(transport::copyIn(config_.cudaDriver, at, &v, 1, b->type));
     }
   }
-  x.landedBytes += length;
-  counters_.add(telemetry::kBytesReceived, length);
-  tryComplete(x);
 }
 
 // Asks the sender for attempt + 1 when the retry budget and the deadline allow.
@@ -348,11 +416,18 @@ bool Protocol::retryAttempt(Transfer& x, Event why, Reason reason) {
   counters_.add(telemetry::kRetried);
   step(x, why);
   step(x, Event::kRetry);
-  ++x.attempt;
   x.landed.clear();
   x.landedBytes = 0;
   x.doneSeen = false;
   x.missingArmed = false;
+  if (x.eagerLanded) {
+    // The eager bytes failed: the sender has not been advertised yet, so the advertisement
+    // (credit still held) asks for them again, as pieces of the same attempt.
+    x.eagerLanded = false;
+    sendAdvertise(x);
+    return true;
+  }
+  ++x.attempt;
   sendVerdict(x.peer, x.key, Outcome::kRetry, reason, x.attempt);
   return true;
 }
@@ -370,10 +445,15 @@ void Protocol::checkMissing(Transfer& x) {
 void Protocol::onCancel(uint64_t from, const Cancel& m) {
   offers_.erase(m.key);  // an offer still waiting for its expect
   Transfer* x = openReceiver(m.key);
-  if (x == nullptr || x->peer != from || !x->live()) return;
-  PACT_INFO("engine %s: %s canceled by the sender %s", config_.name.c_str(), keyText(x->key).c_str(),
-            peers_[from].name.c_str());
-  settle(*x, Event::kFatalError, Status::kCanceled);
+  if (x != nullptr && x->peer == from && x->live()) {
+    PACT_INFO("engine %s: %s canceled by the sender %s", config_.name.c_str(),
+              keyText(x->key).c_str(), peers_[from].name.c_str());
+    settle(*x, Event::kFatalError, Status::kCanceled);
+  } else if (m.answer && committed_.contains(m.key)) {
+    sendVerdict(from, m.key, Outcome::kCommitted, Reason::kDuplicate);  // committed before
+    return;
+  }
+  if (m.answer) sendVerdict(from, m.key, Outcome::kAborted, Reason::kCanceled);
 }
 
 void Protocol::onDone(uint64_t from, const Done& m) {

@@ -63,7 +63,8 @@ Status Engine::openContexts() {
         c.eventFds.push_back(*fd);
         amSources_.push_back(std::make_unique<AmSource>(AmSource{this, &w}));
         if (w.setAmHandler(kAmControl, &Engine::onControlAm, amSources_.back().get()) != Status::kOk ||
-            w.setAmHandler(kAmPiece, &Engine::onPieceAm, amSources_.back().get()) != Status::kOk)
+            w.setAmHandler(kAmPiece, &Engine::onPieceAm, amSources_.back().get()) != Status::kOk ||
+            w.setAmHandler(kAmEager, &Engine::onEagerAm, amSources_.back().get()) != Status::kOk)
           return fail(Status::kInternal, "engine " + config_.name + ": cannot route active messages");
       }
       contexts_.push_back(std::move(c));
@@ -238,6 +239,43 @@ void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const 
   });
 }
 
+void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<const Extent> src,
+                       uint64_t xfer) {
+  Peer* p = peerByToken(peer);
+  transport::Lanes* lanes = p == nullptr || !p->ctrl ? nullptr : lanesTo(*p, route);
+  if (lanes == nullptr) {
+    proto_->pieceSent(xfer, false);  // (never from inside the protocol's call: see below)
+    return;
+  }
+  ControlOp* op = controlOps_.take();
+  op->engine = this;
+  op->done = &Engine::onEagerSent;
+  op->xfer = xfer;
+  encodeInto(m, &op->bytes);  // the AM header: the peer's token, then the offer's frame
+  op->bytes.insert(op->bytes.begin(), reinterpret_cast<const uint8_t*>(&p->remoteToken),
+                   reinterpret_cast<const uint8_t*>(&p->remoteToken) + sizeof p->remoteToken);
+  ucx::Endpoint& ep = lanes->endpoint(0);
+  ucs_status_t st;
+  if (src.size() == 1) {
+    st = ep.amSend(kAmEager, op->bytes.data(), op->bytes.size(), src[0].addr, src[0].length, true,
+                   op, UCS_MEMORY_TYPE_HOST);
+  } else {
+    op->iov.clear();
+    for (const Extent& b : src) op->iov.push_back({b.addr, b.length});
+    st = ep.amSendIov(kAmEager, op->bytes.data(), op->bytes.size(), op->iov.data(), op->iov.size(), op);
+  }
+  if (st != UCS_INPROGRESS) onEagerSent(op, st);
+}
+
+void Engine::onEagerSent(ucx::Op* o, ucs_status_t st) {
+  auto* op = static_cast<ControlOp*>(o);
+  Engine* e = op->engine;
+  const uint64_t xfer = op->xfer;
+  e->controlOps_.give(op);
+  e->proto_->pieceSent(xfer, st == UCS_OK);
+  e->cv_.notify_all();
+}
+
 void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
                    ucx::MemoryType dstType) {
   PieceOp* op = pieceOps_.take();
@@ -307,6 +345,33 @@ void Engine::sendOn(Peer& p, const Control& m, ucx::Endpoint& ep) {
     PACT_WARN("engine %s: control message to %s failed: %s", config_.name.c_str(), p.name.c_str(),
               ucs_status_string(st));
   controlOps_.give(op);
+}
+
+// An eager offer: the header is the sender's token of the connection and the offer's frame,
+// the data every byte of the transfer (never rendezvous; one that came so is dropped by UCX, the
+// offer stands and the bytes come again as pieces).
+ucx::AmVerdict Engine::onEagerAm(void* arg, const ucx::AmMessage& m) {
+  Engine* e = static_cast<AmSource*>(arg)->engine;
+  uint64_t token = 0;
+  if (m.headerLength < sizeof token) {
+    PACT_WARN("engine %s: malformed eager offer dropped", e->config_.name.c_str());
+    return ucx::AmVerdict::kDone;
+  }
+  std::memcpy(&token, m.header, sizeof token);
+  Peer* p = e->peerByToken(token);
+  if (p == nullptr) return ucx::AmVerdict::kDone;  // from a connection already closed
+  const auto* h = static_cast<const uint8_t*>(m.header);
+  auto c = decode(std::span(h + sizeof token, m.headerLength - sizeof token));
+  const Offer* offer = c.ok() ? std::get_if<Offer>(&*c) : nullptr;
+  if (offer == nullptr || (offer->flags & kOfferEager) == 0) {
+    PACT_WARN("engine %s: eager offer from %s refused: %s", e->config_.name.c_str(), p->name.c_str(),
+              c.ok() ? "not an eager offer" : c.error().message.c_str());
+    return ucx::AmVerdict::kDone;
+  }
+  e->proto_->onEager(p->id, *offer, m.rendezvous ? nullptr : static_cast<const uint8_t*>(m.data),
+                     m.rendezvous ? 0 : m.length);
+  e->cv_.notify_all();
+  return ucx::AmVerdict::kDone;
 }
 
 ucx::AmVerdict Engine::onPieceAm(void* arg, const ucx::AmMessage& m) {

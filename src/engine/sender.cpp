@@ -14,6 +14,8 @@ namespace {
 // The largest piece of an ordered class: one active message, bounded so that one piece never
 // holds its lane for long.
 constexpr uint64_t kMaxOrderedPiece = 4ull << 20;
+// An eager offer gathers at most this many source blocks (one UCX iov entry each).
+constexpr size_t kMaxEagerBlocks = 64;
 
 Status codeFor(Reason r) {
   switch (r) {
@@ -49,9 +51,65 @@ Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const Block
   }
   Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
   sending_[{to, k}] = x.id;
-  link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline)});
   *xfer = x.id;
+  if (eagerFits(x, *peer(to))) {
+    sendEager(x);
+  } else {
+    link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline)});
+  }
   return Status::kOk;
+}
+
+bool Protocol::eagerFits(const Transfer& x, const PeerView& p) const {
+  if (x.bytes > config_.routes[x.route].eager || x.blocks.size() > kMaxEagerBlocks || !p.creditKnown)
+    return false;
+  // Within what the receiver granted this sender: eager bytes are in flight unasked.
+  if (p.creditBudget != kUnlimited &&
+      (x.bytes > p.creditBudget || p.creditInUse > p.creditBudget - x.bytes))
+    return false;
+  return std::all_of(x.blocks.begin(), x.blocks.end(),
+                     [](const Extent& b) { return b.type == ucx::MemoryType::kHost; });
+}
+
+// The offer, the bytes and their checksum in one message: the receiver commits on it (so, as
+// after a Done, a release can no longer withdraw the transfer), or advertises and the bytes come
+// again as pieces.
+void Protocol::sendEager(Transfer& x) {
+  Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, wireKind(x.verify), 0};
+  if (x.verify != Verify::kNone) {
+    auto digest = digestBlocks(x);
+    if (!digest.ok()) {
+      settle(x, Event::kFatalError, digest.status());
+      return;
+    }
+    m.checksum = *digest;
+  }
+  x.eager = true;
+  x.creditHeld = true;
+  peer(x.peer)->creditInUse += x.bytes;
+  x.doneSent = true;
+  x.doneSentAt = now();
+  // Faults as for a piece: not delivered (the repeated offer recovers it), or delivered twice.
+  const int copies = inject(fault_.drop) ? 0 : inject(fault_.dup) ? 2 : 1;
+  for (int c = 0; c < copies; ++c) {
+    ++x.pendingOps;
+    counters_.add(telemetry::kBytesSent, x.bytes);
+    link_.sendEager(x.peer, x.route, m, x.blocks, x.id);
+  }
+  armResend(x);
+}
+
+void Protocol::repeatOffer(Transfer& x) {
+  if (peer(x.peer) == nullptr) return;
+  // On the eager offer's lane, behind it: a Cancel never overtakes the bytes it withdraws.
+  const int lane = static_cast<int>(x.route);
+  if (x.userReleased) {
+    link_.sendControl(x.peer, Cancel{x.key, true}, lane);
+  } else {
+    link_.sendControl(x.peer, Offer{x.key, x.bytes, remainingUs(x.deadline),
+                                    static_cast<uint8_t>(kOfferEager | kOfferRepeat)}, lane);
+  }
+  armResend(x);
 }
 
 void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
@@ -68,8 +126,21 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
     settle(x, Event::kFatalError, Status::kInvalidArgument);
     return;
   }
+  if (x.userReleased) {  // an eager transfer released since: the receiver has not committed it
+    link_.sendControl(from, Cancel{x.key});
+    settle(x, Event::kFatalError, Status::kCanceled);
+    return;
+  }
   for (const Block& b : m.blocks) x.remoteBlocks.push_back(b.length);
-  if (PeerView* p = peer(from)) p->creditInUse += x.bytes;
+  PeerView* p = peer(from);
+  if (p != nullptr && !x.creditHeld) {
+    p->creditInUse += x.bytes;
+    x.creditHeld = true;
+  }
+  // An eager offer the receiver could not take (no expect or no credit yet, or its bytes failed
+  // their check): it will not commit those bytes, so a release may withdraw again until the
+  // pieces' Done leaves.
+  x.doneSent = false;
   if (m.deadlineUs != 0) {
     advanceDeadline(x, now() + std::chrono::microseconds(m.deadlineUs));
   }
@@ -158,14 +229,18 @@ void Protocol::sendDone(Transfer& x) {
   if (!lost) link_.sendControl(x.peer, d, static_cast<int>(x.route));
   x.doneSent = true;  // (a lost one counts: the receiver may get the repeat)
   x.doneSentAt = now();
-  // The verdict may be lost: say Done again after a while (the receiver answers a Done of a
-  // committed transfer with its verdict again).
+  armResend(x);
+}
+
+// The verdict may be lost: say Done (or the eager offer) again after a while (the receiver
+// answers either for a committed transfer with its verdict again).
+void Protocol::armResend(Transfer& x) {
   auto again = std::chrono::milliseconds(200);
   if (x.deadline != TimePoint::max())
     again = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(x.deadline - now()) / 4,
                        std::chrono::milliseconds(5), again);
   timers_.cancel(x.resendDoneAt, x.id, TimerKind::kResendDone);
-  x.resendDoneAt = x.doneSentAt + again;
+  x.resendDoneAt = now() + again;
   addTimer(x.resendDoneAt, x.id, TimerKind::kResendDone, x.attempt);
 }
 
@@ -177,6 +252,11 @@ void Protocol::onVerdict(uint64_t from, const Verdict& m) {
   switch (m.outcome) {
     case Outcome::kCommitted:
       // In flight: this transfer committed (perhaps on an earlier Done whose verdict was lost).
+      if (x.state == State::kAllocated && x.eager) {  // committed on the eager offer
+        step(x, Event::kEager);
+        step(x, Event::kPost);
+        step(x, Event::kSend);
+      }
       if (x.state == State::kInFlight) {
         step(x, Event::kRemoteDone);
         step(x, Event::kVerified);
@@ -209,8 +289,14 @@ void Protocol::senderWithdraw(Transfer& x, Status result, bool waitVerdict) {
   if (!x.live()) return;
   if (x.doneSent) {
     // The receiver may commit on that Done: only its verdict (or the deadline, or the peer's
-    // loss) can tell how it ended, so a release waits for it.
-    if (!waitVerdict) settle(x, Event::kFatalError, result);
+    // loss) can tell how it ended, so a release waits for it. An eager offer the receiver has
+    // not answered may also wait there for its expect or credit: a Cancel asks it to answer
+    // (committed, or canceled now), and is repeated until it does.
+    if (!waitVerdict) {
+      settle(x, Event::kFatalError, result);
+    } else if (x.eager && x.state == State::kAllocated && peer(x.peer) != nullptr) {
+      link_.sendControl(x.peer, Cancel{x.key, true}, static_cast<int>(x.route));
+    }
     return;
   }
   if (peer(x.peer) != nullptr) link_.sendControl(x.peer, Cancel{x.key});

@@ -15,6 +15,7 @@ struct Table {
   constexpr Table() {
     for (auto& row : to) row.fill(kNone);
     add(S::kAllocated, E::kAdvertise, S::kAdvertised);
+    add(S::kAllocated, E::kEager, S::kAdvertised);
     add(S::kAdvertised, E::kPost, S::kPosted);
     add(S::kPosted, E::kSend, S::kInFlight);
     add(S::kInFlight, E::kRemoteDone, S::kRemoteDone);
@@ -88,6 +89,7 @@ const char* eventName(Event e) {
     case Event::kFatalError: return "fatal_error";
     case Event::kDeadline: return "deadline";
     case Event::kRejected: return "rejected";
+    case Event::kEager: return "eager";
   }
   return "?";
 }

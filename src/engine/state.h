@@ -42,8 +42,9 @@ enum class Event : uint8_t {
   kFatalError,      // unrecoverable (peer dead, bad descriptor)
   kDeadline,        // the transfer's deadline passed
   kRejected,        // the commit hook refused the block table
+  kEager,           // the bytes came with the offer: they stand for the advertisement
 };
-inline constexpr int kEventCount = 15;
+inline constexpr int kEventCount = 16;
 
 const char* stateName(State s);
 const char* eventName(Event e);

@@ -118,6 +118,16 @@ const std::vector<KeyDef>& keyDefs() {
         "How the chunks of unordered classes are spread over the lanes: adaptive = where a chunk "
         "is expected to finish first (bytes in flight, measured throughput), roundrobin = in turn."},
        [](std::string_view v, Profile& p) { return parseEnum(v, kSteerNames, &p.steer); }},
+      {{"eager", "0 (never) or a size up to 1M", "256K",
+        "Engine transfers of at most this many bytes (host memory) go in one message with "
+        "their offer: a receiver that expects them and has credit commits them on arrival, one "
+        "round trip instead of two (K, M suffixes). The plugin ignores it."},
+       [](std::string_view v, Profile& p) {
+         auto n = SizeParser::parse(v);
+         if (!n.ok() || *n > Profile::kMaxEager) return false;
+         p.eager = *n;
+         return true;
+       }},
   };
   return defs;
 }
@@ -240,7 +250,7 @@ std::string Profile::describe() const {
          ",credits=" + formatSize(credits) + ",timeout=" + formatDuration(timeout) +
          ",retries=" + std::to_string(retries) + ",verify=" + verifyName(verify) +
          ",tc=" + formatQos(tc) + ",sl=" + formatQos(sl) + ",fallback=" + fallbackName(fallback) +
-         ",steer=" + steerName(steer);
+         ",steer=" + steerName(steer) + ",eager=" + formatSize(eager);
 }
 
 const std::vector<std::string>& ClassTable::engineClassNames() {

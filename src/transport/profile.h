@@ -51,6 +51,10 @@ struct Profile {
   int sl = -1;                            // 0..15;  -1 = UCX default
   Fallback fallback = Fallback::kTcp;
   Steer steer = Steer::kAdaptive;
+  // Engine transfers of at most this many bytes (host memory) travel eagerly, in one message
+  // with their offer (docs/engine.md, "Eager transfers"); 0 = never. The plugin ignores it.
+  static constexpr uint64_t kMaxEager = 1ull << 20;
+  uint64_t eager = 256ull << 10;
 
   bool operator==(const Profile&) const = default;
 

@@ -135,6 +135,10 @@ class Endpoint {
   ucs_status_t amSend(unsigned id, const void* header, size_t headerLength, const void* data,
                       size_t length, bool eager, Op* op,
                       ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN);
+  // The same, eager, with the data gathered from count host buffers (header, iov and the
+  // buffers are read until completion).
+  ucs_status_t amSendIov(unsigned id, const void* header, size_t headerLength,
+                         const ucp_dt_iov_t* iov, size_t count, Op* op);
   // Flushes (force=false: outstanding sends complete first) or aborts (force=true) the endpoint;
   // progresses the worker for a bounded time. Outstanding requests complete (with an error
   // when forced) before this returns.

@@ -19,7 +19,8 @@ std::vector<std::vector<uint8_t>> pact::fuzz::seeds() {
   return {encode(a), encode(Done{{1, 2, 3, 4}, 1, 10, Checksum::kXxh3, 5}),
           encode(Verdict{{1, 2, 3, 4}, Outcome::kRetry, Reason::kChecksum, 2}),
           encode(EpochChange{3}), encode(CreditUpdate{1 << 20}), encode(Cancel{{1, 2, 3, 4}}),
-          encode(Offer{{1, 2, 3, 4}, 8192, 1000}), encode(Hello{"decode-0", 9, 1, {1, 2, 3}}),
+          encode(Offer{{1, 2, 3, 4}, 8192, 1000, kOfferEager, Checksum::kCrc32c, 7}),
+          encode(Hello{"decode-0", 9, 1, {1, 2, 3}}),
           std::vector<uint8_t>(piece, piece + kPieceHeaderSize)};
 }
 

@@ -106,7 +106,9 @@ void expectNonePerTransfer(const char* what, const EnvMap& env, size_t bytes) {
 }
 
 TEST(EngineAllocations, AWarmOrderedKvTransferAllocatesNothing) {
-  expectNonePerTransfer("KV ordered, 64 KiB", {}, 64 << 10);
+  expectNonePerTransfer("KV ordered, 64 KiB, eager offer", {}, 64 << 10);
+  expectNonePerTransfer("KV ordered, 64 KiB, offer-advertise-pieces", {{"PACT_TC_KV", "eager=0"}},
+                        64 << 10);
 }
 
 TEST(EngineAllocations, AWarmUnorderedKvTransferOverTwoLanesAllocatesNothing) {

@@ -112,6 +112,67 @@ TEST(Engine, HappyPathCommitsByteExactOnceWithATrace) {
       });
 }
 
+// Transfers within the class's `eager` size (and 64 source blocks) go in one message with their
+// offer and commit on it (the trace's ADVERTISED comes from event 15, eager, on both sides);
+// more blocks, more bytes or a class with eager=0 move as advertised pieces. All byte-exact.
+TEST(Engine, SmallTransfersCommitOnTheirEagerOffer) {
+  struct Case {
+    uint64_t request;
+    std::vector<uint64_t> send, recv;
+    const char* cls;
+    bool eager;
+  };
+  const std::vector<Case> cases = {
+      {1, std::vector<uint64_t>(64, 4096), {100000, 100000, 62144}, "KV", true},
+      {2, std::vector<uint64_t>(65, 1024), {66560}, "KV", false},     // past 64 source blocks
+      {3, {16384}, {8192, 8192}, "CKPT", false},                      // PACT_TC_CKPT=eager=0
+      {4, {300000}, {300000}, "KV", false},                           // past eager=256K
+  };
+  auto advertisedBy = [](pact_engine_t e, uint64_t request) {
+    std::vector<pact_event_t> ev(4096);
+    uint64_t cursor = 0;
+    ev.resize(pact_trace_read(e, ev.data(), ev.size(), &cursor));
+    for (const auto& x : ev)
+      if (x.key.request_id == request && x.state == PACT_STATE_ADVERTISED) return static_cast<int>(x.event);
+    return -1;
+  };
+  PairOptions o;
+  o.receiverEnv = o.senderEnv = {{"PACT_TC_CKPT", "eager=0"}};
+  runPair(
+      o,
+      [&](Side& r) {
+        CheckingHook& hook = r.checkCommits();
+        std::vector<pact_xfer_t> xs;
+        for (const Case& c : cases)
+          xs.push_back(expectInto(r, key(c.request), c.recv, c.request << 20, 0, c.cls));
+        r.note(1);  // expected before the offers come: the eager ones land on arrival
+        for (size_t i = 0; i < cases.size(); ++i) {
+          EXPECT_EQ(r.waitFinal(xs[i]).result, PACT_OK) << "request " << cases[i].request;
+          EXPECT_EQ(advertisedBy(r.engine, cases[i].request), cases[i].eager ? 15 : 0)
+              << "request " << cases[i].request;
+        }
+        EXPECT_EQ(hook.calls, static_cast<int>(cases.size()));
+        EXPECT_EQ(hook.bad, 0);
+        EXPECT_EQ(r.stats().staged_bytes, 0u);
+        r.note(2);
+      },
+      [&](Side& s) {
+        ASSERT_TRUE(s.await(1));
+        std::vector<pact_xfer_t> xs;
+        for (const Case& c : cases)
+          xs.push_back(sendPattern(s, key(c.request), c.send, c.request << 20, 0, c.cls));
+        for (size_t i = 0; i < cases.size(); ++i) {
+          EXPECT_EQ(s.waitFinal(xs[i]).result, PACT_OK) << "request " << cases[i].request;
+          EXPECT_EQ(advertisedBy(s.engine, cases[i].request), cases[i].eager ? 15 : 0)
+              << "request " << cases[i].request;
+        }
+        uint64_t budget = 0, inUse = 1;
+        EXPECT_EQ(pact_peer_credit(s.engine, s.peer, &budget, &inUse), PACT_OK);
+        EXPECT_EQ(inUse, 0u);  // the eager bytes' credit came back
+        EXPECT_TRUE(s.await(2));
+      });
+}
+
 TEST(Engine, CallerDrivenProgressWorksWithoutAThread) {
   PairOptions o;
   o.progressThread = false;

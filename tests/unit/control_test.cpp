@@ -52,6 +52,14 @@ TEST(Control, EveryMessageRoundTrips) {
   EXPECT_EQ(std::get<Offer>(*o).key, (TransferKey{5, 6, 7, 8}));
   EXPECT_EQ(std::get<Offer>(*o).bytes, 4096u);
   EXPECT_EQ(std::get<Offer>(*o).deadlineUs, 1000u);
+  EXPECT_EQ(std::get<Offer>(*o).flags, 0u);
+  auto eager = decode(encode(Offer{{5, 6, 7, 8}, 4096, 0, kOfferEager | kOfferRepeat,
+                                   Checksum::kXxh3, 0x1234567890abcdefull}));
+  ASSERT_TRUE(eager.ok()) << eager.error().message;
+  EXPECT_EQ(std::get<Offer>(*eager).flags, kOfferEager | kOfferRepeat);
+  EXPECT_EQ(std::get<Offer>(*eager).checksumKind, Checksum::kXxh3);
+  EXPECT_EQ(std::get<Offer>(*eager).checksum, 0x1234567890abcdefull);
+  EXPECT_TRUE(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}, true}))).answer);
   auto h = decode(encode(Hello{"decode-3", 42, 7, {1, 2, 3, 4}}));
   ASSERT_TRUE(h.ok()) << h.error().message;
   EXPECT_EQ(std::get<Hello>(*h).name, "decode-3");
@@ -104,7 +112,7 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   bad = f;
   bad[4] = 1;  // an engine of wire version 1 (before Hello listed contexts)
   EXPECT_EQ(decode(bad).status(), Status::kRefused);
-  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 3");
+  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 4");
   bad = f;
   bad[6] = 10;  // the first type past kCancel (9)
   EXPECT_EQ(decode(bad).error().message, "control.type: unknown type 10");
@@ -124,6 +132,15 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   auto d = encode(Done{{1, 2, 3, 4}, 0, 1, Checksum::kNone, 0});
   d[kControlHeader + 40] = 7;  // checksum kind
   EXPECT_EQ(decode(d).error().message, "done.checksum_kind: unknown kind 7");
+  auto o = encode(Offer{{1, 2, 3, 4}, 1, 0});
+  o[kControlHeader + 44] = 4;  // flags: the first unknown bit
+  EXPECT_EQ(decode(o).error().message, "offer.flags: unknown flags 4");
+  o[kControlHeader + 44] = 0;
+  o[kControlHeader + 45] = 3;  // checksum kind
+  EXPECT_EQ(decode(o).error().message, "offer.checksum_kind: unknown kind 3");
+  auto c = encode(Cancel{{1, 2, 3, 4}});
+  c[kControlHeader + 28] = 2;
+  EXPECT_EQ(decode(c).error().message, "cancel.answer: expected 0 or 1, got 2");
 }
 
 TEST(Control, PieceHeaderRoundTripsAndIsChecked) {

@@ -47,11 +47,12 @@ class MemNet {
   struct Message {
     int to = 0;  // side
     bool piece = false;
+    bool eager = false;  // an eager offer (control) with the transfer's bytes
     Control control;
     int route = -1;
     PieceHeader header;
     std::vector<uint8_t> bytes;
-    uint64_t senderXfer = 0;   // piece: the sender's transfer, told when the piece is done
+    uint64_t senderXfer = 0;   // piece or eager offer: the sender's transfer, told when done
     std::string what;          // "B->A offer", "B->A piece 2", ...
   };
 
@@ -77,6 +78,17 @@ class MemNet {
       msg.bytes.assign(src, src + n);
       msg.senderXfer = xfer;
       msg.what = net_.label(side_, "piece@" + std::to_string(h.offset));
+      net_.enqueue(std::move(msg));
+    }
+    void sendEager(uint64_t, size_t, const Offer& m, std::span<const Extent> src,
+                   uint64_t xfer) override {
+      Message msg;
+      msg.to = 1 - side_;
+      msg.eager = true;
+      msg.control = m;
+      for (const Extent& b : src) msg.bytes.insert(msg.bytes.end(), b.addr, b.addr + b.length);
+      msg.senderXfer = xfer;
+      msg.what = net_.label(side_, "eager offer");
       net_.enqueue(std::move(msg));
     }
     void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
@@ -152,7 +164,7 @@ class MemNet {
 
   static std::string controlName(const Control& m) {
     static const char* names[] = {"advertise", "done", "verdict", "epoch", "credit", "offer",
-                                  "hello", "proof", "cancel"};
+                                  "hello", "cancel"};
     return names[m.index()];
   }
   std::string label(int from, const std::string& what) const {
@@ -208,6 +220,10 @@ class MemNet {
   void deliver(const Message& m) {
     Protocol& to = *protocols_[m.to];
     const uint64_t from = m.to == 0 ? kPeerOfA : kPeerOfB;
+    if (m.eager) {
+      to.onEager(from, std::get<Offer>(m.control), m.bytes.data(), m.bytes.size());
+      return;
+    }
     if (!m.piece) {
       to.onControl(from, m.control);
       return;
@@ -221,7 +237,7 @@ class MemNet {
     }
   }
   void finishPiece(const Message& m) {
-    if (m.piece && m.senderXfer != 0) protocols_[1 - m.to]->pieceSent(m.senderXfer, true);
+    if ((m.piece || m.eager) && m.senderXfer != 0) protocols_[1 - m.to]->pieceSent(m.senderXfer, true);
   }
   void notify(size_t seq) {
     if (afterEach) afterEach(seq);

@@ -66,6 +66,9 @@ INSTANTIATE_TEST_SUITE_P(
         Good{"fallback=tcp", Profile{}},
         Good{"steer=roundrobin", Profile{.steer = Steer::kRoundRobin}},
         Good{"steer=adaptive", Profile{}},
+        Good{"eager=0", Profile{.eager = 0}},
+        Good{"eager=1M", Profile{.eager = 1 << 20}},
+        Good{"eager=256K", Profile{}},
         Good{"rc,ud", Profile{.service = Service::kUd}},        // a later token wins
         Good{"lanes=2,lanes=8", Profile{.lanes = 8}},
         Good{"unordered,order=ordered", Profile{}}));
@@ -92,7 +95,7 @@ TEST_P(ProfileBad, OneLineNamesVariableTokenAndAllowed) {
 
 #define KEYS                                                                                    \
   "expected key=value with key service, order, lanes, chunk, credits, timeout, retries, verify, " \
-  "tc, sl, fallback or steer, or one of rc, ud, ordered, unordered"
+  "tc, sl, fallback, steer or eager, or one of rc, ud, ordered, unordered"
 #define CLASSES "expected a class DEFAULT, KV, A2A, CTRL, CKPT or a number from 0 to 255"
 
 INSTANTIATE_TEST_SUITE_P(
@@ -160,7 +163,11 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"PACT_TC_01", "rc", "invalid PACT_TC_01='rc': '01': " CLASSES},
         Bad{"PACT_TC_-1", "rc", "invalid PACT_TC_-1='rc': '-1': " CLASSES},
         Bad{"PACT_TC_kv", "rc", "invalid PACT_TC_kv='rc': 'kv': " CLASSES},
-        Bad{"PACT_TC_", "rc", "invalid PACT_TC_='rc': '': " CLASSES}));
+        Bad{"PACT_TC_", "rc", "invalid PACT_TC_='rc': '': " CLASSES},
+        Bad{"PACT_TC_KV", "eager=2M",
+            "invalid PACT_TC_KV='eager=2M': 'eager=2M': expected 0 (never) or a size up to 1M"},
+        Bad{"PACT_TC_KV", "eager=big",
+            "invalid PACT_TC_KV='eager=big': 'eager=big': expected 0 (never) or a size up to 1M"}));
 
 TEST(ClassTable, BuiltInDefaults) {
   ClassTable t;
@@ -179,7 +186,7 @@ TEST(ClassTable, BuiltInDefaults) {
   EXPECT_EQ(d.steer, Steer::kAdaptive);
   EXPECT_EQ(d.describe(),
             "service=auto,order=ordered,lanes=1,chunk=512K,credits=0,timeout=0,retries=0,"
-            "verify=none,tc=default,sl=default,fallback=tcp,steer=adaptive");
+            "verify=none,tc=default,sl=default,fallback=tcp,steer=adaptive,eager=256K");
   EXPECT_EQ(t.forNccl(-1), d);
   EXPECT_EQ(t.forName("KV"), d);
 }
@@ -281,7 +288,7 @@ TEST(ParamsClasses, EffectiveListsEachClassVariable) {
   EXPECT_EQ(std::vector<std::string>(names.end() - 7, names.end()), expectedTail);
   EXPECT_EQ(eff[eff.size() - 6].second, "service=ud,order=ordered,lanes=2,chunk=512K,credits=0,"
                                         "timeout=0,retries=0,verify=none,tc=default,sl=default,"
-                                        "fallback=tcp,steer=adaptive");
+                                        "fallback=tcp,steer=adaptive,eager=256K");
 }
 
 TEST(ParamsClasses, TableDocumentsTheFamilyAndMarkdownEveryKey) {
@@ -290,7 +297,7 @@ TEST(ParamsClasses, TableDocumentsTheFamilyAndMarkdownEveryKey) {
   for (const char* n : {"PACT_TC_DEFAULT", "PACT_TC_<n>", "PACT_TC_KV", "PACT_TC_A2A",
                         "PACT_TC_CTRL", "PACT_TC_CKPT"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
-  EXPECT_EQ(profileKeys().size(), 12u);
+  EXPECT_EQ(profileKeys().size(), 13u);
   const std::string md = Params::markdown();
   const std::string help = Params::profileHelp();
   for (const auto& k : profileKeys()) {

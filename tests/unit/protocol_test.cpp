@@ -1,6 +1,7 @@
 // The commit protocol over the in-memory link (mem_link.h), exhaustively: a 3-piece transfer
 // from B to A, and for every message of a clean run (each control frame and each piece) every
-// single fault (drop, duplicate, reorder, delay), over eager and rendezvous landing; then an
+// single fault (drop, duplicate, reorder, delay), over eager and rendezvous landing of pieces
+// and as one eager offer (the bytes with the offer, docs/engine.md "Eager transfers"); then an
 // epoch switch at the receiver, and a release by either application, after every message. Each
 // run must end with both transfers final and nothing open, and either committed once and
 // byte-exact on both sides, or a specific error on both: never a partial, stale or duplicated
@@ -29,6 +30,14 @@ struct Result {
   std::string log;
 };
 
+// How the transfer's bytes travel: as pieces copied on arrival or fetched (rendezvous), or
+// with an eager offer.
+enum class Mode { kEagerPieces, kRendezvousPieces, kEagerOffer };
+
+// An eager offer needs the receiver's credit grant first: those two messages are delivered
+// before the transfer starts, so the faults and steps of the tests begin after them.
+size_t firstMessage(Mode m) { return m == Mode::kEagerOffer ? 2 : 0; }
+
 struct Exchange {
   MemNet net;
   std::unique_ptr<Protocol> a, b;  // a receives, b sends
@@ -37,20 +46,23 @@ struct Exchange {
   uint64_t rx = 0, tx = 0;
   int commits = 0;
 
-  explicit Exchange(bool rendezvous, int retries = 2, const char* senderFault = nullptr) {  // NOLINT
+  explicit Exchange(Mode mode, int retries = 2, const char* senderFault = nullptr,  // NOLINT
+                    const char* receiverFault = nullptr) {
     Profile p;
     p.order = Order::kUnordered;  // cut at the chunk: three pieces
     p.chunk = kChunk;
+    p.eager = mode == Mode::kEagerOffer ? kBytes : 0;
     p.retries = retries;
     p.verify = Verify::kCrc32c;
     p.timeout = std::chrono::seconds(2);
     ProtocolConfig ca{"A", kEpoch, 0, {p}, 1024, {}, &virtualNow};
     ProtocolConfig cb{"B", kEpoch, 0, {p}, 1024, {}, &virtualNow};
     if (senderFault != nullptr) cb.fault = *FaultParser::parse(senderFault);
+    if (receiverFault != nullptr) ca.fault = *FaultParser::parse(receiverFault);
     a = std::make_unique<Protocol>(ca, net.link(0));
     b = std::make_unique<Protocol>(cb, net.link(1));
     net.attach(a.get(), b.get());
-    net.setRendezvous(rendezvous);
+    net.setRendezvous(mode == Mode::kRendezvousPieces);
     a->setCommitHook([this](uint64_t, const TransferKey&, uint64_t, std::span<const BlockRef>) {
       ++commits;
       return true;
@@ -62,12 +74,25 @@ struct Exchange {
     pact::test::fillPattern(src.data(), kBytes, 77);
     a->peerReady(MemNet::kPeerOfA, "B");
     b->peerReady(MemNet::kPeerOfB, "A");
+    if (mode == Mode::kEagerOffer) net.run();  // the credit grants
   }
+  static constexpr TransferKey kKey{1, 2, kEpoch, 0};
   void start() {
-    const TransferKey key{1, 2, kEpoch, 0};
-    const BlockRef to{&dstMr, 0, kBytes}, from{&srcMr, 0, kBytes};
-    ASSERT_EQ(a->expect(key, std::span(&to, 1), 0, 0, &rx), Status::kOk) << lastError();
-    ASSERT_EQ(b->send(MemNet::kPeerOfB, key, std::span(&from, 1), 0, 0, &tx), Status::kOk) << lastError();
+    expectIt();
+    sendIt();
+  }
+  void expectIt() {
+    const BlockRef to{&dstMr, 0, kBytes};
+    ASSERT_EQ(a->expect(kKey, std::span(&to, 1), 0, 0, &rx), Status::kOk) << lastError();
+  }
+  void sendIt() {
+    const BlockRef from{&srcMr, 0, kBytes};
+    ASSERT_EQ(b->send(MemNet::kPeerOfB, kKey, std::span(&from, 1), 0, 0, &tx), Status::kOk) << lastError();
+  }
+  std::string log() const {
+    std::string out;
+    for (const auto& l : net.log()) out += l + "\n";
+    return out;
   }
   Result finish() {
     net.run();
@@ -106,8 +131,9 @@ void expectSound(const Result& r, const std::string& what, const std::set<Status
 }
 
 // Messages of a clean run (2 credit grants, offer, advertise, 3 pieces, done, verdict).
-size_t cleanRunMessages(bool rendezvous) {
-  Exchange run(rendezvous);
+// With an eager offer: 2 credit grants, the eager offer, the verdict.
+size_t cleanRunMessages(Mode mode) {
+  Exchange run(mode);
   run.start();
   const Result r = run.finish();
   EXPECT_EQ(r.rx, Status::kOk);
@@ -119,7 +145,7 @@ size_t cleanRunMessages(bool rendezvous) {
 
 // Every trace event of the sender names its receiver, ALLOCATED included (it carried 0).
 TEST(ProtocolTrace, TheSendersEventsNameItsPeerFromTheFirst) {
-  Exchange run(false);
+  Exchange run(Mode::kEagerPieces);
   run.start();
   run.net.run();
   uint64_t cursor = 0;
@@ -130,16 +156,26 @@ TEST(ProtocolTrace, TheSendersEventsNameItsPeerFromTheFirst) {
   for (size_t i = 0; i < n; ++i) EXPECT_EQ(events[i].peer, MemNet::kPeerOfB) << "event " << i;
 }
 
-class ProtocolFaults : public ::testing::TestWithParam<bool> {};
+class ProtocolFaults : public ::testing::TestWithParam<Mode> {};
+
+const char* modeName(Mode m) {
+  switch (m) {
+    case Mode::kEagerPieces: return "eager pieces";
+    case Mode::kRendezvousPieces: return "rendezvous pieces";
+    case Mode::kEagerOffer: return "eager offer";
+  }
+  return "?";
+}
 
 TEST_P(ProtocolFaults, EverySingleFaultOfEveryMessageEndsCommittedOnceOrInASpecificError) {
-  const bool rendezvous = GetParam();
-  const size_t messages = cleanRunMessages(rendezvous);
-  ASSERT_EQ(messages, 9u) << "the clean run's shape changed: update this test";
+  const Mode mode = GetParam();
+  const size_t messages = cleanRunMessages(mode);
+  ASSERT_EQ(messages, mode == Mode::kEagerOffer ? 4u : 9u)
+      << "the clean run's shape changed: update this test";
   int committed = 0, failed = 0;
-  for (size_t seq = 0; seq < messages; ++seq) {
+  for (size_t seq = firstMessage(mode); seq < messages; ++seq) {
     for (Fault f : {Fault::kDrop, Fault::kDuplicate, Fault::kReorder, Fault::kDelay}) {
-      Exchange run(rendezvous);
+      Exchange run(mode);
       run.net.setFault(seq, f);
       run.start();
       const Result r = run.finish();
@@ -149,17 +185,20 @@ TEST_P(ProtocolFaults, EverySingleFaultOfEveryMessageEndsCommittedOnceOrInASpeci
       (r.rx == Status::kOk ? committed : failed) += 1;
     }
   }
-  // Duplicates, reorders, delays and the loss of a piece, a Done or a verdict are all repaired.
-  EXPECT_GE(committed, static_cast<int>(4 * messages) - 2);
+  // Duplicates, reorders, delays and the loss of a piece, a Done or a verdict are all repaired
+  // (and with an eager offer the loss of the offer or of its bytes: the sender says it again).
+  const size_t tried = messages - firstMessage(mode);
+  EXPECT_GE(committed, static_cast<int>(4 * tried) - (mode == Mode::kEagerOffer ? 0 : 2));
   std::printf("[   INFO   ] %s: %zu messages x 4 faults: %d committed, %d ended DEADLINE\n",
-              rendezvous ? "rendezvous" : "eager", messages, committed, failed);
+              modeName(mode), tried, committed, failed);
 }
 
 TEST_P(ProtocolFaults, AnEpochSwitchAtEveryStepNeverCommitsAStaleTransfer) {
-  const bool rendezvous = GetParam();
-  const size_t messages = cleanRunMessages(rendezvous);
+  const Mode mode = GetParam();
+  const size_t messages = cleanRunMessages(mode);
   for (size_t at = 0; at <= messages; ++at) {
-    Exchange run(rendezvous);
+    if (at != 0 && at <= firstMessage(mode)) continue;
+    Exchange run(mode);
     int commitsAtSwitch = -1;
     run.net.afterEach = [&](size_t seq) {
       if (seq + 1 == at && commitsAtSwitch < 0) {
@@ -185,11 +224,11 @@ TEST_P(ProtocolFaults, AnEpochSwitchAtEveryStepNeverCommitsAStaleTransfer) {
 }
 
 TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
-  const bool rendezvous = GetParam();
-  const size_t messages = cleanRunMessages(rendezvous);
+  const Mode mode = GetParam();
+  const size_t messages = cleanRunMessages(mode);
   for (int side = 0; side < 2; ++side) {
-    for (size_t at = 0; at < messages; ++at) {
-      Exchange run(rendezvous);
+    for (size_t at = firstMessage(mode); at < messages; ++at) {
+      Exchange run(mode);
       bool done = false;
       int commitsAtRelease = -1;
       run.net.afterEach = [&](size_t seq) {
@@ -230,7 +269,7 @@ TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
 // for the next attempt; after `retries` attempts it gives up (INCOMPLETE on both sides).
 TEST(ProtocolPacing, EachRetryWaitsTheStragglerGraceOnce) {
   constexpr int kRetries = 30;  // past 200 ms: the sender repeats its Done meanwhile
-  Exchange run(false, kRetries, "drop=1,seed=1");
+  Exchange run(Mode::kEagerPieces, kRetries, "drop=1,seed=1");
   run.net.setLatency(std::chrono::microseconds(700));  // so the repeats fall between attempts
   std::vector<TimePoint> verdicts;  // when the receiver's verdicts (retry, then abort) arrived
   run.net.afterEach = [&](size_t seq) {
@@ -253,8 +292,109 @@ TEST(ProtocolPacing, EachRetryWaitsTheStragglerGraceOnce) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Landing, ProtocolFaults, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "Rendezvous" : "Eager"; });
+// ---- eager offers: the paths a clean run does not take ----
+
+XferInfo infoOf(const Protocol& p, uint64_t id) {
+  XferInfo i{};
+  EXPECT_EQ(p.query(id, &i), Status::kOk);
+  return i;
+}
+
+// Offered before the receiver expects it: the bytes are not kept; the expect advertises and they
+// come again as pieces.
+TEST(ProtocolEager, AnOfferBeforeTheExpectComesAgainAsPieces) {
+  Exchange run(Mode::kEagerOffer);
+  run.sendIt();
+  run.net.run(std::chrono::milliseconds(1));
+  EXPECT_EQ(run.a->counters().get(telemetry::kBytesReceived), 0u);
+  run.expectIt();
+  const Result r = run.finish();
+  EXPECT_EQ(r.rx, Status::kOk);
+  EXPECT_EQ(r.tx, Status::kOk);
+  EXPECT_TRUE(r.exact);
+  EXPECT_EQ(r.commits, 1);
+  EXPECT_NE(r.log.find("A->B advertise"), std::string::npos) << r.log;
+  EXPECT_NE(r.log.find("B->A piece"), std::string::npos) << r.log;
+}
+
+// The receiver took back the sender's credit after the offer left: the bytes arriving unasked
+// do not land; the transfer waits for credit and then moves as pieces.
+TEST(ProtocolEager, WithoutCreditTheBytesDoNotLandAndComeAsPiecesWhenGranted) {
+  Exchange run(Mode::kEagerOffer);
+  run.expectIt();
+  run.sendIt();
+  ASSERT_EQ(run.a->setCredit(MemNet::kPeerOfA, 0), Status::kOk);
+  run.net.run(std::chrono::milliseconds(1));
+  EXPECT_FALSE(infoOf(*run.a, run.rx).final);
+  EXPECT_EQ(run.a->counters().get(telemetry::kBytesReceived), 0u);
+  EXPECT_EQ(run.a->counters().get(telemetry::kStagedBytes), 0u);
+  ASSERT_EQ(run.a->setCredit(MemNet::kPeerOfA, kUnlimited), Status::kOk);
+  const Result r = run.finish();
+  EXPECT_EQ(r.rx, Status::kOk);
+  EXPECT_EQ(r.tx, Status::kOk);
+  EXPECT_TRUE(r.exact);
+  EXPECT_EQ(r.commits, 1);
+}
+
+// Eager bytes that fail their checksum are asked for again by the advertisement (a retry), then
+// as pieces; with every landing corrupted the retries run out: CHECKSUM on both sides.
+TEST(ProtocolEager, CorruptEagerBytesAreAskedForAgainAsPieces) {
+  Exchange run(Mode::kEagerOffer, 2, nullptr, "corrupt=1,seed=3");
+  run.start();
+  const Result r = run.finish();
+  EXPECT_EQ(r.rx, Status::kChecksum) << statusName(r.rx) << "\n" << r.log;
+  EXPECT_EQ(r.tx, Status::kChecksum) << statusName(r.tx);
+  EXPECT_EQ(r.commits, 0);
+  EXPECT_EQ(r.open, 0u);
+  EXPECT_EQ(run.a->counters().get(telemetry::kRetried), 2u);
+  const size_t eager = r.log.find("B->A eager offer"), advertise = r.log.find("A->B advertise");
+  ASSERT_NE(advertise, std::string::npos) << r.log;
+  EXPECT_LT(eager, advertise) << r.log;
+}
+
+// A second send of a committed key, offered eagerly, is refused as a duplicate (not taken for
+// the first one's repeated offer) and commits nothing.
+TEST(ProtocolEager, ASecondSendOfACommittedKeyIsADuplicate) {
+  Exchange run(Mode::kEagerOffer);
+  run.start();
+  Result r = run.finish();
+  ASSERT_EQ(r.rx, Status::kOk);
+  ASSERT_EQ(r.tx, Status::kOk);
+  run.sendIt();
+  run.net.run();
+  const XferInfo again = infoOf(*run.b, run.tx);
+  EXPECT_TRUE(again.final);
+  EXPECT_EQ(again.result, Status::kDuplicate) << statusName(again.result) << "\n" << run.log();
+  EXPECT_EQ(run.commits, 1);
+}
+
+// A sender that releases an eager transfer the receiver has not expected yet cannot know
+// whether it committed: its Cancel is answered, both end CANCELED and nothing stays open.
+TEST(ProtocolEager, AReleaseBeforeTheExpectIsAnsweredAndEndsCanceled) {
+  Exchange run(Mode::kEagerOffer);
+  run.sendIt();
+  run.net.run(std::chrono::milliseconds(1));
+  EXPECT_EQ(run.b->release(run.tx), Status::kInProgress);  // it waits for the answer
+  run.net.run();
+  EXPECT_EQ(run.b->openTransfers(), 0u) << run.log();
+  run.expectIt();  // the offer is gone: the expect waits (ends at its deadline or release)
+  run.net.run(std::chrono::milliseconds(1));
+  EXPECT_FALSE(infoOf(*run.a, run.rx).final);
+  EXPECT_EQ(run.commits, 0);
+  EXPECT_NE(run.log().find("B->A cancel"), std::string::npos) << run.log();
+}
+
+INSTANTIATE_TEST_SUITE_P(Landing, ProtocolFaults,
+                         ::testing::Values(Mode::kEagerPieces, Mode::kRendezvousPieces,
+                                           Mode::kEagerOffer),
+                         [](const auto& info) {
+                           switch (info.param) {
+                             case Mode::kEagerPieces: return "Eager";
+                             case Mode::kRendezvousPieces: return "Rendezvous";
+                             case Mode::kEagerOffer: return "EagerOffer";
+                           }
+                           return "?";
+                         });
 
 }  // namespace
 }  // namespace pact::engine::test

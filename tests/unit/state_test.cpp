@@ -18,6 +18,7 @@ const std::map<std::pair<S, E>, S>& legal() {
   static const std::map<std::pair<S, E>, S> m = [] {
     std::map<std::pair<S, E>, S> t = {
         {{S::kAllocated, E::kAdvertise}, S::kAdvertised},
+        {{S::kAllocated, E::kEager}, S::kAdvertised},
         {{S::kAdvertised, E::kPost}, S::kPosted},
         {{S::kPosted, E::kSend}, S::kInFlight},
         {{S::kInFlight, E::kRemoteDone}, S::kRemoteDone},
