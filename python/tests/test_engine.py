@@ -62,6 +62,20 @@ def test_poll_reports_each_final_transfer_once(pair):
     assert rx.stats()["tracked_transfers"] == 0
 
 
+def test_a_poll_that_waits_for_nothing_sleeps(pair):
+    """Engine.poll(timeout) with a progress thread polls only while the engine is busy
+    (PACT_PROGRESS_SPIN), then sleeps: it used to spin for its whole timeout."""
+    tx, rx, peer = pair
+    x = rx.expect(pact.Key(77, 0, 1), [rx.register(bytearray(64)).block(0, 64)])  # never sent
+    time.sleep(0.01)  # past the spin window of the expect
+    cpu0, wall0 = time.process_time(), time.monotonic()
+    assert rx.poll(timeout=0.5) == []
+    cpu, wall = time.process_time() - cpu0, time.monotonic() - wall0
+    assert wall >= 0.45
+    assert cpu < 0.2 * wall, f"poll used {cpu:.3f} s of CPU in {wall:.3f} s"
+    x.release()
+
+
 def test_dropped_transfer_keeps_its_memory_until_final(pair):
     tx, rx, peer = pair
     dst = bytearray(1 << 16)
