@@ -228,6 +228,9 @@ class Protocol {
   void armResend(Transfer& x);
   // The checksum of x's blocks (verify kind x.verify); GPU blocks are read through staging_.
   Result<uint64_t> digestBlocks(const Transfer& x);
+  // The checksum Done (or an eager offer) carries into *out, when x's class verifies; false when
+  // it cannot be computed (x is settled then).
+  bool senderChecksum(Transfer& x, uint64_t* out);
 
   ProtocolConfig config_;
   Link& link_;

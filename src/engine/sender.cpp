@@ -76,14 +76,7 @@ bool Protocol::eagerFits(const Transfer& x, const PeerView& p) const {
 // again as pieces.
 void Protocol::sendEager(Transfer& x) {
   Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, wireKind(x.verify), 0};
-  if (x.verify != Verify::kNone) {
-    auto digest = digestBlocks(x);
-    if (!digest.ok()) {
-      settle(x, Event::kFatalError, digest.status());
-      return;
-    }
-    m.checksum = *digest;
-  }
+  if (!senderChecksum(x, &m.checksum)) return;
   x.eager = true;
   x.creditHeld = true;
   peer(x.peer)->creditInUse += x.bytes;
@@ -212,18 +205,22 @@ Result<uint64_t> Protocol::digestBlocks(const Transfer& x) {
   return digest.value();
 }
 
+bool Protocol::senderChecksum(Transfer& x, uint64_t* out) {
+  if (x.verify == Verify::kNone) return true;
+  auto digest = digestBlocks(x);
+  if (!digest.ok()) {
+    settle(x, Event::kFatalError, digest.status());
+    return false;
+  }
+  *out = *digest;
+  return true;
+}
+
 void Protocol::sendDone(Transfer& x) {
   if (peer(x.peer) == nullptr) return;
   const bool lost = inject(fault_.loseRemoteDone);
   Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
-  if (x.verify != Verify::kNone) {
-    auto digest = digestBlocks(x);
-    if (!digest.ok()) {
-      settle(x, Event::kFatalError, digest.status());
-      return;
-    }
-    d.checksum = *digest;
-  }
+  if (!senderChecksum(x, &d.checksum)) return;
   // On the class's first lane, behind the pieces it carried (the others may still be landing:
   // the receiver waits for them).
   if (!lost) link_.sendControl(x.peer, d, static_cast<int>(x.route));
