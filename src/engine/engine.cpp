@@ -132,7 +132,7 @@ void Engine::shutdown() {
 // else it sleeps, on the event fds or, with a progress thread, until that thread sees an event.
 Status Engine::progress(int timeoutMs) {
   std::unique_lock lock(mu_);
-  appPolled();
+  stamp(lastAppPoll_);
   if (progressLocked() > 0 || timeoutMs <= 0) return Status::kOk;
   if (spinning()) {
     yieldLocked(lock);
@@ -161,14 +161,14 @@ int Engine::progressLocked() {
   }
   events += fireTimers();
   if (events > 0) {
-    touch();
+    stamp(lastActivity_);
     cv_.notify_all();
   }
   return events;
 }
 
 void Engine::wake() {
-  touch();  // the application started something: spin for its answer
+  stamp(lastActivity_);  // the application started something: poll for its answer
   const uint64_t one = 1;
   ssize_t n = ::write(wakeFd_.get(), &one, sizeof one);
   (void)n;
@@ -203,7 +203,7 @@ void Engine::runProgressThread() {
       waitersDone_.wait(lock, [this] { return pollingWaiters_ == 0 || stop_; });
       continue;
     }
-    if (appPolledRecently()) {  // the application calls pact_progress in a loop of its own
+    if (within(lastAppPoll_, kAppPollGrace)) {  // the application calls pact_progress in a loop
       waitersDone_.wait_for(lock, kAppPollGrace);
       continue;
     }
@@ -216,24 +216,17 @@ void Engine::runProgressThread() {
   }
 }
 
+void Engine::stamp(std::atomic<int64_t>& at) {
+  at.store(now().time_since_epoch().count(), std::memory_order_relaxed);
+}
+
+bool Engine::within(const std::atomic<int64_t>& at, std::chrono::microseconds window) {
+  return now().time_since_epoch().count() - at.load(std::memory_order_relaxed) <
+         std::chrono::duration_cast<Clock::duration>(window).count();
+}
+
 bool Engine::spinning() const {
-  const int64_t last = lastActivity_.load(std::memory_order_relaxed);
-  return params_.progress_spin.count() > 0 &&
-         now().time_since_epoch().count() - last <
-             std::chrono::duration_cast<Clock::duration>(params_.progress_spin).count();
-}
-
-void Engine::appPolled() {
-  lastAppPoll_.store(now().time_since_epoch().count(), std::memory_order_relaxed);
-}
-
-bool Engine::appPolledRecently() const {
-  return now().time_since_epoch().count() - lastAppPoll_.load(std::memory_order_relaxed) <
-         std::chrono::duration_cast<Clock::duration>(kAppPollGrace).count();
-}
-
-void Engine::touch() {
-  lastActivity_.store(now().time_since_epoch().count(), std::memory_order_relaxed);
+  return params_.progress_spin.count() > 0 && within(lastActivity_, params_.progress_spin);
 }
 
 // Lets the other threads in (the application's calls, the other engines' progress) between two

@@ -199,9 +199,9 @@ class Engine final : private Link {
   // Whether the engine had something to do within PACT_PROGRESS_SPIN: then its progress thread
   // and its waiters poll instead of sleeping.
   bool spinning() const;
-  void touch();
-  void appPolled();
-  bool appPolledRecently() const;
+  // Clock ticks of now() into at; whether at lies within window of now().
+  static void stamp(std::atomic<int64_t>& at);
+  static bool within(const std::atomic<int64_t>& at, std::chrono::microseconds window);
   void yieldLocked(std::unique_lock<std::mutex>& lock);
   void runProgressThread();
   int fireTimers();

@@ -73,6 +73,12 @@ void Protocol::onControl(uint64_t from, const Control& m) {
       m);
 }
 
+void Protocol::releaseEager(Transfer& x, PeerView& p) {
+  if (!x.eagerHeld) return;
+  p.eagerInFlight -= std::min(p.eagerInFlight, x.bytes);
+  x.eagerHeld = false;
+}
+
 void Protocol::onEager(uint64_t from, const Offer& m, const uint8_t* data, size_t length) {
   if (peer(from) == nullptr) return;
   if (data != nullptr && length != m.bytes) {
@@ -211,6 +217,7 @@ void Protocol::settle(Transfer& x, Event e, Status result) {
     sending_.erase({x.peer, x.key});
     PeerView* p = peer(x.peer);
     if (p != nullptr && x.creditHeld) p->creditInUse -= std::min(p->creditInUse, x.bytes);
+    if (p != nullptr) releaseEager(x, *p);
     x.creditHeld = false;
   } else {
     receiving_.erase(x.key);

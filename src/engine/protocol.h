@@ -119,7 +119,11 @@ class Protocol {
   struct PeerView {
     std::string name;
     uint64_t creditBudget = 0;  // kUnlimited, or bytes (0 grants nothing)
-    uint64_t creditInUse = 0;
+    uint64_t creditInUse = 0;   // advertised to this sender, not final (pact_peer_credit)
+    // Eager bytes sent and not answered (neither verdict nor advertisement): they count against
+    // the grant when deciding to send eagerly, not in creditInUse (the receiver took no credit
+    // for those it keeps waiting, and advertises others meanwhile).
+    uint64_t eagerInFlight = 0;
     bool creditKnown = false;   // a CreditUpdate came (eager offers wait for one)
     bool lost = false;          // gone; what it was granted stays readable (pact_peer_credit)
   };
@@ -196,6 +200,7 @@ class Protocol {
   void sendAdvertise(Transfer& x);
   bool classCreditFits(const Transfer& x) const;
   void sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reason r, uint32_t attempt = 0);
+  bool copyIn(Transfer& x, const Extent& b, uint8_t* dst, const void* src, size_t n);
   void landed(Transfer& x, uint8_t* dst, uint64_t length);
   // PACT_FAULT corrupt: flips a bit of [dst, dst + length), one of x's blocks.
   void maybeCorrupt(Transfer& x, uint8_t* dst, uint64_t length);
@@ -218,6 +223,7 @@ class Protocol {
   void senderWithdraw(Transfer& x, Status result, bool waitVerdict);
   // Whether x may go eagerly to p: small enough for its class, host memory, within p's grant.
   bool eagerFits(const Transfer& x, const PeerView& p) const;
+  void releaseEager(Transfer& x, PeerView& p);
   void sendEager(Transfer& x);
   // An eager transfer not advertised yet: its offer again (the offer or the verdict may be lost,
   // or the receiver waits for its expect or credit); released: Cancel, answered with the verdict.

@@ -129,9 +129,9 @@ void Protocol::onOffer(uint64_t from, const Offer& m, const uint8_t* data) {
   if (x == nullptr) {
     // The same sender again (a repeated eager offer, or a copy): it still waits for the expect.
     // (A sender never has two sends of one key open to one receiver.)
-    if (auto pending = offers_.find(k); pending != offers_.end() && pending->second.peer == from)
-      return;
-    if (offers_.count(k) != 0 || offers_.size() >= (1u << 16)) {
+    auto pending = offers_.find(k);
+    if (pending != offers_.end() && pending->second.peer == from) return;
+    if (pending != offers_.end() || offers_.size() >= (1u << 16)) {
       counters_.add(telemetry::kDuplicatesDropped);
       sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
       return;
@@ -176,7 +176,6 @@ void Protocol::bindPeer(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
 // had come; a failed check asks for them as pieces.
 void Protocol::matchEager(Transfer& x, uint64_t from, const Offer& m, const uint8_t* data) {
   bindPeer(x, from, m.deadlineUs);
-  x.eager = true;
   if (!credits_.fits(from, x.bytes) || !classCreditFits(x)) {
     match(x, from, m.deadlineUs);  // advertised when credit comes; the bytes come as pieces
     return;
@@ -185,17 +184,9 @@ void Protocol::matchEager(Transfer& x, uint64_t from, const Offer& m, const uint
   step(x, Event::kEager);
   step(x, Event::kPost);
   step(x, Event::kSend);
-  const uint8_t* from_ = data;
   for (const Extent& b : x.blocks) {
-    if (b.type == ucx::MemoryType::kHost) {
-      std::memcpy(b.addr, from_, b.length);
-    } else if (transport::copyIn(config_.cudaDriver, b.addr, from_, b.length, b.type) != Status::kOk) {
-      PACT_WARN("engine %s: %s: the CUDA driver could not copy eager bytes into a GPU block",
-                config_.name.c_str(), keyText(x.key).c_str());
-      receiverAbort(x, Event::kFatalError, Status::kInternal, Reason::kIncomplete);
-      return;
-    }
-    from_ += b.length;
+    if (!copyIn(x, b, b.addr, data, b.length)) return;
+    data += b.length;
   }
   maybeCorrupt(x, x.blocks.front().addr, x.blocks.front().length);
   x.eagerLanded = true;
@@ -351,15 +342,7 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
   const Extent& block = x->blocks[h.block];
   uint8_t* dst = block.addr + h.offset;
   if (!rendezvous) {
-    // An eager piece is in UCX's host buffer: into a GPU block through the driver's copy.
-    if (block.type == ucx::MemoryType::kHost) {
-      std::memcpy(dst, data, length);
-    } else if (transport::copyIn(config_.cudaDriver, dst, data, length, block.type) != Status::kOk) {
-      PACT_WARN("engine %s: %s: the CUDA driver could not copy a piece into its GPU block",
-                config_.name.c_str(), keyText(x->key).c_str());
-      receiverAbort(*x, Event::kFatalError, Status::kInternal, Reason::kIncomplete);
-      return drop;
-    }
+    if (!copyIn(*x, block, dst, data, length)) return drop;
     landed(*x, dst, length);
     return PieceVerdict::kDone;
   }
@@ -381,6 +364,20 @@ void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uin
     return;
   }
   landed(x, dst, length);
+}
+
+// Bytes in UCX's host buffer (an eager piece or eager offer) into block b at dst: a GPU block
+// through the driver's copy. False (x aborted) when the driver fails.
+bool Protocol::copyIn(Transfer& x, const Extent& b, uint8_t* dst, const void* src, size_t n) {
+  if (b.type == ucx::MemoryType::kHost) {
+    std::memcpy(dst, src, n);
+    return true;
+  }
+  if (transport::copyIn(config_.cudaDriver, dst, src, n, b.type) == Status::kOk) return true;
+  PACT_WARN("engine %s: %s: the CUDA driver could not copy received bytes into a GPU block",
+            config_.name.c_str(), keyText(x.key).c_str());
+  receiverAbort(x, Event::kFatalError, Status::kInternal, Reason::kIncomplete);
+  return false;
 }
 
 void Protocol::landed(Transfer& x, uint8_t* dst, uint64_t length) {

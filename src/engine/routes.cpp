@@ -244,7 +244,7 @@ void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<co
   Peer* p = peerByToken(peer);
   transport::Lanes* lanes = p == nullptr || !p->ctrl ? nullptr : lanesTo(*p, route);
   if (lanes == nullptr) {
-    proto_->pieceSent(xfer, false);  // (never from inside the protocol's call: see below)
+    proto_->pieceSent(xfer, false);  // at once, as sendPiece does (the protocol holds an op)
     return;
   }
   ControlOp* op = controlOps_.take();
@@ -254,16 +254,11 @@ void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<co
   encodeInto(m, &op->bytes);  // the AM header: the peer's token, then the offer's frame
   op->bytes.insert(op->bytes.begin(), reinterpret_cast<const uint8_t*>(&p->remoteToken),
                    reinterpret_cast<const uint8_t*>(&p->remoteToken) + sizeof p->remoteToken);
-  ucx::Endpoint& ep = lanes->endpoint(0);
-  ucs_status_t st;
-  if (src.size() == 1) {
-    st = ep.amSend(kAmEager, op->bytes.data(), op->bytes.size(), src[0].addr, src[0].length, true,
-                   op, UCS_MEMORY_TYPE_HOST);
-  } else {
-    op->iov.clear();
-    for (const Extent& b : src) op->iov.push_back({b.addr, b.length});
-    st = ep.amSendIov(kAmEager, op->bytes.data(), op->bytes.size(), op->iov.data(), op->iov.size(), op);
-  }
+  op->iov.clear();
+  for (const Extent& b : src) op->iov.push_back({b.addr, b.length});
+  const ucs_status_t st =
+      lanes->endpoint(0).amSend(kAmEager, op->bytes.data(), op->bytes.size(), op->iov.data(),
+                                op->iov.size(), true, op, UCS_MEMORY_TYPE_HOST, ucp_dt_make_iov());
   if (st != UCS_INPROGRESS) onEagerSent(op, st);
 }
 

@@ -64,8 +64,8 @@ bool Protocol::eagerFits(const Transfer& x, const PeerView& p) const {
   if (x.bytes > config_.routes[x.route].eager || x.blocks.size() > kMaxEagerBlocks || !p.creditKnown)
     return false;
   // Within what the receiver granted this sender: eager bytes are in flight unasked.
-  if (p.creditBudget != kUnlimited &&
-      (x.bytes > p.creditBudget || p.creditInUse > p.creditBudget - x.bytes))
+  const uint64_t inUse = p.creditInUse + p.eagerInFlight;
+  if (p.creditBudget != kUnlimited && (x.bytes > p.creditBudget || inUse > p.creditBudget - x.bytes))
     return false;
   return std::all_of(x.blocks.begin(), x.blocks.end(),
                      [](const Extent& b) { return b.type == ucx::MemoryType::kHost; });
@@ -78,8 +78,8 @@ void Protocol::sendEager(Transfer& x) {
   Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, wireKind(x.verify), 0};
   if (!senderChecksum(x, &m.checksum)) return;
   x.eager = true;
-  x.creditHeld = true;
-  peer(x.peer)->creditInUse += x.bytes;
+  x.eagerHeld = true;
+  peer(x.peer)->eagerInFlight += x.bytes;
   x.doneSent = true;
   x.doneSentAt = now();
   // Faults as for a piece: not delivered (the repeated offer recovers it), or delivered twice.
@@ -125,8 +125,8 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
     return;
   }
   for (const Block& b : m.blocks) x.remoteBlocks.push_back(b.length);
-  PeerView* p = peer(from);
-  if (p != nullptr && !x.creditHeld) {
+  if (PeerView* p = peer(from)) {
+    releaseEager(x, *p);  // answered: advertised
     p->creditInUse += x.bytes;
     x.creditHeld = true;
   }

@@ -72,13 +72,13 @@ struct Transfer {
   bool missingArmed = false;      // the grace timer for missing pieces runs (this attempt)
   Done done;                      // the sender's last Done of this attempt
 
-  // Either side: offered eagerly (the bytes came with the offer; docs/engine.md).
-  bool eager = false;
-  bool eagerLanded = false;       // receiver: this attempt's bytes are the eager offer's
+  bool eagerLanded = false;       // this attempt's bytes are the eager offer's (docs/engine.md)
 
   // Sender.
+  bool eager = false;             // offered eagerly: repeats the offer, not Done, until advertised
   std::vector<uint64_t> remoteBlocks;  // the receiver's block lengths (from Advertise)
   bool creditHeld = false;        // counted in the peer's creditInUse
+  bool eagerHeld = false;         // counted in the peer's eagerInFlight
   bool piecesPosted = false;
   bool doneSent = false;          // this attempt's Done left: a release can no longer un-commit
   TimePoint doneSentAt;

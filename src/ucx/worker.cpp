@@ -171,9 +171,11 @@ ucs_status_t Worker::amRecvData(void* descriptor, void* dst, size_t length, Op* 
 
 ucs_status_t Endpoint::amSend(unsigned id, const void* header, size_t headerLength,
                               const void* data, size_t length, bool eager, Op* op,
-                              ucs_memory_type_t memType) {
+                              ucs_memory_type_t memType, ucp_datatype_t datatype) {
   ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
+                    UCP_OP_ATTR_FIELD_DATATYPE;
+  rp.datatype = datatype;
   if (memType != UCS_MEMORY_TYPE_UNKNOWN) {
     rp.op_attr_mask |= UCP_OP_ATTR_FIELD_MEMORY_TYPE;
     rp.memory_type = memType;
@@ -185,20 +187,6 @@ ucs_status_t Endpoint::amSend(unsigned id, const void* header, size_t headerLeng
   rp.cb.send = onOpSend;
   rp.user_data = op;
   return started(ucp_am_send_nbx(ep_, id, header, headerLength, data, length, &rp));
-}
-
-ucs_status_t Endpoint::amSendIov(unsigned id, const void* header, size_t headerLength,
-                                 const ucp_dt_iov_t* iov, size_t count, Op* op) {
-  ucp_request_param_t rp{};
-  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                    UCP_OP_ATTR_FIELD_FLAGS | UCP_OP_ATTR_FIELD_DATATYPE |
-                    UCP_OP_ATTR_FIELD_MEMORY_TYPE;
-  rp.flags = UCP_AM_SEND_FLAG_EAGER;
-  rp.datatype = ucp_dt_make_iov();
-  rp.memory_type = UCS_MEMORY_TYPE_HOST;
-  rp.cb.send = onOpSend;
-  rp.user_data = op;
-  return started(ucp_am_send_nbx(ep_, id, header, headerLength, iov, count, &rp));
 }
 
 ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::milliseconds limit) {

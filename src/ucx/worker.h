@@ -132,13 +132,12 @@ class Endpoint {
   // Sends an active message (header and data are read until completion): UCS_OK done now (op
   // not called), UCS_INPROGRESS op->done later, or the error. eager: never rendezvous.
   // memType: what data is (given to UCX explicitly; UNKNOWN lets UCX look it up).
+  // datatype: contiguous (data, length bytes), or ucp_dt_make_iov() (data: an array of length
+  // ucp_dt_iov_t, read until completion too).
   ucs_status_t amSend(unsigned id, const void* header, size_t headerLength, const void* data,
                       size_t length, bool eager, Op* op,
-                      ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN);
-  // The same, eager, with the data gathered from count host buffers (header, iov and the
-  // buffers are read until completion).
-  ucs_status_t amSendIov(unsigned id, const void* header, size_t headerLength,
-                         const ucp_dt_iov_t* iov, size_t count, Op* op);
+                      ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN,
+                      ucp_datatype_t datatype = ucp_dt_make_contig(1));
   // Flushes (force=false: outstanding sends complete first) or aborts (force=true) the endpoint;
   // progresses the worker for a bounded time. Outstanding requests complete (with an error
   // when forced) before this returns.
