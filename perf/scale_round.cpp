@@ -216,6 +216,8 @@ class Round {
       ok = message();
     }
     closeRound(ok);
+    // The bench's own handle tables (8 B per comm each) are not what the plugin keeps.
+    for (auto* v : {&comms_, &listens_, &mhs_}) std::vector<void*>().swap(*v);
     // pact finishes closes in the background; its resource count first lets that work end
     // (bounded), so the snapshot after it sees what the process keeps, not what is on its way out.
     auto held = reinterpret_cast<pact_plugin_resources_fn>(net_.symbol("pact_plugin_resources"));

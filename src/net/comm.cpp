@@ -15,17 +15,15 @@ namespace {
 // Salt of each comm's fault dice: comms created in the same order draw the same faults.
 std::atomic<uint64_t> commsCreated{0};
 
-void onSendDone(void* request, ucs_status_t st, void* user) {
+void onSendDone(void* /*request*/, ucs_status_t st, void* user) {
   auto* p = static_cast<Part*>(user);
   completePart(p, st, p->size);
-  ucp_request_free(request);
 }
 
-void onRecvDone(void* request, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
+void onRecvDone(void* /*request*/, ucs_status_t st, const ucp_tag_recv_info_t* info, void* user) {
   auto* p = static_cast<Part*>(user);
   p->last = st == UCS_OK && tag::isLast(info->sender_tag);
   completePart(p, st, st == UCS_OK ? info->length : 0);
-  ucp_request_free(request);
 }
 
 // The registration and its memory type, given to UCX explicitly (UCX would otherwise look the
@@ -69,11 +67,18 @@ void track(Part* p, void* ret) {
   }
 }
 
-ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p) {
+ucp_request_param_t partParam(Part* p) {
   ucp_request_param_t param{};
-  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
-  param.cb.send = onDone;
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST | UCP_OP_ATTR_FIELD_CALLBACK |
+                       UCP_OP_ATTR_FIELD_USER_DATA;
+  param.request = p->owner->ucxHandle(p);
   param.user_data = p;
+  return param;
+}
+
+ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p) {
+  ucp_request_param_t param = partParam(p);
+  param.cb.send = onDone;
   return param;
 }
 
@@ -447,11 +452,9 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
         p->done = false;
         // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives
         // always complete through the callback, which carries the real length and sender tag.
-        ucp_request_param_t param{};
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA |
-                             UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        ucp_request_param_t param = partParam(p);
+        param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv = onRecvDone;
-        param.user_data = p;
         setMemh(&param, mhs ? mhs[i] : nullptr, p);
         track(p, ucp_tag_recv_nbx(dev().worker(rail).get(), p->data, p->size,
                                   tag::make(tagSpace_, tags[i], seq, p->piece, false),

@@ -6,10 +6,9 @@
 namespace pact::net {
 
 namespace {
-void onFlushReadDone(void* request, ucs_status_t st, void* user) {
+void onFlushReadDone(void* /*request*/, ucs_status_t st, void* user) {
   auto* p = static_cast<Part*>(user);
   completePart(p, st, 0);
-  ucp_request_free(request);
 }
 }  // namespace
 

@@ -18,7 +18,8 @@ class Reaper;
 
 class Hub {
  public:
-  explicit Hub(std::shared_ptr<DeviceCtx> dev) : dev_(std::move(dev)), requests_(std::make_unique<RequestSlab>()) {}
+  explicit Hub(std::shared_ptr<DeviceCtx> dev)
+      : dev_(std::move(dev)), requests_(std::make_unique<RequestSlab>(dev_->ucxRequestSize())) {}
   // Requests UCX still holds go to the device context, which keeps them until UCX lets go.
   ~Hub() {
     std::lock_guard lock(dev_->mutex());

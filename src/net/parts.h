@@ -14,8 +14,11 @@ void completePart(Part* p, ucs_status_t st, size_t length);
 // The UCX call for one part returned: immediate completion, error, or a request UCX now owns.
 // The part was counted in its request's `pending` (and marked not done) before the call. UCX may
 // already have run the callback inside the call (a receive matching a message that had arrived):
-// then the part is done and the returned request was released by the callback.
+// then the part is done (UCX's request is the part's own memory: nothing to free).
 void track(Part* p, void* ret);
+// The parameters of part p's operation: its own request memory (Request::ucxHandle) and p as
+// the callback's user data; the caller sets the callback.
+ucp_request_param_t partParam(Part* p);
 // The parameters of a send-like operation (send, get) completing into onDone(part).
 ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p);
 

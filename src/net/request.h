@@ -4,6 +4,10 @@
 // Every comm of a device context draws from one slab (an idle comm holds no request); a comm
 // bounds how many it holds at once. A closed comm's requests that UCX still holds stay taken,
 // with no comm, until their last part completes (then they go back by themselves).
+// UCX's request for each part's operation lives in the request too (UCP_OP_ATTR_FIELD_REQUEST),
+// not in the worker's request pool: UCX's pool never shrinks before the worker goes, so a burst
+// of 100,000 comms with a message in flight each kept about 35 MB after every comm had closed;
+// this memory goes back with the slab's trim.
 // Not thread-safe: the device mutex protects it (UCX callbacks run under it too).
 #pragma once
 
@@ -65,6 +69,10 @@ struct Request {
   RequestSlab* slab = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
+  // UCX's request memory, one block per part (kept, like parts, across reuse; never resized
+  // while a part is in flight).
+  std::vector<std::byte> ucxMem;
+  size_t ucxStride = 0;
   std::array<uint32_t, kMaxBuffers> firstPart{};   // index of each buffer's piece 0 in parts
   std::array<uint32_t, kMaxBuffers> partCount{};   // pieces posted for each buffer
   std::array<int64_t, kMaxBuffers> lastPiece{};    // -1 until the sender's last piece landed
@@ -75,11 +83,20 @@ struct Request {
   // More parts than buffers (pieces of an unordered message, or copies on several rails): parts
   // past a buffer's last piece, or copies on other rails, may have to be cancelled.
   bool multiPart() const { return parts.size() > static_cast<size_t>(nbuffers); }
+  // The request handle to give UCX for part p: UCX's request occupies the ucxStride bytes before
+  // it, cache-line aligned.
+  void* ucxHandle(const Part* p) {
+    auto base = (reinterpret_cast<uintptr_t>(ucxMem.data()) + kUcxAlign - 1) & ~(kUcxAlign - 1);
+    return reinterpret_cast<void*>(base + static_cast<size_t>(p - parts.data() + 1) * ucxStride);
+  }
+  static constexpr uintptr_t kUcxAlign = 64;
 };
 
 class RequestSlab final : public transport::Orphan {
  public:
-  RequestSlab() = default;
+  // ucxRequestSize: what UCX needs before each request handle (ucx::Context::requestSize).
+  explicit RequestSlab(size_t ucxRequestSize)
+      : ucxStride_((ucxRequestSize + Request::kUcxAlign - 1) & ~(Request::kUcxAlign - 1)) {}
   RequestSlab(const RequestSlab&) = delete;
   RequestSlab& operator=(const RequestSlab&) = delete;
   // Requests UCX still holds (after the last comm is gone, the slab lives on until this is 0).
@@ -116,6 +133,7 @@ class RequestSlab final : public transport::Orphan {
 
  private:
   transport::Slab<Request> slots_;
+  size_t ucxStride_;
   uint64_t posted_ = 0;
 };
 
@@ -136,6 +154,8 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.memHandle = nullptr;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.
   r.parts.resize(nparts);
+  r.ucxStride = ucxStride_;
+  r.ucxMem.resize(nparts * ucxStride_ + Request::kUcxAlign);
   for (auto& p : r.parts) {
     p = Part{};
     p.owner = &r;

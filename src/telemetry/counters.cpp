@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/shrink.h"
+
 namespace pact::telemetry {
 
 namespace {
@@ -115,6 +117,7 @@ void Registry::remove(CounterSet* s) {
   sets_[s->slot_] = last;
   last->slot_ = s->slot_;
   sets_.pop_back();
+  shrinkIfSparse(sets_);
 }
 
 void Registry::forEach(const Scope* scope, const std::function<void(const CounterSet&)>& f) const {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <atomic>
+#include <algorithm>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -74,6 +75,12 @@ class DeviceCtx {
                                                                     uint64_t dmabufOffset = 0);
   Rail& rail(size_t i) { return *rails_[i]; }
   ucx::Worker& worker(size_t railIndex = 0) { return rails_[railIndex]->worker; }
+  // The request memory UCX needs per operation on any rail (ucx::Context::requestSize).
+  size_t ucxRequestSize() const {
+    size_t n = 0;
+    for (const auto& r : rails_) n = std::max(n, r->context.requestSize());
+    return n;
+  }
   // Progresses every rail's worker once and runs the tickers; returns the number of events.
   // Inline: test() calls it on every spin.
   unsigned progress() {

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "common/log.h"
+#include "common/shrink.h"
 #include "telemetry/counters.h"
 
 namespace pact::transport {
@@ -166,9 +167,11 @@ void Sessions::finish(Channel& c) {
   if (c.closedHere && c.whenDone) --closing_;
   if (c.whenDone) c.whenDone();
   c.session->channels.erase(c.id);
+  shrinkIfSparse(c.session->channels);
   if (c.session->lost() && c.session->channels.empty()) reapable_.push_back(c.session->id);
   sessionCounters().subShared(telemetry::kChannels);
   channels_.erase(c.id);
+  shrinkIfSparse(channels_);
 }
 
 Sessions::ListenSlot* Sessions::slot(uint64_t listenId) {

@@ -89,6 +89,13 @@ uint64_t Context::memoryTypes() const {
   return types;
 }
 
+size_t Context::requestSize() const {
+  ucp_context_attr_t attr{};
+  attr.field_mask = UCP_ATTR_FIELD_REQUEST_SIZE;
+  if (ucp_context_query(h_.get(), &attr) != UCS_OK) return 0;
+  return attr.request_size;
+}
+
 Result<Worker> Worker::create(const Context& ctx) {
   ucp_worker_params_t params{};
   params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;

@@ -54,6 +54,9 @@ class Context {
   // The memory types the context can handle (UCS_BIT(ucs_memory_type_t); host only where UCX
   // cannot say).
   uint64_t memoryTypes() const;
+  // The bytes UCX needs in front of a request handle the caller provides
+  // (UCP_OP_ATTR_FIELD_REQUEST; ucp_context_query's request size).
+  size_t requestSize() const;
   // Gives up ownership without ucp_cleanup (a context UCX still has work on: see DeviceCtx).
   void abandon() { (void)h_.release(); }
 

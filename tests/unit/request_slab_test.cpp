@@ -11,8 +11,31 @@
 namespace pact::net {
 namespace {
 
+constexpr size_t kUcxRequest = 200;  // what UCX needs before each handle (not a cache-line multiple)
+
+// Every part's UCX request memory lies inside its request, cache-line aligned, with the bytes UCX
+// needs before each handle and no two parts' blocks overlapping.
+TEST(RequestSlab, EachPartHasItsOwnUcxRequestMemory) {
+  RequestSlab slab(kUcxRequest);
+  Request* r = slab.acquire(nullptr, false, 2, 5);
+  const auto lo = reinterpret_cast<uintptr_t>(r->ucxMem.data());
+  const auto hi = lo + r->ucxMem.size();
+  uintptr_t previous = 0;
+  for (const Part& p : r->parts) {
+    const auto h = reinterpret_cast<uintptr_t>(r->ucxHandle(&p));
+    EXPECT_EQ(h % Request::kUcxAlign, 0u);
+    EXPECT_GE(h - kUcxRequest, lo);
+    EXPECT_LE(h, hi);
+    if (previous != 0) {
+      EXPECT_GE(h - kUcxRequest, previous);
+    }
+    previous = h;
+  }
+  slab.release(r);
+}
+
 TEST(RequestSlab, GrowsInsteadOfRefusing) {
-  RequestSlab slab;
+  RequestSlab slab(kUcxRequest);
   std::set<Request*> got;
   for (int i = 0; i < 100; ++i) {
     Request* r = slab.acquire(nullptr, true, 1, 1);
@@ -32,7 +55,7 @@ TEST(RequestSlab, GrowsInsteadOfRefusing) {
 }
 
 TEST(RequestSlab, TrimGivesTheMemoryBackOnlyWhenNothingIsTaken) {
-  RequestSlab slab;
+  RequestSlab slab(kUcxRequest);
   Request* r = slab.acquire(nullptr, true, 1, 1);
   slab.trim();
   EXPECT_GT(slab.capacity(), 0u) << "a taken request keeps its chunk";
@@ -43,7 +66,7 @@ TEST(RequestSlab, TrimGivesTheMemoryBackOnlyWhenNothingIsTaken) {
 }
 
 TEST(RequestSlab, ResetsWhatARequestUses) {
-  RequestSlab slab;
+  RequestSlab slab(kUcxRequest);
   Request* r = slab.acquire(nullptr, false, 2, 2);
   r->parts[0].size = 77;
   r->parts[0].status = Status::kRemoteError;
@@ -62,7 +85,7 @@ TEST(RequestSlab, ResetsWhatARequestUses) {
 }
 
 TEST(RequestSlab, PostingOrderIsRecorded) {
-  RequestSlab slab;
+  RequestSlab slab(kUcxRequest);
   Request* a = slab.acquire(nullptr, true, 1, 1);
   Request* b = slab.acquire(nullptr, true, 1, 1);
   EXPECT_LT(a->postIndex, b->postIndex);
@@ -72,7 +95,7 @@ TEST(RequestSlab, PostingOrderIsRecorded) {
 }
 
 TEST(RequestSlab, CountsWhatUcxStillHolds) {
-  RequestSlab slab;
+  RequestSlab slab(kUcxRequest);
   auto* owner = reinterpret_cast<Comm*>(0x1);  // never dereferenced
   Request* live = slab.acquire(owner, true, 1, 1);
   Request* orphan = slab.acquire(owner, true, 1, 1);
