@@ -26,6 +26,8 @@ pkgs=(
   iproute2 nftables procps kmod
   # the Python package's discovery tests start a real etcd v3
   etcd-server
+  # pact-perf coll under mpirun (the coll test launches 4 ranks with it)
+  openmpi-bin
 )
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q

@@ -31,13 +31,6 @@ namespace {
 
 using loader::NetPlugin;
 
-std::string defaultPluginPath() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "libnccl-net-pact.so";
-  return (exe.parent_path() / ".." / "plugin" / "libnccl-net-pact.so").lexically_normal().string();
-}
-
 nlohmann::json metadata(const Session& s, const loader::Properties& props, size_t budget) {
   const char* tls = std::getenv("UCX_TLS");
   return {{"tool", "pact-perf p2p"},

@@ -2,6 +2,7 @@
 // main only dispatches. Scenarios: p2p and scale (net plugin), kv and a2a (transfer engine), soak
 // (both); more plug in the same way (addXCommand(app, &exit_code)).
 #include "a2a.h"
+#include "coll.h"
 #include "kv.h"
 #include "p2p.h"
 #include "scale.h"
@@ -9,7 +10,12 @@
 
 #include <CLI/CLI.hpp>
 
+#include <string>
+
 int main(int argc, char** argv) {
+  // mpirun and nccl-tests users type -np N; CLI11 has single-letter short options only.
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "-np") argv[i] = const_cast<char*>("--np");
   CLI::App app{"pact-perf: benchmarks for pact and any NCCL net plugin"};
   app.require_subcommand(1, 1);
   int exit_code = 0;
@@ -18,6 +24,7 @@ int main(int argc, char** argv) {
   pact::perf::addA2aCommand(app, &exit_code);
   pact::perf::addSoakCommand(app, &exit_code);
   pact::perf::addScaleCommand(app, &exit_code);
+  pact::perf::addCollCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

@@ -4,9 +4,17 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 namespace pact::perf {
+
+std::string defaultPluginPath() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (ec) return "libnccl-net-pact.so";
+  return (exe.parent_path() / ".." / "plugin" / "libnccl-net-pact.so").lexically_normal().string();
+}
 
 Percentiles percentiles(std::vector<double>& samples) {
   Percentiles p;

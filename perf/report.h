@@ -28,6 +28,9 @@ struct SizeRow {
   long lat_iters = 0;
 };
 
+// The pact plugin next to this tool: <exe dir>/../plugin/libnccl-net-pact.so.
+std::string defaultPluginPath();
+
 // "8", "4K", "1M", "1G" (binary multiples). Also accepts KB/KiB style suffixes.
 bool parseSize(const std::string& text, size_t* out);
 std::string formatSize(size_t bytes);

@@ -38,13 +38,6 @@ using loader::NetPlugin;
 using nlohmann::json;
 using namespace scale;
 
-std::string defaultPluginPath() {
-  std::error_code ec;
-  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (ec) return "libnccl-net-pact.so";
-  return (exe.parent_path() / ".." / "plugin" / "libnccl-net-pact.so").lexically_normal().string();
-}
-
 struct FreeDeleter {
   void operator()(char* p) const { std::free(p); }
 };

@@ -1,0 +1,471 @@
+#include "coll_sched.h"
+
+#include <sched.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "coll_boot.h"
+#include "peer.h"  // resultName
+
+namespace pact::perf::coll {
+namespace {
+
+struct OpInfo {
+  Op op;
+  const char* name;
+};
+constexpr OpInfo kOps[] = {{Op::kAllReduce, "allreduce"},         {Op::kAllGather, "allgather"},
+                           {Op::kReduceScatter, "reducescatter"}, {Op::kAllToAll, "alltoall"},
+                           {Op::kBroadcast, "broadcast"},         {Op::kSendRecv, "sendrecv"}};
+struct TypeInfo {
+  DType t;
+  const char* name;
+  size_t size;
+};
+constexpr TypeInfo kTypes[] = {{DType::kInt8, "int8", 1},   {DType::kUint8, "uint8", 1},
+                               {DType::kInt32, "int32", 4}, {DType::kUint32, "uint32", 4},
+                               {DType::kInt64, "int64", 8}, {DType::kUint64, "uint64", 8},
+                               {DType::kFloat, "float", 4}, {DType::kDouble, "double", 8}};
+struct RedInfo {
+  RedOp r;
+  const char* name;
+};
+constexpr RedInfo kReds[] = {{RedOp::kSum, "sum"}, {RedOp::kProd, "prod"}, {RedOp::kMax, "max"},
+                             {RedOp::kMin, "min"}};
+
+template <typename F>
+auto withType(DType t, F&& f) {
+  switch (t) {
+    case DType::kInt8: return f(int8_t{});
+    case DType::kUint8: return f(uint8_t{});
+    case DType::kInt32: return f(int32_t{});
+    case DType::kUint32: return f(uint32_t{});
+    case DType::kInt64: return f(int64_t{});
+    case DType::kUint64: return f(uint64_t{});
+    case DType::kFloat: return f(float{});
+    case DType::kDouble: return f(double{});
+  }
+  return f(float{});
+}
+
+template <typename T>
+T apply(RedOp r, T a, T b) {
+  switch (r) {
+    case RedOp::kSum: return static_cast<T>(a + b);
+    case RedOp::kProd: return static_cast<T>(a * b);
+    case RedOp::kMax: return std::max(a, b);
+    case RedOp::kMin: return std::min(a, b);
+  }
+  return a;
+}
+
+// [lo, hi) of part `i` of `parts` equal parts of [0, n) (the first ones one shorter at most).
+std::pair<size_t, size_t> part(size_t lo, size_t hi, size_t parts, size_t i) {
+  const size_t n = hi - lo;
+  return {lo + n * i / parts, lo + n * (i + 1) / parts};
+}
+
+int mod(int a, int n) { return ((a % n) + n) % n; }
+
+// Adds one ring step's slices of elements [lo, hi) of a channel to its two streams.
+struct RingBuilder {
+  const Plan& p;
+  Comms& c;
+  size_t ts;
+  Stream* send;
+  Stream* recv;
+  int lastRecvStart = -1;  // where the previous step's receive slices began
+
+  size_t sliceElems() const { return std::max<size_t>(1, p.chunk / ts); }
+
+  // A step: send elements [slo, shi) from base `sendBase` (buffer id sendWhich) — forwarding the
+  // previous step's receive when `dep` — and receive [rlo, rhi): straight into `directBase`
+  // (buffer directWhich), or reduced: out[e - outShift] = a[e] (op) landed.
+  void step(size_t slo, size_t shi, char* sendBase, int sendWhich, bool dep, size_t rlo, size_t rhi,
+            char* directBase, int directWhich, char* outBase, size_t outShift, const char* aBase) {
+    const size_t se = sliceElems();
+    int k = 0;
+    if (send != nullptr) {
+      for (size_t e = slo; e < shi; e += se, ++k) {
+        Slice s;
+        s.ptr = sendBase + e * ts;
+        s.len = std::min(se, shi - e) * ts;
+        s.mh = c.mh(send->comm, sendWhich);
+        if (dep) {
+          s.depStream = 1;  // the ring's receive stream (streams are [send, receive] per channel)
+          s.depSlice = lastRecvStart + k;
+        }
+        send->slices.push_back(s);
+      }
+    }
+    if (recv != nullptr) {
+      const int start = static_cast<int>(recv->slices.size());
+      for (size_t e = rlo; e < rhi; e += se) {
+        Slice s;
+        s.len = std::min(se, rhi - e) * ts;
+        if (directBase != nullptr) {
+          s.ptr = directBase + e * ts;
+          s.mh = c.mh(recv->comm, directWhich);
+        } else {
+          s.out = outBase + (e - outShift) * ts;
+          s.a = aBase + e * ts;
+        }
+        recv->slices.push_back(s);
+      }
+      lastRecvStart = start;
+    }
+  }
+};
+
+}  // namespace
+
+const char* name(Op op) {
+  for (const auto& o : kOps)
+    if (o.op == op) return o.name;
+  return "?";
+}
+const char* name(DType t) {
+  for (const auto& x : kTypes)
+    if (x.t == t) return x.name;
+  return "?";
+}
+const char* name(RedOp r) {
+  for (const auto& x : kReds)
+    if (x.r == r) return x.name;
+  return "?";
+}
+size_t sizeOf(DType t) {
+  for (const auto& x : kTypes)
+    if (x.t == t) return x.size;
+  return 1;
+}
+bool isReduction(Op op) { return op == Op::kAllReduce || op == Op::kReduceScatter; }
+double busFactor(Op op, int n) {
+  switch (op) {
+    case Op::kAllReduce: return 2.0 * (n - 1) / n;
+    case Op::kAllGather:
+    case Op::kReduceScatter:
+    case Op::kAllToAll: return static_cast<double>(n - 1) / n;
+    case Op::kBroadcast:
+    case Op::kSendRecv: return 1;
+  }
+  return 1;
+}
+const std::vector<Op>& allOps() {
+  static const std::vector<Op> ops = [] {
+    std::vector<Op> v;
+    for (const auto& o : kOps) v.push_back(o.op);
+    return v;
+  }();
+  return ops;
+}
+bool parseOp(const std::string& s, Op* op) {
+  for (const auto& o : kOps)
+    if (s == o.name) return *op = o.op, true;
+  return false;
+}
+bool parseDType(const std::string& s, DType* t) {
+  for (const auto& x : kTypes)
+    if (s == x.name) return *t = x.t, true;
+  return false;
+}
+bool parseRedOp(const std::string& s, RedOp* r) {
+  for (const auto& x : kReds)
+    if (s == x.name) return *r = x.r, true;
+  return false;
+}
+
+void reduce(DType t, RedOp r, void* out, const void* a, const void* b, size_t count) {
+  withType(t, [&](auto zero) {
+    using T = decltype(zero);
+    auto* o = static_cast<T*>(out);
+    const auto* x = static_cast<const T*>(a);
+    const auto* y = static_cast<const T*>(b);
+    switch (r) {  // one loop per op, so the compiler vectorises each
+      case RedOp::kSum: for (size_t i = 0; i < count; ++i) o[i] = static_cast<T>(x[i] + y[i]); break;
+      case RedOp::kProd: for (size_t i = 0; i < count; ++i) o[i] = static_cast<T>(x[i] * y[i]); break;
+      case RedOp::kMax: for (size_t i = 0; i < count; ++i) o[i] = std::max(x[i], y[i]); break;
+      case RedOp::kMin: for (size_t i = 0; i < count; ++i) o[i] = std::min(x[i], y[i]); break;
+    }
+    return 0;
+  });
+}
+
+Schedule build(const Plan& p, const Buffers& b, Comms& c) {
+  Schedule s;
+  s.type = p.type;
+  s.red = p.red;
+  const size_t ts = sizeOf(p.type);
+  const int n = p.ranks, r = p.rank;
+  const size_t full = p.count * ts;
+  char* in = p.inPlace ? b.recv : b.send;
+  const int inWhich = p.inPlace ? 1 : 0;
+  const size_t blk = (p.op == Op::kAllGather || p.op == Op::kReduceScatter || p.op == Op::kAllToAll)
+                         ? p.count / static_cast<size_t>(n)
+                         : 0;
+  if (n == 1) {  // no peer: the collective is a local copy (or nothing, in place)
+    if (!p.inPlace && full > 0) s.before.push_back({b.recv, b.send, p.op == Op::kAllGather || p.op == Op::kReduceScatter ? blk * ts : full});
+    return s;
+  }
+  if (p.op == Op::kAllToAll) {
+    if (p.inPlace) s.before.push_back({b.tmp, b.recv, full});
+    char* src = p.inPlace ? b.tmp : b.send;
+    const int srcWhich = p.inPlace ? 2 : 0;
+    if (!p.inPlace) s.before.push_back({b.recv + r * blk * ts, src + r * blk * ts, blk * ts});
+    const size_t se = std::max<size_t>(1, p.chunk / ts);
+    for (int i = 1; i < n; ++i) {
+      const int q = (r + i) % n;  // staggered, as NCCL orders its peers
+      for (int ch = 0; ch < p.channels; ++ch) {
+        auto [lo, hi] = part(q * blk, (q + 1) * blk, p.channels, ch);
+        Stream tx, rx;
+        tx.comm = c.to[q][ch];
+        tx.send = true;
+        rx.comm = c.from[q][ch];
+        for (size_t e = lo; e < hi; e += se) {
+          const size_t len = std::min(se, hi - e) * ts;
+          tx.slices.push_back(Slice{src + e * ts, len, c.mh(tx.comm, srcWhich)});
+          rx.slices.push_back(Slice{b.recv + e * ts, len, c.mh(rx.comm, 1)});
+        }
+        s.streams.push_back(std::move(tx));
+        s.streams.push_back(std::move(rx));
+      }
+    }
+    return s;
+  }
+  // Ring ops: per channel, streams [2ch] = send to next, [2ch + 1] = receive from prev.
+  for (int ch = 0; ch < p.channels; ++ch) {
+    Stream tx, rx;
+    tx.comm = c.next[ch];
+    tx.send = true;
+    rx.comm = c.prev[ch];
+    s.streams.push_back(std::move(tx));
+    s.streams.push_back(std::move(rx));
+  }
+  for (int ch = 0; ch < p.channels; ++ch) {
+    Stream* tx = &s.streams[2 * ch];
+    Stream* rx = &s.streams[2 * ch + 1];
+    if (isReduction(p.op)) c.slots(rx->comm, &rx->slots, &rx->slotMh);
+    RingBuilder rb{p, c, ts, tx, rx};
+    // The element range of block `blockIdx` of `blocks`, this channel's part of it.
+    auto range = [&](size_t total, int blocks, int blockIdx) {
+      auto [lo, hi] = part(0, total, static_cast<size_t>(blocks), static_cast<size_t>(blockIdx));
+      return part(lo, hi, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
+    };
+    switch (p.op) {
+      case Op::kAllReduce: {
+        // Reduce-scatter then all-gather, 2(n-1) steps; recv accumulates.
+        for (int st = 0; st < n - 1; ++st) {
+          auto [slo, shi] = range(p.count, n, mod(r - st - 1, n));
+          auto [rlo, rhi] = range(p.count, n, mod(r - st - 2, n));
+          rb.step(slo, shi, st == 0 ? in : b.recv, st == 0 ? inWhich : 1, st > 0, rlo, rhi, nullptr,
+                  0, b.recv, 0, in);
+        }
+        for (int st = 0; st < n - 1; ++st) {
+          auto [slo, shi] = range(p.count, n, mod(r - st, n));
+          auto [rlo, rhi] = range(p.count, n, mod(r - st - 1, n));
+          rb.step(slo, shi, b.recv, 1, true, rlo, rhi, b.recv, 1, nullptr, 0, nullptr);
+        }
+        break;
+      }
+      case Op::kAllGather: {
+        if (ch == 0 && !p.inPlace) s.before.push_back({b.recv + r * blk * ts, b.send, blk * ts});
+        for (int st = 0; st < n - 1; ++st) {
+          auto [slo, shi] = range(p.count, n, mod(r - st, n));
+          auto [rlo, rhi] = range(p.count, n, mod(r - st - 1, n));
+          rb.step(slo, shi, b.recv, 1, st > 0, rlo, rhi, b.recv, 1, nullptr, 0, nullptr);
+        }
+        break;
+      }
+      case Op::kReduceScatter: {
+        char* acc = p.inPlace ? b.recv : b.tmp;
+        const int accWhich = p.inPlace ? 1 : 2;
+        for (int st = 0; st < n - 1; ++st) {
+          auto [slo, shi] = range(p.count, n, mod(r - st - 1, n));
+          auto [rlo, rhi] = range(p.count, n, mod(r - st - 2, n));
+          const bool last = st == n - 2;  // block r, fully reduced: the result
+          char* out = last && !p.inPlace ? b.recv : acc;
+          rb.step(slo, shi, st == 0 ? in : acc, st == 0 ? inWhich : accWhich, st > 0, rlo, rhi,
+                  nullptr, 0, out, last && !p.inPlace ? r * blk : 0, in);
+        }
+        break;
+      }
+      case Op::kBroadcast: {
+        const int pos = mod(r - p.root, n);
+        if (ch == 0 && pos == 0 && !p.inPlace) s.before.push_back({b.recv, b.send, full});
+        auto [lo, hi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
+        RingBuilder one{p, c, ts, pos < n - 1 ? tx : nullptr, pos > 0 ? rx : nullptr};
+        if (pos > 0) one.step(0, 0, nullptr, 0, false, lo, hi, b.recv, 1, nullptr, 0, nullptr);
+        if (pos < n - 1) {
+          // Forward each slice once it landed (the root has it all from the start).
+          one.recv = nullptr;
+          one.lastRecvStart = 0;
+          one.step(lo, hi, b.recv, 1, pos > 0, 0, 0, nullptr, 0, nullptr, 0, nullptr);
+        }
+        break;
+      }
+      case Op::kSendRecv: {
+        if (ch == 0 && p.inPlace) s.before.push_back({b.tmp, b.recv, full});
+        auto [lo, hi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
+        rb.step(lo, hi, p.inPlace ? b.tmp : b.send, p.inPlace ? 2 : 0, false, lo, hi, b.recv, 1,
+                nullptr, 0, nullptr);
+        break;
+      }
+      case Op::kAllToAll: break;
+    }
+  }
+  return s;
+}
+
+void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
+         const std::function<bool()>& alive) {
+  for (const auto& cp : s.before)
+    if (cp.len > 0) std::memmove(cp.dst, cp.src, cp.len);
+  struct InFlight {
+    size_t slice;
+    void* req;
+    int slot;
+  };
+  struct Live {
+    size_t posted = 0, completed = 0;
+    std::vector<char> done;
+    std::vector<InFlight> inflight;
+    std::vector<int> freeSlots;
+  };
+  std::vector<Live> live(s.streams.size());
+  size_t remaining = 0;
+  for (size_t i = 0; i < s.streams.size(); ++i) {
+    live[i].done.assign(s.streams[i].slices.size(), 0);
+    for (int k = static_cast<int>(s.streams[i].slots.size()) - 1; k >= 0; --k) live[i].freeSlots.push_back(k);
+    remaining += s.streams[i].slices.size();
+  }
+  const size_t ts = sizeOf(s.type);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  for (unsigned spins = 0; remaining > 0; ++spins) {
+    bool moved = false;
+    for (size_t i = 0; i < s.streams.size(); ++i) {
+      Stream& st = s.streams[i];
+      Live& L = live[i];
+      while (L.inflight.size() < static_cast<size_t>(window) && L.posted < st.slices.size()) {
+        Slice& sl = st.slices[L.posted];
+        void* req = nullptr;
+        int slot = -1;
+        if (st.send) {
+          if (sl.depStream >= 0 && !live[i + static_cast<size_t>(sl.depStream)].done[static_cast<size_t>(sl.depSlice)]) break;
+          const int rc = net.isend(st.comm, sl.ptr, sl.len, 0, sl.mh, &req);
+          if (rc != 0) fatal(std::string("isend failed: ") + resultName(rc) + " " + loader::NetPlugin::takeLastWarning());
+        } else {
+          void* ptr = sl.ptr;
+          void* mh = sl.mh;
+          if (ptr == nullptr) {
+            if (L.freeSlots.empty()) break;
+            slot = L.freeSlots.back();
+            ptr = st.slots[static_cast<size_t>(slot)];
+            mh = st.slotMh[static_cast<size_t>(slot)];
+          }
+          size_t size = sl.len;
+          int tag = 0;
+          const int rc = net.irecv(st.comm, 1, &ptr, &size, &tag, &mh, &req);
+          if (rc != 0) fatal(std::string("irecv failed: ") + resultName(rc) + " " + loader::NetPlugin::takeLastWarning());
+          if (req != nullptr && slot >= 0) L.freeSlots.pop_back();
+        }
+        if (req == nullptr) break;  // the plugin's back-pressure: again on the next spin
+        L.inflight.push_back({L.posted++, req, slot});
+        moved = true;
+      }
+      for (size_t k = 0; k < L.inflight.size();) {
+        InFlight& f = L.inflight[k];
+        int done = 0, size = 0;
+        const int rc = net.test(f.req, &done, &size);
+        if (rc != 0) fatal(std::string("test failed: ") + resultName(rc) + " " + loader::NetPlugin::takeLastWarning());
+        if (!done) {
+          ++k;
+          continue;
+        }
+        const Slice& sl = st.slices[f.slice];
+        if (!st.send && static_cast<size_t>(size) != sl.len)
+          fatal("a slice of " + std::to_string(sl.len) + " bytes arrived with " + std::to_string(size));
+        if (f.slot >= 0) {
+          reduce(s.type, s.red, sl.out, sl.a, st.slots[static_cast<size_t>(f.slot)], sl.len / ts);
+          L.freeSlots.push_back(f.slot);
+        }
+        L.done[f.slice] = 1;
+        moved = true;
+        ++L.completed;
+        --remaining;
+        f = L.inflight.back();
+        L.inflight.pop_back();
+      }
+    }
+    // More ranks than cores (8 ranks on a 2-core machine): a rank with nothing to do lets the
+    // others run, or each ring step waits for the scheduler's time slice.
+    if (!moved) sched_yield();
+    if ((spins & 255) == 255) {
+      if (!alive()) fatal("a rank left the job (its store connection closed)");
+      if (std::chrono::steady_clock::now() > deadline)
+        fatal("a collective did not finish within " + std::to_string(timeout_s) + " s (--timeout)");
+    }
+  }
+}
+
+namespace {
+
+template <typename T>
+T valueOf(RedOp red, int rank, size_t i) {
+  if (red == RedOp::kProd) return static_cast<T>((rank + i) % 3 == 0 ? 2 : 1);  // products stay exact
+  return static_cast<T>((static_cast<size_t>(rank) * 13 + i * 7) % 11 + 1);
+}
+
+template <typename T>
+T folded(RedOp red, int ranks, size_t i) {
+  T v = valueOf<T>(red, 0, i);
+  for (int q = 1; q < ranks; ++q) v = apply(red, v, valueOf<T>(red, q, i));
+  return v;
+}
+
+}  // namespace
+
+void fillInput(const Plan& p, const Buffers& b) {
+  withType(p.type, [&](auto zero) {
+    using T = decltype(zero);
+    const size_t ts = sizeof(T), n = static_cast<size_t>(p.ranks);
+    const size_t blk = p.count / n;
+    std::memset(b.recv, 0xa5, p.count * ts);  // what a collective that moved nothing leaves
+    const bool gather = p.op == Op::kAllGather;
+    T* in = reinterpret_cast<T*>(p.inPlace ? b.recv + (gather ? p.rank * blk * ts : 0) : b.send);
+    const size_t elems = gather ? blk : p.count;
+    if (p.op == Op::kBroadcast && p.rank != p.root) return 0;
+    for (size_t i = 0; i < elems; ++i) in[i] = valueOf<T>(p.red, p.rank, i);
+    return 0;
+  });
+}
+
+size_t countWrong(const Plan& p, const Buffers& b) {
+  return withType(p.type, [&](auto zero) {
+    using T = decltype(zero);
+    const int n = p.ranks, r = p.rank;
+    const size_t blk = p.count / static_cast<size_t>(n);
+    const T* out = reinterpret_cast<const T*>(b.recv);
+    size_t wrong = 0, elems = p.count;
+    auto expect = [&](size_t j) -> T {
+      switch (p.op) {
+        case Op::kAllReduce: return folded<T>(p.red, n, j);
+        case Op::kAllGather: return valueOf<T>(p.red, static_cast<int>(j / blk), j % blk);
+        case Op::kReduceScatter: return folded<T>(p.red, n, r * blk + j);
+        case Op::kAllToAll: return valueOf<T>(p.red, static_cast<int>(j / blk), r * blk + j % blk);
+        case Op::kBroadcast: return valueOf<T>(p.red, p.root, j);
+        case Op::kSendRecv: return valueOf<T>(p.red, mod(r - 1, n), j);
+      }
+      return T{};
+    };
+    if (p.op == Op::kReduceScatter) {
+      elems = blk;
+      if (p.inPlace) out += r * blk;
+    }
+    for (size_t j = 0; j < elems; ++j) wrong += out[j] == expect(j) ? 0 : 1;
+    return wrong;
+  });
+}
+
+}  // namespace pact::perf::coll
