@@ -197,10 +197,10 @@ int runColl(CollOptions& o) {
   Mem bufs[3] = {alloc(o.maxB), alloc(o.maxB), alloc(o.maxB)};
   std::map<std::pair<void*, int>, void*> mhs;
   std::map<void*, std::pair<std::vector<Mem>, std::vector<void*>>> slots;
-  for (void* comm : allSends)
-    for (int i = 0; i < 3; ++i) ok(net->regMr(comm, bufs[i].p.get(), bufs[i].size, loader::kPtrHost, &mhs[{comm, i}]), "regMr");
-  for (void* comm : allRecvs)
-    for (int i = 0; i < 3; ++i) ok(net->regMr(comm, bufs[i].p.get(), bufs[i].size, loader::kPtrHost, &mhs[{comm, i}]), "regMr");
+  for (const auto* list : {&allSends, &allRecvs})
+    for (void* comm : *list)
+      for (int i = 0; i < 3; ++i)
+        ok(net->regMr(comm, bufs[i].p.get(), bufs[i].size, loader::kPtrHost, &mhs[{comm, i}]), "regMr");
   c.mh = [&](void* comm, int which) { return mhs.at({comm, which}); };
   c.slots = [&](void* comm, std::vector<char*>* out, std::vector<void*>* outMh) {
     auto& [mem, mh] = slots[comm];

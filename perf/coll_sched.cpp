@@ -403,8 +403,16 @@ void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
     if (!moved) sched_yield();
     if ((spins & 255) == 255) {
       if (!alive()) fatal("a rank left the job (its store connection closed)");
-      if (std::chrono::steady_clock::now() > deadline)
-        fatal("a collective did not finish within " + std::to_string(timeout_s) + " s (--timeout)");
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::string stuck;
+        for (size_t i = 0; i < s.streams.size(); ++i)
+          if (live[i].completed < s.streams[i].slices.size())
+            stuck += " stream " + std::to_string(i) + (s.streams[i].send ? " (send)" : " (receive)") +
+                     ": " + std::to_string(live[i].completed) + " done, " +
+                     std::to_string(live[i].posted) + " posted of " +
+                     std::to_string(s.streams[i].slices.size()) + ";";
+        fatal("a collective did not finish within " + std::to_string(timeout_s) + " s (--timeout):" + stuck);
+      }
     }
   }
 }
