@@ -1,0 +1,128 @@
+"""Plots of pact-perf results as SVG (a small writer of our own: no plotting library needed).
+
+    python3 perf/plot.py OUT.svg RUN.json[=LABEL] [RUN.json[=LABEL] ...] [--metric M] [--title T]
+
+Each RUN is the --json file of `pact-perf p2p` or `pact-perf coll` (several runs, plugins or
+transports go on one chart, one line each; a coll file with several ops gives a line per op).
+Metrics (against the message size, log2 axis):
+  bw      GB/s: p2p bw_gbps, coll out-of-place busbw (default)
+  busbw-in  coll in-place busbw
+  lat     us: p2p lat_p50_us, lat_p95_us and lat_p99_us (three lines per run), coll out-of-place time
+Writes OUT.svg; exits 1 with a message when a file is not a pact-perf result or holds no point.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from xml.sax.saxutils import escape
+
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+W, H, L, R, T, B = 760, 440, 70, 190, 40, 60  # size and margins
+
+
+def series(path: str, label: str, metric: str):
+    """(label, [(size, value)]) lines from one result file."""
+    try:
+        doc = json.load(open(path))
+        tool, rows = doc["meta"]["tool"], doc["results"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        sys.exit("plot: %s is not a pact-perf --json result (%s)" % (path, e))
+    out = []
+    if tool == "pact-perf p2p":
+        keys = {"bw": ["bw_gbps"], "lat": ["lat_p50_us", "lat_p95_us", "lat_p99_us"]}.get(metric)
+        if keys is None:
+            sys.exit("plot: --metric %s does not apply to p2p results" % metric)
+        for k in keys:
+            pts = [(r["size"], r[k]) for r in rows if r.get(k) is not None]
+            out.append((label if len(keys) == 1 else "%s %s" % (label, k.split("_")[1]), pts))
+    elif tool == "pact-perf coll":
+        place, key = {"bw": ("out_of_place", "busbw_gbps"), "busbw-in": ("in_place", "busbw_gbps"),
+                      "lat": ("out_of_place", "time_us")}[metric]
+        ops = sorted({r["op"] for r in rows})
+        for op in ops:
+            pts = [(r["size"], r[place][key]) for r in rows if r["op"] == op and r["size"] > 0]
+            out.append((label if len(ops) == 1 else "%s %s" % (label, op), pts))
+    else:
+        sys.exit("plot: %s comes from %r, not pact-perf p2p or coll" % (path, tool))
+    return out
+
+
+def nice_max(v: float) -> float:
+    if v <= 0:
+        return 1.0
+    e = 10 ** math.floor(math.log10(v))
+    return next(m * e for m in (1, 2, 2.5, 5, 10) if m * e >= v)
+
+
+def size_label(b: int) -> str:
+    for unit, n in (("G", 1 << 30), ("M", 1 << 20), ("K", 1 << 10)):
+        if b >= n:
+            return "%d%s" % (b // n, unit)
+    return "%dB" % b
+
+
+def render(lines, metric: str, title: str) -> str:
+    pts = [p for _, ps in lines for p in ps]
+    if not pts:
+        sys.exit("plot: no points to plot")
+    xs = [math.log2(max(s, 1)) for s, _ in pts]
+    x0, x1 = min(xs), max(xs)
+    x1 = x1 if x1 > x0 else x0 + 1
+    log_y = metric == "lat"
+    if log_y:
+        ys = [math.log10(max(v, 1e-3)) for _, v in pts]
+        y0, y1 = math.floor(min(ys)), math.ceil(max(ys))
+        y1 = y1 if y1 > y0 else y0 + 1
+    else:
+        y0, y1 = 0.0, nice_max(max(v for _, v in pts))
+    pw, ph = W - L - R, H - T - B
+    fx = lambda s: L + (math.log2(max(s, 1)) - x0) / (x1 - x0) * pw
+    fy = lambda v: T + ph - ((math.log10(max(v, 1e-3)) if log_y else v) - y0) / (y1 - y0) * ph
+    o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
+         'font-size="12">' % (W, H), '<rect width="100%" height="100%" fill="white"/>',
+         '<text x="%d" y="22" font-size="15">%s</text>' % (L, escape(title))]
+    for i in range(int(x0), int(math.ceil(x1)) + 1, max(1, int((x1 - x0) // 10) or 1)):
+        x = fx(2 ** i)
+        o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (x, T, x, T + ph))
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (x, T + ph + 18, size_label(2 ** i)))
+    ticks = [10 ** k for k in range(int(y0), int(y1) + 1)] if log_y else [y0 + (y1 - y0) * k / 5 for k in range(6)]
+    for v in ticks:
+        y = fy(v)
+        o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (L, y, L + pw, y))
+        o.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (L - 6, y + 4, v))
+    o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="black"/>' % (L, T, pw, ph))
+    o.append('<text x="%d" y="%d" text-anchor="middle">message size (bytes)</text>' % (L + pw / 2, H - 18))
+    ylab = {"bw": "GB/s", "busbw-in": "GB/s (in place)", "lat": "us (log)"}[metric]
+    o.append('<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">%s</text>' % (T + ph / 2, T + ph / 2, ylab))
+    for k, (label, ps) in enumerate(lines):
+        c = COLORS[k % len(COLORS)]
+        path = " ".join("%.1f,%.1f" % (fx(s), fy(v)) for s, v in sorted(ps))
+        o.append('<polyline class="series" fill="none" stroke="%s" stroke-width="2" points="%s"><title>%s</title></polyline>'
+                 % (c, path, escape(label)))
+        ly = T + 14 + 18 * k
+        o.append('<line x1="%d" y1="%d" x2="%d" y2="%d" stroke="%s" stroke-width="2"/>' % (L + pw + 12, ly - 4, L + pw + 32, ly - 4, c))
+        o.append('<text x="%d" y="%d">%s</text>' % (L + pw + 36, ly, escape(label)))
+    o.append("</svg>")
+    return "\n".join(o) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("runs", nargs="+", help="RESULT.json or RESULT.json=LABEL")
+    ap.add_argument("--metric", choices=["bw", "busbw-in", "lat"], default="bw")
+    ap.add_argument("--title", default="")
+    a = ap.parse_args()
+    lines = []
+    for run in a.runs:
+        path, _, label = run.partition("=")
+        lines += series(path, label or path.rsplit("/", 1)[-1].removesuffix(".json"), a.metric)
+    svg = render(lines, a.metric, a.title or {"bw": "bandwidth", "busbw-in": "bus bandwidth, in place", "lat": "latency"}[a.metric])
+    open(a.out, "w").write(svg)
+    print("plot: wrote %s (%d lines, %d points)" % (a.out, len(lines), sum(len(p) for _, p in lines)))
+
+
+if __name__ == "__main__":
+    main()
