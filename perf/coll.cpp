@@ -33,6 +33,7 @@ struct CollOptions {
   std::string dtype = "float", redop = "sum";
   int root = 0;
   int channels = 1;
+  std::string algo = "ring";
   std::string chunk = "512K";
   size_t chunkB = 0;
   int window = 8;
@@ -162,8 +163,12 @@ int runColl(CollOptions& o) {
   // for alltoall, one each way per peer and channel.
   Comms c;
   const auto needs = [&](Op x) { return std::find(ops.begin(), ops.end(), x) != ops.end(); };
-  const bool ring = n > 1 && std::any_of(ops.begin(), ops.end(), [](Op x) { return x != Op::kAllToAll; });
+  const bool tree = o.algo == "tree";
+  const bool ring = n > 1 && std::any_of(ops.begin(), ops.end(), [&](Op x) {
+                      return x != Op::kAllToAll && !(x == Op::kAllReduce && tree);
+                    });
   const bool a2a = n > 1 && needs(Op::kAllToAll);
+  const bool treeComms = n > 1 && tree && needs(Op::kAllReduce) && !a2a;  // a2a's comms cover the tree
   Wiring w(*net, job, o.dev, o.channels);
   std::vector<void*> allSends, allRecvs;
   if (ring) {
@@ -171,19 +176,31 @@ int runColl(CollOptions& o) {
     for (int ch = 0; ch < o.channels; ++ch) out.emplace_back((r + 1) % n, ch);
     w.wire(o.channels, out, &c.prev, &c.next, o.timeout_s);
   }
-  if (a2a) {
-    // Rank q's listens, in order: for each peer p != q, C of them; p connects to its own.
-    auto slot = [&](int q, int p, int ch) { return ((p < q ? p : p - 1) * o.channels) + ch; };
+  if (a2a || treeComms) {
+    // A comm each way per peer and channel: every peer (alltoall), or the tree neighbours. Rank
+    // q listens C times for each of its peers, in ascending order; p connects to its own.
+    auto peersOf = [&](int q) {
+      if (treeComms) return treeNeighbours(q, n);
+      std::vector<int> v;
+      for (int x = 0; x < n; ++x)
+        if (x != q) v.push_back(x);
+      return v;
+    };
+    auto slot = [&](int q, int p, int ch) {
+      const auto v = peersOf(q);
+      return static_cast<int>(std::find(v.begin(), v.end(), p) - v.begin()) * o.channels + ch;
+    };
+    const auto mine = peersOf(r);
     std::vector<std::pair<int, int>> out;
-    for (int q = 0; q < n; ++q)
-      for (int ch = 0; ch < o.channels && q != r; ++ch) out.emplace_back(q, slot(q, r, ch));
+    for (int q : mine)
+      for (int ch = 0; ch < o.channels; ++ch) out.emplace_back(q, slot(q, r, ch));
     std::vector<void*> recvs, sends;
-    w.wire((n - 1) * o.channels, out, &recvs, &sends, o.timeout_s);
+    w.wire(static_cast<int>(mine.size()) * o.channels, out, &recvs, &sends, o.timeout_s);
     c.to.assign(static_cast<size_t>(n), {});
     c.from.assign(static_cast<size_t>(n), {});
     size_t k = 0;
-    for (int q = 0; q < n; ++q)
-      for (int ch = 0; ch < o.channels && q != r; ++ch) {
+    for (int q : mine)
+      for (int ch = 0; ch < o.channels; ++ch) {
         c.to[static_cast<size_t>(q)].push_back(sends[k++]);
         c.from[static_cast<size_t>(q)].push_back(recvs[static_cast<size_t>(slot(r, q, ch))]);
       }
@@ -224,9 +241,9 @@ int runColl(CollOptions& o) {
   if (r == 0) {
     std::printf("# nThread 1 nGpus 1 minBytes %zu maxBytes %zu step: %d(factor) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0\n",
                 o.minB, o.maxB, o.factor, o.warmup, o.iters, o.check);
-    std::printf("#\n# pact-perf coll: %d ranks (%s), plugin %s (%s, v%d) dev %d %s, %d channel(s), chunk %zu, window %d, UCX_TLS=%s\n",
+    std::printf("#\n# pact-perf coll: %d ranks (%s), plugin %s (%s, v%d) dev %d %s, %d channel(s), chunk %zu, window %d, allreduce %s, UCX_TLS=%s\n",
                 n, job.launch().how.c_str(), net->name() ? net->name() : "?", o.plugin.c_str(),
-                net->version(), o.dev, props.name.c_str(), o.channels, o.chunkB, o.window,
+                net->version(), o.dev, props.name.c_str(), o.channels, o.chunkB, o.window, o.algo.c_str(),
                 std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : "(unset)");
     std::printf("# comms per rank: %zu (%zu send, %zu receive)\n", commsHere, allSends.size(), allRecvs.size());
     std::printf("#\n# Using devices\n");
@@ -258,7 +275,7 @@ int runColl(CollOptions& o) {
       double t[2], algbw[2], busbw[2];
       long wrong[2];
       for (int ip = 0; ip < 2; ++ip) {
-        Plan p{op, dt, red, o.root, count, ip == 1, r, n, o.channels, o.chunkB};
+        Plan p{op, dt, red, o.root, count, ip == 1, r, n, o.channels, o.chunkB, tree};
         Schedule s = build(p, b, c);
         auto alive = [&] { return job.alive(); };
         for (int i = 0; i < o.warmup; ++i) run(*net, s, o.window, o.timeout_s, alive);
@@ -316,7 +333,7 @@ int runColl(CollOptions& o) {
       nlohmann::json doc = {{"meta", {{"tool", "pact-perf coll"}, {"ranks", n}, {"launch", job.launch().how},
                                       {"plugin_path", o.plugin}, {"plugin_name", net->name() ? net->name() : ""},
                                       {"dev_name", props.name}, {"channels", o.channels}, {"chunk", o.chunkB},
-                                      {"window", o.window}, {"iters", o.iters}, {"warmup", o.warmup},
+                                      {"window", o.window}, {"algo", o.algo}, {"iters", o.iters}, {"warmup", o.warmup},
                                       {"UCX_TLS", std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : ""},
                                       {"avg_busbw_gbps", busRows > 0 ? busSum / busRows : 0.0}, {"wrong", wrongTotal}}},
                             {"results", results}};
@@ -345,6 +362,8 @@ void addCollCommand(CLI::App& app, int* exit_code) {
   c->add_option("-o,--redop", o->redop, "sum|prod|max|min")->capture_default_str();
   c->add_option("-r,--root", o->root, "broadcast root")->capture_default_str();
   c->add_option("--channels", o->channels, "comms per neighbour and direction (NCCL's channels)")->check(CLI::Range(1, 32))->capture_default_str();
+  c->add_option("--algo", o->algo, "allreduce's algorithm: ring, or tree (a binary tree to rank 0 and back)")
+      ->check(CLI::IsMember({"ring", "tree"}))->capture_default_str();
   c->add_option("--chunk", o->chunk, "slice size (NCCL: buffer / steps)")->capture_default_str();
   c->add_option("--window", o->window, "slices in flight per comm (NCCL's steps)")->check(CLI::Range(1, 8))->capture_default_str();
   c->add_option("--plugin", o->plugin, "NCCL net plugin .so (default: <exe dir>/../plugin/libnccl-net-pact.so)");

@@ -76,6 +76,7 @@ struct RingBuilder {
   size_t ts;
   Stream* send;
   Stream* recv;
+  int recvIndex;           // the receive stream's index in the schedule
   int lastRecvStart = -1;  // where the previous step's receive slices began
 
   size_t sliceElems() const { return std::max<size_t>(1, p.chunk / ts); }
@@ -94,7 +95,7 @@ struct RingBuilder {
         s.len = std::min(se, shi - e) * ts;
         s.mh = c.mh(send->comm, sendWhich);
         if (dep) {
-          s.depStream = 1;  // the ring's receive stream (streams are [send, receive] per channel)
+          s.depStream = recvIndex;
           s.depSlice = lastRecvStart + k;
         }
         send->slices.push_back(s);
@@ -141,6 +142,15 @@ size_t sizeOf(DType t) {
     if (x.t == t) return x.size;
   return 1;
 }
+std::vector<int> treeNeighbours(int q, int ranks) {
+  std::vector<int> v;
+  if (q > 0) v.push_back((q - 1) / 2);
+  for (int k : {2 * q + 1, 2 * q + 2})
+    if (k < ranks) v.push_back(k);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
 bool isReduction(Op op) { return op == Op::kAllReduce || op == Op::kReduceScatter; }
 double busFactor(Op op, int n) {
   switch (op) {
@@ -234,6 +244,53 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
     }
     return s;
   }
+  if (p.op == Op::kAllReduce && p.tree) {
+    // Reduce up the tree into recv (rank 0 ends with the result), then broadcast it down; each
+    // slice moves on as soon as its part of the previous hop is there.
+    const int parent = r > 0 ? (r - 1) / 2 : -1;
+    std::vector<int> kids;
+    for (int k : {2 * r + 1, 2 * r + 2})
+      if (k < n) kids.push_back(k);
+    const size_t se = std::max<size_t>(1, p.chunk / ts);
+    for (int ch = 0; ch < p.channels; ++ch) {
+      auto [lo, hi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
+      // Adds a stream of this channel's slices; dep: the stream each slice k waits for (or -1).
+      auto add = [&](void* comm, bool send, char* base, int which, bool reduced, const char* a, int dep) {
+        Stream st;
+        st.comm = comm;
+        st.send = send;
+        if (reduced) c.slots(comm, &st.slots, &st.slotMh);
+        int k = 0;
+        for (size_t e = lo; e < hi; e += se, ++k) {
+          Slice sl;
+          sl.len = std::min(se, hi - e) * ts;
+          if (reduced) {
+            sl.out = base + e * ts;
+            sl.a = a + e * ts;
+          } else {
+            sl.ptr = base + e * ts;
+            sl.mh = c.mh(comm, which);
+          }
+          if (dep >= 0) sl.depStream = dep, sl.depSlice = k;
+          st.slices.push_back(sl);
+        }
+        s.streams.push_back(std::move(st));
+        return static_cast<int>(s.streams.size()) - 1;
+      };
+      int reducedBy = -1;  // the stream whose slice k completes the reduction of slice k here
+      for (size_t j = 0; j < kids.size(); ++j)  // the second child's data folds into the first's
+        reducedBy = add(c.from[kids[j]][ch], false, b.recv, 1, true, j == 0 ? in : b.recv, reducedBy);
+      int down = reducedBy;  // what the children's broadcast waits for: the result, here
+      if (parent >= 0) {
+        add(c.to[parent][ch], true, kids.empty() ? in : b.recv, kids.empty() ? inWhich : 1, false, nullptr, reducedBy);
+        down = add(c.from[parent][ch], false, b.recv, 1, false, nullptr, -1);
+      } else if (!p.inPlace && kids.empty()) {
+        s.before.push_back({b.recv, b.send, full});
+      }
+      for (int k : kids) add(c.to[k][ch], true, b.recv, 1, false, nullptr, down);
+    }
+    return s;
+  }
   // Ring ops: per channel, streams [2ch] = send to next, [2ch + 1] = receive from prev.
   for (int ch = 0; ch < p.channels; ++ch) {
     Stream tx, rx;
@@ -247,7 +304,7 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
     Stream* tx = &s.streams[2 * ch];
     Stream* rx = &s.streams[2 * ch + 1];
     if (isReduction(p.op)) c.slots(rx->comm, &rx->slots, &rx->slotMh);
-    RingBuilder rb{p, c, ts, tx, rx};
+    RingBuilder rb{p, c, ts, tx, rx, 2 * ch + 1};
     // The element range of block `blockIdx` of `blocks`, this channel's part of it.
     auto range = [&](size_t total, int blocks, int blockIdx) {
       auto [lo, hi] = part(0, total, static_cast<size_t>(blocks), static_cast<size_t>(blockIdx));
@@ -295,7 +352,7 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
         const int pos = mod(r - p.root, n);
         if (ch == 0 && pos == 0 && !p.inPlace) s.before.push_back({b.recv, b.send, full});
         auto [lo, hi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
-        RingBuilder one{p, c, ts, pos < n - 1 ? tx : nullptr, pos > 0 ? rx : nullptr};
+        RingBuilder one{p, c, ts, pos < n - 1 ? tx : nullptr, pos > 0 ? rx : nullptr, 2 * ch + 1};
         if (pos > 0) one.step(0, 0, nullptr, 0, false, lo, hi, b.recv, 1, nullptr, 0, nullptr);
         if (pos < n - 1) {
           // Forward each slice once it landed (the root has it all from the start).
@@ -326,6 +383,7 @@ void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
     size_t slice;
     void* req;
     int slot;
+    bool landed = false;  // the plugin said done; a reduction may still wait for its turn
   };
   struct Live {
     size_t posted = 0, completed = 0;
@@ -352,7 +410,7 @@ void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
         void* req = nullptr;
         int slot = -1;
         if (st.send) {
-          if (sl.depStream >= 0 && !live[i + static_cast<size_t>(sl.depStream)].done[static_cast<size_t>(sl.depSlice)]) break;
+          if (sl.depStream >= 0 && !live[static_cast<size_t>(sl.depStream)].done[static_cast<size_t>(sl.depSlice)]) break;
           const int rc = net.isend(st.comm, sl.ptr, sl.len, 0, sl.mh, &req);
           if (rc != 0) fatal(std::string("isend failed: ") + resultName(rc) + " " + loader::NetPlugin::takeLastWarning());
         } else {
@@ -371,21 +429,29 @@ void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
           if (req != nullptr && slot >= 0) L.freeSlots.pop_back();
         }
         if (req == nullptr) break;  // the plugin's back-pressure: again on the next spin
-        L.inflight.push_back({L.posted++, req, slot});
+        L.inflight.push_back({L.posted++, req, slot, false});
         moved = true;
       }
       for (size_t k = 0; k < L.inflight.size();) {
         InFlight& f = L.inflight[k];
-        int done = 0, size = 0;
-        const int rc = net.test(f.req, &done, &size);
-        if (rc != 0) fatal(std::string("test failed: ") + resultName(rc) + " " + loader::NetPlugin::takeLastWarning());
-        if (!done) {
+        const Slice& sl = st.slices[f.slice];
+        if (!f.landed) {
+          int done = 0, size = 0;
+          const int rc = net.test(f.req, &done, &size);
+          if (rc != 0) fatal(std::string("test failed: ") + resultName(rc) + " " + loader::NetPlugin::takeLastWarning());
+          if (!done) {
+            ++k;
+            continue;
+          }
+          if (!st.send && static_cast<size_t>(size) != sl.len)
+            fatal("a slice of " + std::to_string(sl.len) + " bytes arrived with " + std::to_string(size));
+          f.landed = true;
+        }
+        // A reduction whose output another one writes first waits for it (in its slot).
+        if (f.slot >= 0 && sl.depStream >= 0 && !live[static_cast<size_t>(sl.depStream)].done[static_cast<size_t>(sl.depSlice)]) {
           ++k;
           continue;
         }
-        const Slice& sl = st.slices[f.slice];
-        if (!st.send && static_cast<size_t>(size) != sl.len)
-          fatal("a slice of " + std::to_string(sl.len) + " bytes arrived with " + std::to_string(size));
         if (f.slot >= 0) {
           reduce(s.type, s.red, sl.out, sl.a, st.slots[static_cast<size_t>(f.slot)], sl.len / ts);
           L.freeSlots.push_back(f.slot);

@@ -40,8 +40,11 @@ struct Slice {
   char* ptr = nullptr;   // send: the bytes; receive: where they go (nullptr: a staging slot)
   size_t len = 0;
   void* mh = nullptr;    // the plugin's registration of ptr on this stream's comm
-  int depStream = -1;    // send: the receive slice it forwards (stream index relative to this
-  int depSlice = -1;     // one, slice), or -1
+  // The slice that must be done first (stream index in the schedule, slice), or -1: a send
+  // forwarding what it received waits to be posted; a reduced receive waits to be applied (its
+  // output is also the other's).
+  int depStream = -1;
+  int depSlice = -1;
   // receive into a staging slot: then out = a (op) slot
   char* out = nullptr;
   const char* a = nullptr;
@@ -66,7 +69,8 @@ struct Buffers {
 };
 
 // The comms and registrations a rank holds, per channel: ring neighbours (send to rank + 1,
-// receive from rank - 1) and, for all-to-all, a comm each way per peer.
+// receive from rank - 1) and a comm each way per peer (every peer for all-to-all, the tree
+// neighbours for a tree allreduce).
 struct Comms {
   std::vector<void*> next, prev;                 // [channel]
   std::vector<std::vector<void*>> to, from;      // [peer][channel]
@@ -86,7 +90,11 @@ struct Plan {
   int rank = 0, ranks = 1;
   int channels = 1;
   size_t chunk = 512 << 10;
+  bool tree = false;  // allreduce: a binary tree (reduce to rank 0, broadcast back) instead of the ring
 };
+
+// Rank q's tree neighbours (parent (q - 1) / 2, children 2q + 1 and 2q + 2 that exist), ascending.
+std::vector<int> treeNeighbours(int q, int ranks);
 
 // The streams of one collective, plus the local copies that come first (out-of-place root data,
 // in-place inputs saved to tmp).

@@ -1,6 +1,6 @@
 """pact-perf coll on loopback: every collective on 4 forked ranks over tcp and over shared memory,
 sizes from 0 through odd element counts to 1 MiB, out-of-place and in-place, every element
-checked (#wrong 0); the output parsed back as nccl-tests prints it (13 columns, busbw = algbw x
+checked (#wrong 0), allreduce over the tree too; the output parsed back as nccl-tests prints it (13 columns, busbw = algbw x
 the op's factor); --channels 4 opens 4x the comms and still verifies; a rank killed mid-run
 makes the others fail within 30 s (no hang); and the ranks come from mpirun (when installed),
 Slurm's or torchrun's variables; perf/plot.py draws the results. No timing is asserted. Usage: coll_test.py PACT_PERF"""
@@ -92,6 +92,16 @@ rows, _ = run(["-np", "3", "--op", "broadcast", "-r", "2", "-b", "4", "-e", "1M"
 if rows and any(r[4] != 2 for r in rows["broadcast"]):
     fail("broadcast rows do not name root 2: %s" % rows["broadcast"])
 print("ok: int8 prod, double max, uint64 min, int32 sum on 3 ranks; broadcast from rank 2", flush=True)
+
+# 2b. allreduce over a binary tree (--algo tree): 5 ranks (a node with one child), both transports,
+# two channels, a sum and an int8 product.
+for tls, d, o in (("tcp", "float", "sum"), ("sm", "int8", "prod"), ("sm", "double", "sum")):
+    rows, out = run(["-np", "5", "--op", "allreduce", "--algo", "tree", "--channels", "2", "-b", "0", "-e", "2M",
+                     "-f", "7", "-n", "2", "-w", "1", "-d", d, "-o", o], "tree allreduce %s %s over %s" % (d, o, tls),
+                    5, {"UCX_TLS": tls})
+    if rows and "allreduce tree" not in out:
+        fail("tree: the header does not name the algorithm")
+print("ok: tree allreduce on 5 ranks, 2 channels, tcp and sm, verified", flush=True)
 
 # 3. --channels 4: four times the comms, still verified.
 counts = {}
