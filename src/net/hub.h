@@ -62,18 +62,9 @@ class Hub {
   // Where a close hands its background work (the Net's; gone with the Net).
   void setReaper(std::weak_ptr<Reaper> r) { reaper_ = std::move(r); }
   std::shared_ptr<Reaper> reaper() const { return reaper_.lock(); }
-  // Whether to ask the reaper again to keep this hub progressed (Reaper::keepProgressing): at
-  // most every 100 ms. Device mutex.
-  bool dueForIdleProgress() {
-    const auto t = now();
-    if (t - lastIdleProgress_ < std::chrono::milliseconds(100)) return false;
-    lastIdleProgress_ = t;
-    return true;
-  }
 
  private:
   std::weak_ptr<Reaper> reaper_;
-  TimePoint lastIdleProgress_{};
   struct LateSend {
     TimePoint due;
     std::shared_ptr<transport::SharedEndpoint> ep;  // kept open until the send completes

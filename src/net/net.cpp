@@ -214,17 +214,8 @@ Status Net::test(Request* r, bool* done, int* sizes) {
   *done = false;
   if (!valid(r) || !r->inUse || !valid(r->comm)) return Status::kInvalidArgument;
   Comm* comm = r->comm;
-  std::shared_ptr<Hub> idleHub;
-  Status s;
-  {
-    std::lock_guard lock(comm->dev().mutex());
-    const bool large = !r->isSend && !r->flush && r->parts.size() == 1 && r->parts[0].size >= Reaper::kRendezvousHint;
-    s = comm->test(r, done, sizes);
-    if (*done && large && comm->hub()->dueForIdleProgress()) idleHub = comm->hub();
-  }
-  if (idleHub)
-    if (auto reaper = idleHub->reaper()) reaper->keepProgressing(idleHub);
-  return s;
+  std::lock_guard lock(comm->dev().mutex());
+  return comm->test(r, done, sizes);
 }
 
 namespace {

@@ -30,15 +30,14 @@ Reaper::~Reaper() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Reaper::add(const std::shared_ptr<Hub>& hub, bool idle) {
+void Reaper::add(const std::shared_ptr<Hub>& hub) {
   std::lock_guard lock(mu_);
-  const auto t = now();
+  const auto until = now() + kLinger;
   auto it = std::find_if(items_.begin(), items_.end(), [&](const Item& i) { return i.hub == hub; });
-  if (it == items_.end()) it = items_.insert(items_.end(), Item{hub, t});
-  if (idle)
-    it->idleUntil = t + kIdleProgress;
+  if (it != items_.end())
+    it->until = until;
   else
-    it->until = t + kLinger;
+    items_.push_back(Item{hub, until});
   if (!thread_.joinable()) thread_ = std::thread([this] { run(); });
   cv_.notify_one();
 }
@@ -51,7 +50,7 @@ void Reaper::pass(std::vector<Item>& items) {
   std::erase_if(items, [&](Item& i) {
     std::lock_guard lock(i.hub->dev().mutex());
     const bool work = i.hub->stepBackground() > 0 || closing;
-    if ((work && t < i.until) || t < i.idleUntil) return false;
+    if (work && t < i.until) return false;
     emptied = i.hub->trimIfIdle() || emptied;
     return true;
   });
@@ -78,7 +77,7 @@ void Reaper::run() {
       if (it == items_.end())
         items_.push_back(std::move(i));
       else
-        it->until = std::max(it->until, i.until), it->idleUntil = std::max(it->idleUntil, i.idleUntil);
+        it->until = std::max(it->until, i.until);
     }
     if (!items_.empty()) cv_.wait_for(lock, std::chrono::milliseconds(1), [&] { return stop_; });
   }

@@ -4,8 +4,7 @@
 // that let tag spaces be recycled) happens here: a thread that, while such work exists,
 // progresses the hubs that have it and steps the sessions, every millisecond, for at most
 // kLinger after the last close that asked for it. Everything it gives up on is counted and
-// logged by its owner (DeviceCtx, Sessions). It also keeps an open hub progressed for a while
-// after a large receive (keepProgressing), for UCX's acknowledgements.
+// logged by its owner (DeviceCtx, Sessions).
 #pragma once
 
 #include <condition_variable>
@@ -28,18 +27,8 @@ class Reaper {
   Reaper(const Reaper&) = delete;
   Reaper& operator=(const Reaper&) = delete;
 
-  // How long an open hub is progressed after a large receive completed (keepProgressing).
-  static constexpr auto kIdleProgress = std::chrono::seconds(1);
-  // Receives of at least this many bytes may have come by rendezvous (UCX's thresholds lie below).
-  static constexpr size_t kRendezvousHint = 16 << 10;
   // A close on hub left work behind (or may have): progress it for up to kLinger from now.
-  void add(const std::shared_ptr<Hub>& hub) { add(hub, false); }
-  // A rendezvous receive completed on hub: progress it for kIdleProgress from now even with no
-  // background work. UCX 1.13 sends the receiver's acknowledgement of a rendezvous (and so
-  // completes the sender's send) only while the receiver's worker progresses; a receiver that
-  // has what it waited for may not call the plugin again for a long time (a rank in a
-  // barrier), and its peer's send would wait as long.
-  void keepProgressing(const std::shared_ptr<Hub>& hub) { add(hub, true); }
+  void add(const std::shared_ptr<Hub>& hub);
   // Runs the background work of the hubs now, until none is left or limit passes (what a
   // resource count wants to see settled). awaitPeers: also until every peer has said goodbye
   // to the channels closed here (a process that leaves). Returns whether none is left.
@@ -50,9 +39,7 @@ class Reaper {
   struct Item {
     std::shared_ptr<Hub> hub;
     TimePoint until;
-    TimePoint idleUntil{};  // progressed until then, with or without work
   };
-  void add(const std::shared_ptr<Hub>& hub, bool idle);
   void run();
   // One pass: progresses each hub with work; drops those done or past their time.
   void pass(std::vector<Item>& items);
