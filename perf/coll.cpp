@@ -70,7 +70,7 @@ void ok(int rc, const std::string& what) {
 // then connect and accept polled until every one exists (NCCL's non-blocking setup).
 class Wiring {
  public:
-  Wiring(NetPlugin& net, Job& job, int dev, int channels) : net_(net), job_(job), dev_(dev), ch_(channels) {}
+  Wiring(NetPlugin& net, Job& job, int dev) : net_(net), job_(job), dev_(dev) {}
 
   // incoming[i]: listens to create; outgoing: (rank, index into that rank's incoming list).
   void wire(int incoming, const std::vector<std::pair<int, int>>& outgoing, std::vector<void*>* recvs,
@@ -108,7 +108,7 @@ class Wiring {
  private:
   NetPlugin& net_;
   Job& job_;
-  int dev_, ch_;
+  int dev_;
 };
 
 std::string fmtRow(size_t size, size_t count, const CollOptions& o, Op op, const double t[2],
@@ -169,7 +169,7 @@ int runColl(CollOptions& o) {
                     });
   const bool a2a = n > 1 && needs(Op::kAllToAll);
   const bool treeComms = n > 1 && tree && needs(Op::kAllReduce) && !a2a;  // a2a's comms cover the tree
-  Wiring w(*net, job, o.dev, o.channels);
+  Wiring w(*net, job, o.dev);
   std::vector<void*> allSends, allRecvs;
   if (ring) {
     std::vector<std::pair<int, int>> out;

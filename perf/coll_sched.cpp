@@ -120,6 +120,33 @@ struct RingBuilder {
   }
 };
 
+// Appends a stream of elements [lo, hi) of `base` in slices of `se` elements: sent or received
+// straight (buffer `which`), or received into staging slots and reduced into base (= a op slot);
+// slice k waits for slice k of stream `dep` (or -1). Returns the stream's index.
+int appendStream(Schedule& s, Comms& c, void* comm, bool send, size_t lo, size_t hi, size_t se,
+                 size_t ts, char* base, int which, bool reduced, const char* a, int dep) {
+  Stream st;
+  st.comm = comm;
+  st.send = send;
+  if (reduced) c.slots(comm, &st.slots, &st.slotMh);
+  int k = 0;
+  for (size_t e = lo; e < hi; e += se, ++k) {
+    Slice sl;
+    sl.len = std::min(se, hi - e) * ts;
+    if (reduced) {
+      sl.out = base + e * ts;
+      sl.a = a + e * ts;
+    } else {
+      sl.ptr = base + e * ts;
+      sl.mh = c.mh(comm, which);
+    }
+    if (dep >= 0) sl.depStream = dep, sl.depSlice = k;
+    st.slices.push_back(sl);
+  }
+  s.streams.push_back(std::move(st));
+  return static_cast<int>(s.streams.size()) - 1;
+}
+
 }  // namespace
 
 const char* name(Op op) {
@@ -229,17 +256,8 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
       const int q = (r + i) % n;  // staggered, as NCCL orders its peers
       for (int ch = 0; ch < p.channels; ++ch) {
         auto [lo, hi] = part(q * blk, (q + 1) * blk, p.channels, ch);
-        Stream tx, rx;
-        tx.comm = c.to[q][ch];
-        tx.send = true;
-        rx.comm = c.from[q][ch];
-        for (size_t e = lo; e < hi; e += se) {
-          const size_t len = std::min(se, hi - e) * ts;
-          tx.slices.push_back(Slice{src + e * ts, len, c.mh(tx.comm, srcWhich)});
-          rx.slices.push_back(Slice{b.recv + e * ts, len, c.mh(rx.comm, 1)});
-        }
-        s.streams.push_back(std::move(tx));
-        s.streams.push_back(std::move(rx));
+        appendStream(s, c, c.to[q][ch], true, lo, hi, se, ts, src, srcWhich, false, nullptr, -1);
+        appendStream(s, c, c.from[q][ch], false, lo, hi, se, ts, b.recv, 1, false, nullptr, -1);
       }
     }
     return s;
@@ -254,28 +272,8 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
     const size_t se = std::max<size_t>(1, p.chunk / ts);
     for (int ch = 0; ch < p.channels; ++ch) {
       auto [lo, hi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
-      // Adds a stream of this channel's slices; dep: the stream each slice k waits for (or -1).
       auto add = [&](void* comm, bool send, char* base, int which, bool reduced, const char* a, int dep) {
-        Stream st;
-        st.comm = comm;
-        st.send = send;
-        if (reduced) c.slots(comm, &st.slots, &st.slotMh);
-        int k = 0;
-        for (size_t e = lo; e < hi; e += se, ++k) {
-          Slice sl;
-          sl.len = std::min(se, hi - e) * ts;
-          if (reduced) {
-            sl.out = base + e * ts;
-            sl.a = a + e * ts;
-          } else {
-            sl.ptr = base + e * ts;
-            sl.mh = c.mh(comm, which);
-          }
-          if (dep >= 0) sl.depStream = dep, sl.depSlice = k;
-          st.slices.push_back(sl);
-        }
-        s.streams.push_back(std::move(st));
-        return static_cast<int>(s.streams.size()) - 1;
+        return appendStream(s, c, comm, send, lo, hi, se, ts, base, which, reduced, a, dep);
       };
       int reducedBy = -1;  // the stream whose slice k completes the reduction of slice k here
       for (size_t j = 0; j < kids.size(); ++j)  // the second child's data folds into the first's

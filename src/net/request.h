@@ -72,7 +72,6 @@ struct Request {
   // UCX's request memory, one block per part (kept, like parts, across reuse; never resized
   // while a part is in flight).
   std::vector<std::byte> ucxMem;
-  size_t ucxStride = 0;
   std::array<uint32_t, kMaxBuffers> firstPart{};   // index of each buffer's piece 0 in parts
   std::array<uint32_t, kMaxBuffers> partCount{};   // pieces posted for each buffer
   std::array<int64_t, kMaxBuffers> lastPiece{};    // -1 until the sender's last piece landed
@@ -83,12 +82,9 @@ struct Request {
   // More parts than buffers (pieces of an unordered message, or copies on several rails): parts
   // past a buffer's last piece, or copies on other rails, may have to be cancelled.
   bool multiPart() const { return parts.size() > static_cast<size_t>(nbuffers); }
-  // The request handle to give UCX for part p: UCX's request occupies the ucxStride bytes before
-  // it, cache-line aligned.
-  void* ucxHandle(const Part* p) {
-    auto base = (reinterpret_cast<uintptr_t>(ucxMem.data()) + kUcxAlign - 1) & ~(kUcxAlign - 1);
-    return reinterpret_cast<void*>(base + static_cast<size_t>(p - parts.data() + 1) * ucxStride);
-  }
+  // The request handle to give UCX for part p: UCX's request occupies the slab's stride of bytes
+  // before it, cache-line aligned.
+  void* ucxHandle(const Part* p);
   static constexpr uintptr_t kUcxAlign = 64;
 };
 
@@ -118,6 +114,7 @@ class RequestSlab final : public transport::Orphan {
     r->comm = nullptr;
     slots_.give(r);
   }
+  size_t ucxStride() const { return ucxStride_; }
   size_t used() const { return slots_.live(); }
   size_t capacity() const { return slots_.capacity(); }
   // Gives the memory back when no request is taken (after a teardown: a burst of comms may have
@@ -137,6 +134,11 @@ class RequestSlab final : public transport::Orphan {
   uint64_t posted_ = 0;
 };
 
+inline void* Request::ucxHandle(const Part* p) {
+  auto base = (reinterpret_cast<uintptr_t>(ucxMem.data()) + kUcxAlign - 1) & ~(kUcxAlign - 1);
+  return reinterpret_cast<void*>(base + static_cast<size_t>(p - parts.data() + 1) * slab->ucxStride());
+}
+
 inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts) {
   Request& r = *slots_.take();
   r.inUse = true;
@@ -154,7 +156,6 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.memHandle = nullptr;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.
   r.parts.resize(nparts);
-  r.ucxStride = ucxStride_;
   r.ucxMem.resize(nparts * ucxStride_ + Request::kUcxAlign);
   for (auto& p : r.parts) {
     p = Part{};
