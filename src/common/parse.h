@@ -87,6 +87,7 @@ Result<int> CountParser<kMin, kMax>::parse(std::string_view s) {
 // Range-checked counts used in params.def (a macro argument cannot hold a template comma).
 using RecvCountParser = CountParser<1, 8>;
 using TraceEventsParser = CountParser<16, (1 << 24)>;
+using TagSpacesParser = CountParser<1, (1 << 17) - 1>;  // net/tags.h: tag::kMaxIndex
 
 // What every pact variable starts with.
 inline constexpr std::string_view kPactPrefix = "PACT_";

@@ -165,7 +165,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   if (!space.ok()) {
     PACT_WARN("accept from %s on %s: %s", inc.peer.c_str(), hub.dev().info().name.c_str(),
               space.error().message.c_str());
-    lc->sessions->refuseOpen(inc, wire::Refuse{wire::Field::kCapacity, tag::kMaxIndex, 0});
+    lc->sessions->refuseOpen(inc, wire::Refuse{wire::Field::kCapacity, hub.tags()->capacity(), 0});
     return space.status();
   }
   auto channel = lc->sessions->acceptOpen(inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses()}));

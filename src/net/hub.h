@@ -18,8 +18,11 @@ class Reaper;
 
 class Hub {
  public:
-  explicit Hub(std::shared_ptr<DeviceCtx> dev)
-      : dev_(std::move(dev)), requests_(std::make_unique<RequestSlab>(dev_->ucxRequestSize())) {}
+  // tagSpaces: the receive tag-space indices of the context (PACT_TAG_SPACES).
+  Hub(std::shared_ptr<DeviceCtx> dev, uint32_t tagSpaces)
+      : dev_(std::move(dev)),
+        requests_(std::make_unique<RequestSlab>(dev_->ucxRequestSize())),
+        tags_(std::make_shared<TagSpaces>(tagSpaces)) {}
   // Requests UCX still holds go to the device context, which keeps them until UCX lets go.
   ~Hub() {
     std::lock_guard lock(dev_->mutex());
@@ -77,7 +80,7 @@ class Hub {
   std::shared_ptr<size_t> lateInFlight_ = std::make_shared<size_t>(0);
   std::shared_ptr<DeviceCtx> dev_;
   std::unique_ptr<RequestSlab> requests_;
-  std::shared_ptr<TagSpaces> tags_ = std::make_shared<TagSpaces>();
+  std::shared_ptr<TagSpaces> tags_;
 };
 
 }  // namespace pact::net

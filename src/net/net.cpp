@@ -74,7 +74,7 @@ Result<std::shared_ptr<Hub>> Net::hub(int dev, int trafficClass) {
   std::lock_guard lock(hubsMu_);
   auto& h = hubs_[d->get()];
   if (!h) {
-    h = std::make_shared<Hub>(*d);
+    h = std::make_shared<Hub>(*d, static_cast<uint32_t>(params_.tag_spaces));
     h->setReaper(reaper_);
   }
   return h;
@@ -98,7 +98,7 @@ CommLimits Net::limits() const {
   // process), so the fd limit bounds peers, not comms. What bounds comms: receive tag spaces per
   // device context, and memory at about kCommBytes per idle comm.
   constexpr int64_t kCommBytes = 8 << 10;
-  const int64_t tagBound = tag::kMaxIndex;
+  const int64_t tagBound = params_.tag_spaces;
   const long pages = sysconf(_SC_AVPHYS_PAGES), pageSize = sysconf(_SC_PAGESIZE);
   const int64_t memBound = pages > 0 && pageSize > 0 ? static_cast<int64_t>(pages) * pageSize / kCommBytes : tagBound;
   rlimit nofile{};

@@ -1,41 +1,37 @@
 #include "net/tags.h"
 
+#include <algorithm>
 #include <string>
 
 namespace pact::net {
 
-// Default-initialised: the pages stay untouched until an index is minted.
-TagSpaces::TagSpaces() : slots_(new uint32_t[tag::kMaxIndex + 1]) {}
+TagSpaces::TagSpaces(uint32_t indices)
+    : indices_(std::clamp<uint32_t>(indices, 1, tag::kMaxIndex)),
+      live_bits_(new uint64_t[indices_ / 64 + 1]()) {}
 
 Result<uint32_t> TagSpaces::take() {
   std::lock_guard lock(mu_);
-  uint32_t index;
-  if (head_ != 0) {
-    index = head_;
-    head_ = tag::indexOf(slots_[index]);
-    if (head_ == 0) tail_ = 0;
-  } else if (minted_ < tag::kMaxIndex) {
-    index = ++minted_;
-    slots_[index] = 0;
-  } else {
-    return Error{Status::kNoResource, "all " + std::to_string(tag::kMaxIndex) +
+  if (live_ == indices_) {
+    return Error{Status::kNoResource, "all " + std::to_string(indices_) +
                                           " receive tag spaces are held by open comms"};
   }
+  // A free index exists, so this ends within one lap.
+  do {
+    if (++cursor_ > indices_) {
+      cursor_ = 1;
+      lap_ = (lap_ + 1) & ((1u << tag::kGenerationBits) - 1);
+    }
+  } while (isLive(cursor_));
+  flip(cursor_);
   ++live_;
-  return index | (tag::generationOf(slots_[index]) << tag::kIndexBits);
+  return cursor_ | (lap_ << tag::kIndexBits);
 }
 
 void TagSpaces::give(uint32_t space) {
   std::lock_guard lock(mu_);
   const uint32_t index = tag::indexOf(space);
-  if (index == 0 || index > minted_) return;
-  const uint32_t next = (tag::generationOf(slots_[index]) + 1) & ((1u << tag::kGenerationBits) - 1);
-  slots_[index] = next << tag::kIndexBits;  // the last free index: no next
-  if (tail_ != 0)
-    slots_[tail_] = (slots_[tail_] & ~tag::kMaxIndex) | index;
-  else
-    head_ = index;
-  tail_ = index;
+  if (index == 0 || index > indices_ || !isLive(index)) return;
+  flip(index);
   --live_;
   ++recycled_;
 }

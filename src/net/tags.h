@@ -5,10 +5,10 @@
 // the `last` bit, and learn from the sender's tag which piece was the last one.
 //
 // Tag spaces are recycled (TagSpaces): an index is given back once its receive comm is closed
-// and the sender has said goodbye (or its process is gone), and comes back with the next
-// generation. A message of an old comm that is still on its way when the index is reused
-// carries the old generation, so it cannot match a receive of the new comm (docs/scale.md has the
-// argument).
+// and the sender has said goodbye (or its process is gone), and is handed out again round-robin,
+// after every other index, with the generation of the cursor's next lap. A message of an old comm
+// that is still on its way when the index is reused carries the old generation, so it cannot
+// match a receive of the new comm (docs/scale.md has the argument).
 #pragma once
 
 #include <cstdint>
@@ -47,28 +47,31 @@ inline uint32_t generationOf(uint32_t space) { return space >> kIndexBits; }
 }  // namespace tag
 
 // The tag spaces of one worker (one device context): taken by each new receive comm, given back
-// once nothing can match them any more. A given-back index is reused before a new one is minted
-// (so the live indices stay dense), oldest first, each time with the next generation.
-// Thread-safe.
+// once nothing can match them any more. Handed out round-robin over indices 1 .. `indices`: the
+// next free index after the last one taken, so an index given back comes round again only after
+// every other one has; each time the cursor wraps, the generation of what it hands out goes up by
+// one. An index and generation pair therefore recurs only after 32 full laps (docs/scale.md).
+// One bit per index (16 KiB, allocated up front). Thread-safe.
 class TagSpaces {
  public:
-  TagSpaces();
-  // A free space, or kNoResource when kMaxIndex receive comms are open at once.
+  // indices: 1 .. tag::kMaxIndex (PACT_TAG_SPACES).
+  explicit TagSpaces(uint32_t indices = tag::kMaxIndex);
+  // A free space, or kNoResource when `indices` receive comms are open at once.
   Result<uint32_t> take();
-  void give(uint32_t space);
+  void give(uint32_t space);  // an index that is not taken is ignored
   size_t live() const;
   uint64_t recycled() const;  // spaces given back so far
+  uint32_t capacity() const { return indices_; }
 
  private:
+  bool isLive(uint32_t index) const { return (live_bits_[index / 64] >> (index % 64)) & 1u; }
+  void flip(uint32_t index) { live_bits_[index / 64] ^= uint64_t{1} << (index % 64); }
+
   mutable std::mutex mu_;
-  // Per index (1 .. minted_), laid out as a space: the generation its next use gets (the space's
-  // generation bits) and, while the index is free, the next free index (its index bits; 0 = none).
-  // One array for every index, allocated whole up front and touched only as indices are minted:
-  // a burst of 100,000 comms leaves 4 bytes per index it used, not bookkeeping scattered through
-  // the heap that pins the pages the burst's comms used.
-  std::unique_ptr<uint32_t[]> slots_;
-  uint32_t minted_ = 0;
-  uint32_t head_ = 0, tail_ = 0;  // the free indices, oldest given back first
+  const uint32_t indices_;
+  std::unique_ptr<uint64_t[]> live_bits_;  // bit i: index i is held by a receive comm
+  uint32_t cursor_ = 0;                    // the index taken last
+  uint32_t lap_ = 0;                       // the generation of what the cursor hands out now
   size_t live_ = 0;
   uint64_t recycled_ = 0;
 };

@@ -110,7 +110,8 @@ constexpr size_t kSmall = 64;
 
 // ---- a late message and a reused tag space ---------------------------------------------------
 
-// A accepts comm 2 (it takes comm 1's tag space, the next generation), receives one message and
+// A accepts comm 2 (with PACT_TAG_SPACES as small as the test's comms need, the round-robin hands
+// it comm 1's index, the next generation), receives one message and
 // checks it is comm 2's (pattern 2); B connects comm 2 and sends it.
 void receiveOnComm2(NetPlugin& plugin, PeerIo& io) {
   void* comm = nullptr;
@@ -149,6 +150,8 @@ TEST(Scale, ReusedTagSpaceNeverMatchesAClosedCommsMessage) {
   PeerPair pair(
       loader::kNewestVersion,
       [](PeerIo& io) {
+        // Two indices (comm 1 and the loopback comm): comm 2 gets comm 1's, the next generation.
+        test::ScopedEnv spaces("PACT_TAG_SPACES", "2");
         auto plugin = openPlugin(io.version);
         ASSERT_TRUE(plugin);
         void* first = nullptr;
@@ -197,6 +200,7 @@ TEST(Scale, ADelayedMessageOfAClosedCommNeverLandsInANewOne) {
   PeerPair pair(
       loader::kNewestVersion,
       [](PeerIo& io) {
+        test::ScopedEnv spaces("PACT_TAG_SPACES", "1");  // comm 2 gets comm 1's index
         auto plugin = openPlugin(io.version);
         ASSERT_TRUE(plugin);
         void* first = nullptr;

@@ -117,50 +117,68 @@ TEST(RequestSlab, InFlightBoundsFollowNccl) {
   EXPECT_EQ(kSendInFlight, 32u * kMaxBuffers);
 }
 
-TEST(TagSpaces, ReuseComesBackWithTheNextGeneration) {
-  TagSpaces spaces;
+TEST(TagSpaces, AGivenBackIndexComesRoundAfterEveryOtherWithTheNextGeneration) {
+  TagSpaces spaces(4);
   const uint32_t a = *spaces.take();
   EXPECT_EQ(tag::indexOf(a), 1u);
   EXPECT_EQ(tag::generationOf(a), 0u);
   spaces.give(a);
+  for (uint32_t i = 2; i <= 4; ++i) {
+    const uint32_t s = *spaces.take();
+    EXPECT_EQ(tag::indexOf(s), i) << "round-robin: the given-back index waits its turn";
+    EXPECT_EQ(tag::generationOf(s), 0u);
+    spaces.give(s);
+  }
   const uint32_t b = *spaces.take();
-  EXPECT_EQ(tag::indexOf(b), 1u) << "a given-back index is reused before a new one is minted";
-  EXPECT_EQ(tag::generationOf(b), 1u);
+  EXPECT_EQ(tag::indexOf(b), 1u);
+  EXPECT_EQ(tag::generationOf(b), 1u) << "the cursor wrapped: the next lap's generation";
   EXPECT_NE(a, b);
-  EXPECT_EQ(spaces.recycled(), 1u);
+  EXPECT_EQ(spaces.recycled(), 4u);
 }
 
-TEST(TagSpaces, OldestGivenBackFirstAndNeverTwiceLive) {
-  TagSpaces spaces;
+TEST(TagSpaces, LiveIndicesAreSkippedAndNeverTwiceLive) {
+  TagSpaces spaces(6);
   std::vector<uint32_t> live;
   for (int i = 0; i < 5; ++i) live.push_back(*spaces.take());
   spaces.give(live[3]);
   spaces.give(live[1]);
-  EXPECT_EQ(tag::indexOf(*spaces.take()), tag::indexOf(live[3]));
-  EXPECT_EQ(tag::indexOf(*spaces.take()), tag::indexOf(live[1]));
   EXPECT_EQ(tag::indexOf(*spaces.take()), 6u);
+  EXPECT_EQ(tag::indexOf(*spaces.take()), tag::indexOf(live[1])) << "the next free one after the wrap";
+  EXPECT_EQ(tag::indexOf(*spaces.take()), tag::indexOf(live[3]));
   EXPECT_EQ(spaces.live(), 6u);
+  EXPECT_EQ(spaces.take().status(), Status::kNoResource);
+  spaces.give(live[0]);
+  spaces.give(live[0]);  // twice: the second is ignored
+  EXPECT_EQ(spaces.live(), 5u);
+  spaces.give(tag::kMaxIndex);  // never taken: ignored
+  EXPECT_EQ(spaces.live(), 5u);
 }
 
-TEST(TagSpaces, GenerationsCycleAndTheTagCarriesThem) {
-  TagSpaces spaces;
+TEST(TagSpaces, AnIndexAndGenerationRecurOnlyAfterEveryGenerationsLap) {
+  TagSpaces spaces(3);
   std::set<uint64_t> tags;
-  for (uint32_t g = 0; g < (1u << tag::kGenerationBits); ++g) {
+  const uint32_t laps = 1u << tag::kGenerationBits;
+  uint32_t first = 0;
+  for (uint32_t i = 0; i < 3 * laps; ++i) {
     const uint32_t s = *spaces.take();
-    EXPECT_EQ(tag::generationOf(s), g);
+    if (i == 0) first = s;
+    EXPECT_EQ(tag::generationOf(s), i / 3);
     tags.insert(tag::make(s, 7, 0, 0, false));
     spaces.give(s);
   }
-  EXPECT_EQ(tags.size(), size_t{1} << tag::kGenerationBits) << "each generation tags differently";
-  EXPECT_EQ(tag::generationOf(*spaces.take()), 0u) << "and the generation wraps";
+  EXPECT_EQ(tags.size(), size_t{3} * laps) << "every take of the 32 laps tags differently";
+  EXPECT_EQ(*spaces.take(), first) << "and the 33rd lap wraps the generation";
 }
 
 TEST(TagSpaces, ExhaustionIsAnError) {
   TagSpaces spaces;
+  EXPECT_EQ(spaces.capacity(), tag::kMaxIndex);
   for (uint32_t i = 0; i < tag::kMaxIndex; ++i) ASSERT_TRUE(spaces.take().ok());
   auto more = spaces.take();
   EXPECT_EQ(more.status(), Status::kNoResource);
   EXPECT_NE(more.error().message.find("receive tag spaces"), std::string::npos);
+  spaces.give(77);
+  EXPECT_EQ(tag::indexOf(*spaces.take()), 77u) << "the one free index, found in one lap";
 }
 
 TEST(Ring, FifoAcrossWrapAndGrowth) {
