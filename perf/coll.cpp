@@ -211,12 +211,13 @@ int runColl(CollOptions& o) {
   for (void* x : c.prev) allRecvs.push_back(x);
 
   // Buffers, registered on every comm once (NCCL registers its buffers at setup, too).
-  Mem bufs[3] = {alloc(o.maxB), alloc(o.maxB), alloc(o.maxB)};
+  // bufs[3]: the settle step's two bytes.
+  Mem bufs[4] = {alloc(o.maxB), alloc(o.maxB), alloc(o.maxB), alloc(2)};
   std::map<std::pair<void*, int>, void*> mhs;
   std::map<void*, std::pair<std::vector<Mem>, std::vector<void*>>> slots;
   for (const auto* list : {&allSends, &allRecvs})
     for (void* comm : *list)
-      for (int i = 0; i < 3; ++i)
+      for (int i = 0; i < 4; ++i)
         ok(net->regMr(comm, bufs[i].p.get(), bufs[i].size, loader::kPtrHost, &mhs[{comm, i}]), "regMr");
   c.mh = [&](void* comm, int which) { return mhs.at({comm, which}); };
   c.slots = [&](void* comm, std::vector<char*>* out, std::vector<void*>* outMh) {
@@ -232,6 +233,11 @@ int runColl(CollOptions& o) {
     *outMh = mh;
   };
   Buffers b{bufs[0].p.get(), bufs[1].p.get(), bufs[2].p.get()};
+  auto alive = [&] { return job.alive(); };
+  // Before every wait in the store: a byte over every comm, so no rank leaves its peers' sends
+  // unacknowledged while it waits (coll_sched.h).
+  Schedule quiet = settle(allSends, allRecvs, bufs[3].p.get(), [&](void* comm) { return mhs.at({comm, 3}); });
+  auto settled = [&] { run(*net, quiet, 1, o.timeout_s, alive); };
 
   const size_t commsHere = allSends.size() + allRecvs.size();
   char host[256] = {};
@@ -277,12 +283,13 @@ int runColl(CollOptions& o) {
       for (int ip = 0; ip < 2; ++ip) {
         Plan p{op, dt, red, o.root, count, ip == 1, r, n, o.channels, o.chunkB, tree};
         Schedule s = build(p, b, c);
-        auto alive = [&] { return job.alive(); };
         for (int i = 0; i < o.warmup; ++i) run(*net, s, o.window, o.timeout_s, alive);
+        settled();
         job.barrier();
         const double t0 = now();
         for (int i = 0; i < o.iters; ++i) run(*net, s, o.window, o.timeout_s, alive);
         const double mine = (now() - t0) / std::max(1, o.iters) * 1e6;
+        settled();
         double sum = 0;
         for (const auto& x : job.allgather(std::to_string(mine))) sum += std::strtod(x.c_str(), nullptr);
         t[ip] = sum / n;  // the ranks' average, as nccl-tests reports it
@@ -293,6 +300,7 @@ int runColl(CollOptions& o) {
           fillInput(p, b);
           job.barrier();
           run(*net, s, o.window, o.timeout_s, alive);
+          settled();
           long total = 0;
           for (const auto& x : job.allgather(std::to_string(countWrong(p, b)))) total += std::strtol(x.c_str(), nullptr, 10);
           wrong[ip] = total;

@@ -373,6 +373,25 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
   return s;
 }
 
+Schedule settle(const std::vector<void*>& sends, const std::vector<void*>& recvs, char* tokens,
+                const std::function<void*(void* comm)>& mh) {
+  Schedule s;
+  s.type = DType::kUint8;
+  for (const auto* list : {&recvs, &sends})
+    for (void* comm : *list) {
+      Stream st;
+      st.comm = comm;
+      st.send = list == &sends;
+      Slice sl;
+      sl.ptr = tokens + (st.send ? 0 : 1);
+      sl.len = 1;
+      sl.mh = mh(comm);
+      st.slices.push_back(sl);
+      s.streams.push_back(std::move(st));
+    }
+  return s;
+}
+
 void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
          const std::function<bool()>& alive) {
   for (const auto& cp : s.before)

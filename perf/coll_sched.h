@@ -119,6 +119,15 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c);
 void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
          const std::function<bool()>& alive);
 
+// One byte over every comm (a send on each of `sends` from tokens[0], a receive on each of
+// `recvs` into tokens[1]; mh(comm) registers the pair), run before a rank waits for the others
+// outside the plugin: the rendezvous sends of the collective before it complete only while their
+// receivers' workers progress (UCX 1.13 over shared memory acknowledges them then), and a rank
+// that had all it wanted would otherwise stop calling the plugin and hold its peers' sends open.
+// NCCL's next collective does the same for it.
+Schedule settle(const std::vector<void*>& sends, const std::vector<void*>& recvs, char* tokens,
+                const std::function<void*(void* comm)>& mh);
+
 // Fills rank r's input for the check and returns how many elements of its output differ from
 // what the collective must produce (every element is checked).
 void fillInput(const Plan& p, const Buffers& b);
