@@ -28,6 +28,8 @@
 // 1 otherwise (the reason on stderr), 2 on bad usage.
 #include <pact/pact.h>
 
+#include "engines.h"
+
 #include <time.h>
 #include <unistd.h>
 
@@ -174,14 +176,8 @@ uint64_t linkRx(const std::string& link) {
 }
 
 pact_engine_t makeEngine(const char* name, const char* ip, uint16_t port) {
-  pact_engine_config_t c;
-  pact_engine_config_init(&c);
-  c.name = name;
-  c.listen_ip = ip;
-  c.listen_port = port;
-  c.progress_thread = 1;
   pact_engine_t e = nullptr;
-  check(pact_engine_create(&c, &e), "pact_engine_create");
+  check(pact::perf::progressEngine(name, ip, port, &e), "pact_engine_create");
   return e;
 }
 

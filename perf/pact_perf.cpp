@@ -1,9 +1,10 @@
 // pact-perf: benchmark driver. Each scenario lives in its own file and registers one subcommand;
 // main only dispatches. Scenarios: p2p and scale (net plugin), kv and a2a (transfer engine), soak
-// (both); more plug in the same way (addXCommand(app, &exit_code)).
+// (both), coll (N ranks, net plugin), mix (engine classes at once); more plug in the same way (addXCommand(app, &exit_code)).
 #include "a2a.h"
 #include "coll.h"
 #include "kv.h"
+#include "mix.h"
 #include "p2p.h"
 #include "scale.h"
 #include "soak.h"
@@ -25,6 +26,7 @@ int main(int argc, char** argv) {
   pact::perf::addSoakCommand(app, &exit_code);
   pact::perf::addScaleCommand(app, &exit_code);
   pact::perf::addCollCommand(app, &exit_code);
+  pact::perf::addMixCommand(app, &exit_code);
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

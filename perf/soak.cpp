@@ -28,6 +28,7 @@
 
 #include "net_plugin.h"
 #include "pact/nccl_ext.h"
+#include "engines.h"
 #include "pact/pact.h"
 #include "pattern.h"
 #include "report.h"
@@ -102,13 +103,8 @@ bool check(pact_status_t st, const char* what) {
 }
 
 pact_engine_t makeEngine(const char* name, bool listen) {
-  pact_engine_config_t c;
-  pact_engine_config_init(&c);
-  c.name = name;
-  c.listen_ip = listen ? "127.0.0.1" : nullptr;
-  c.progress_thread = 1;
   pact_engine_t e = nullptr;
-  return check(pact_engine_create(&c, &e), "engine_create") ? e : nullptr;
+  return check(progressEngine(name, listen ? "127.0.0.1" : nullptr, 0, &e), "engine_create") ? e : nullptr;
 }
 
 // Runs engine transfers until counters.stop; returns false on a setup failure.
