@@ -28,6 +28,8 @@ pkgs=(
   etcd-server
   # pact-perf coll under mpirun (the coll test launches 4 ranks with it)
   openmpi-bin
+  # the metrics test scrapes PACT_METRICS_PORT with a real Prometheus
+  prometheus
 )
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "pact_config.h"
+#include "telemetry/exporter.h"
 
 namespace pact::plugin {
 
@@ -126,6 +127,7 @@ ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger) {
       }
       g.net = std::move(n.value());
       PACT_INFO("pact %s initialised: %d device(s)", PACT_VERSION, g.net->deviceCount());
+      telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval});
     }
     ++g.refs;
     if (ctx) *ctx = new Ctx{Ctx::kMagic, trafficClass};
@@ -142,7 +144,10 @@ ncclResult_t finalize(void* ctx) {
     Global& g = global();
     std::lock_guard lock(g.mu);
     // Comms still open keep their devices alive through shared ownership.
-    if (--g.refs == 0) g.net.reset();
+    if (--g.refs == 0) {
+      telemetry::flushMetricsFile();  // the comms' and devices' last values
+      g.net.reset();
+    }
     return ncclSuccess;
   });
 }

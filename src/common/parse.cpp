@@ -1,5 +1,8 @@
 #include "common/parse.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cctype>
 #include <cstdlib>
 
@@ -102,6 +105,30 @@ Result<log::Level> LogLevelParser::parse(std::string_view s) {
 }
 
 Result<std::string> TextParser::parse(std::string_view s) { return std::string(trimSpace(s)); }
+
+Result<std::string> ListenAddressParser::parse(std::string_view s) {
+  s = trimSpace(s);
+  if (s.empty()) return std::string();
+  std::string host = "127.0.0.1";
+  std::string_view port = s;
+  const size_t colon = s.rfind(':');
+  if (colon != std::string_view::npos) {
+    std::string_view h = s.substr(0, colon);
+    port = s.substr(colon + 1);
+    const bool v6 = h.size() >= 2 && h.front() == '[' && h.back() == ']';
+    if (v6) h = h.substr(1, h.size() - 2);
+    unsigned char buf[sizeof(in6_addr)];
+    const std::string hs(h);
+    if (inet_pton(v6 ? AF_INET6 : AF_INET, hs.c_str(), buf) != 1)
+      return Error{Status::kInvalidArgument, "'" + std::string(s.substr(0, colon)) + "': not a numeric " +
+                                                 (v6 ? "IPv6" : "IPv4") + " address (expected " + allowed() + ")"};
+    host = v6 ? "[" + hs + "]" : hs;
+  }
+  auto p = parseUnsigned(port);
+  if (!p.ok() || *p > 65535)
+    return Error{Status::kInvalidArgument, "'" + std::string(port) + "': not a port (expected " + allowed() + ")"};
+  return host + ":" + std::to_string(*p);
+}
 
 Result<GpuFlush> GpuFlushParser::parse(std::string_view s) {
   s = trimSpace(s);

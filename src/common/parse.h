@@ -55,6 +55,13 @@ struct TextParser {  // any text, white space trimmed
   static Result<std::string> parse(std::string_view s);
   static const char* allowed() { return "a file name or path"; }
 };
+// Where the metrics endpoint listens: "PORT" (on 127.0.0.1), "IPV4:PORT" or "[IPV6]:PORT"; port 0
+// lets the kernel choose (logged). The value is "HOST:PORT" ("[V6]:PORT"), or empty: off.
+struct ListenAddressParser {
+  using value_type = std::string;
+  static Result<std::string> parse(std::string_view s);
+  static const char* allowed() { return "empty, PORT, IPV4:PORT or [IPV6]:PORT (port 0..65535)"; }
+};
 // When a receive into GPU memory is flushed (iflush; docs/gpu.md).
 enum class GpuFlush : uint8_t { kAuto, kAlways, kNever };
 struct GpuFlushParser {

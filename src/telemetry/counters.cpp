@@ -79,6 +79,8 @@ const char* scopeName(Scope s) {
 CounterSet::CounterSet(const Catalog& catalog, std::string object)
     : catalog_(catalog), object_(std::move(object)),
       values_(std::make_unique<std::atomic<uint64_t>[]>(catalog.counters.size())) {
+  static std::atomic<uint64_t> next{1};
+  id_ = next.fetch_add(1, std::memory_order_relaxed);
   for (size_t i = 0; i < catalog.counters.size(); ++i) values_[i].store(0, std::memory_order_relaxed);
   Registry::process().add(this);
 }

@@ -60,12 +60,15 @@ class CounterSet {
 
   const Catalog& catalog() const { return catalog_; }
   const std::string& object() const { return object_; }
+  // Unique in the process for its whole life (1, 2, ...): tells two sets of one object name apart.
+  uint64_t id() const { return id_; }
 
  private:
   friend class Registry;
   const Catalog& catalog_;
   std::string object_;
   std::unique_ptr<std::atomic<uint64_t>[]> values_;
+  uint64_t id_;
   size_t slot_ = 0;  // its index in the registry
 };
 

@@ -1,0 +1,29 @@
+// The process's metrics exporter (PACT_METRICS_PORT, PACT_METRICS_FILE): one thread that serves
+// GET /metrics over HTTP/1.0 on its listening socket and rewrites the metrics file every interval
+// and once more when the exporter stops (at exit). The body is prometheusText() of the process
+// registry. Started once per process by the first plugin init or engine; later starts keep it.
+#pragma once
+
+#include <chrono>
+#include <string>
+
+namespace pact::telemetry {
+
+struct ExportConfig {
+  std::string listen;  // "HOST:PORT" ("[V6]:PORT"), empty: no endpoint
+  std::string file;    // empty: no file
+  std::chrono::microseconds interval{10'000'000};  // file rewrites; 0: only at exit
+};
+
+// Starts the exporter unless one runs already or the config asks for nothing. A socket that
+// cannot be bound (a port in use) is a WARN naming the address, and the file (if any) still goes.
+void startExporter(const ExportConfig& config);
+
+// Rewrites the metrics file now (when one is configured): an engine or the plugin calls it just
+// before its counters go, so a batch job's file ends with them.
+void flushMetricsFile();
+
+// Where the endpoint listens ("127.0.0.1:41234", the kernel's port when 0 was asked), or empty.
+std::string exporterAddress();
+
+}  // namespace pact::telemetry

@@ -1,0 +1,225 @@
+#!/usr/bin/env python3
+"""PACT_METRICS_PORT and PACT_METRICS_FILE on a real process (pact-perf soak: two engines and the
+plugin): the endpoint's text passes a strict reader of Prometheus' format and its counters move
+between scrapes; a real Prometheus (Debian's package; skipped with the reason where it is not
+installed) scrapes it and answers a query for pact's counters; the file is rewritten while the
+process runs and stays whole; a port in use is a warning and the job goes on; a malformed value
+is refused naming the variable. Every wait is bounded.
+
+Usage: metrics_test.py PACT_PERF PACT_INFO"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+perf, info = sys.argv[1], sys.argv[2]
+env = dict(os.environ, UCX_NET_DEVICES="lo", PACT_NET_DEVICES="lo")
+for k in list(env):
+    if k.startswith("PACT_METRICS") or k == "PACT_FAULT":
+        env.pop(k)
+failures = 0
+
+
+def fail(msg, out=""):
+    global failures
+    failures += 1
+    print("FAIL: " + msg)
+    if out:
+        print(out[-3000:])
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+NAME = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
+LABEL_VALUE = r'"(?:[^"\\\n]|\\\\|\\"|\\n)*"'
+SAMPLE = re.compile(r"(%s)(\{[a-zA-Z_][a-zA-Z0-9_]*=%s(?:,[a-zA-Z_][a-zA-Z0-9_]*=%s)*\})? (-?[0-9]+(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?)$"
+                    % (NAME, LABEL_VALUE, LABEL_VALUE))
+HELP = re.compile(r"# HELP (%s) (?:[^\\\n]|\\\\|\\n)*$" % NAME)
+TYPE = re.compile(r"# TYPE (%s) (counter|gauge|histogram|summary|untyped)$" % NAME)
+
+
+def parse_strict(text):
+    """{series: value}; raises ValueError naming the first line that breaks the format."""
+    if text and not text.endswith("\n"):
+        raise ValueError("no newline at the end")
+    out, helped, typed, closed, current = {}, set(), {}, set(), None
+    for n, line in enumerate(text.splitlines(), 1):
+        m = HELP.match(line) or TYPE.match(line) or SAMPLE.match(line)
+        if not m:
+            raise ValueError("line %d is not HELP, TYPE or a sample: %r" % (n, line))
+        fam = m.group(1)
+        if m.re is HELP:
+            if fam in helped:
+                raise ValueError("line %d: a second HELP for %s" % (n, fam))
+            helped.add(fam)
+        elif m.re is TYPE:
+            if fam in typed:
+                raise ValueError("line %d: a second TYPE for %s" % (n, fam))
+            typed[fam] = m.group(2)
+            if (m.group(2) == "counter") != fam.endswith("_total"):
+                raise ValueError("line %d: %s: counters, and only they, end in _total" % (n, fam))
+        else:
+            if fam not in typed:
+                raise ValueError("line %d: a sample of %s before its TYPE" % (n, fam))
+            key = fam + (m.group(2) or "")
+            if key in out:
+                raise ValueError("line %d: series %s twice" % (n, key))
+            out[key] = float(m.group(3))
+        if fam != current:
+            if fam in closed:
+                raise ValueError("line %d: family %s is split" % (n, fam))
+            if current:
+                closed.add(current)
+            current = fam
+    return out
+
+
+def get(url, timeout=2):
+    with urllib.request.urlopen(url, timeout=timeout) as r:
+        return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+
+
+def wait_for(what, fn, seconds):
+    end = time.monotonic() + seconds
+    last = None
+    while time.monotonic() < end:
+        try:
+            v = fn()
+            if v:
+                return v
+        except Exception as e:  # not up yet
+            last = e
+        time.sleep(0.1)
+    fail("%s: not within %d s (%s)" % (what, seconds, last))
+    return None
+
+
+def engine_committed(samples):
+    return {k: v for k, v in samples.items() if k.startswith("pact_engine_committed_total{")}
+
+
+with tempfile.TemporaryDirectory() as tmp:
+    port = free_port()
+    mfile = os.path.join(tmp, "pact.prom")
+    soak = subprocess.Popen([perf, "soak", "--seconds", "12", "--interval", "2"],
+                            env=dict(env, PACT_METRICS_PORT=str(port), PACT_METRICS_FILE=mfile,
+                                     PACT_METRICS_INTERVAL="200ms"),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    prom = None
+    try:
+        url = "http://127.0.0.1:%d/metrics" % port
+        first = wait_for("the endpoint answering with both engines' counters",
+                         lambda: (lambda s: s if len(engine_committed(s)) == 2 else None)(parse_strict(get(url)[2])), 20)
+        if first:
+            status, ctype, _ = get(url)
+            if status != 200 or not ctype.startswith("text/plain; version=0.0.4"):
+                fail("GET /metrics: %s %s" % (status, ctype))
+            labels = sorted(re.search(r'object="([^"]*)"', k).group(1) for k in engine_committed(first))
+            if labels != ["engine soak-rx", "engine soak-tx"]:
+                fail("engine series %s" % labels)
+            for fam in ("pact_engine_bytes_sent_total", "pact_engine_open_registrations", "pact_device_comms"):
+                if not any(k.startswith(fam + "{") for k in first):
+                    fail("no %s in the exposition" % fam)
+            moved = wait_for("pact_engine_committed_total moving between scrapes",
+                             lambda: sum(engine_committed(parse_strict(get(url)[2])).values()) > sum(engine_committed(first).values()), 10)
+            if moved:
+                print("ok: GET /metrics parses strictly; %d series; the committed counters move" % len(first))
+            try:
+                urllib.request.urlopen("http://127.0.0.1:%d/nothing" % port, timeout=2)
+                fail("GET /nothing did not answer 404")
+            except urllib.error.HTTPError as e:
+                if e.code != 404:
+                    fail("GET /nothing: %d, want 404" % e.code)
+
+        # The file, rewritten every 200 ms while the process runs: whole each time.
+        seen = set()
+        def file_changes():
+            text = open(mfile).read()
+            parse_strict(text)
+            seen.add(text)
+            return len(seen) >= 3
+        if wait_for("PACT_METRICS_FILE rewritten (3 distinct whole versions)", file_changes, 10):
+            print("ok: PACT_METRICS_FILE rewritten while running, every version parses")
+
+        # A real Prometheus scraping the endpoint.
+        exe = shutil.which("prometheus")
+        if exe is None:
+            print("skip: real Prometheus scrape: no prometheus on PATH (ci/setup.sh installs Debian's)")
+        elif first:
+            web = free_port()
+            cfg = os.path.join(tmp, "prometheus.yml")
+            with open(cfg, "w") as f:
+                f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\nscrape_configs:\n"
+                        "  - job_name: pact\n    static_configs:\n      - targets: ['127.0.0.1:%d']\n" % port)
+            prom = subprocess.Popen([exe, "--config.file=" + cfg, "--storage.tsdb.path=" + os.path.join(tmp, "tsdb"),
+                                     "--web.listen-address=127.0.0.1:%d" % web],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+            api = "http://127.0.0.1:%d/api/v1/query?query=" % web
+
+            def query(q):
+                d = json.loads(get(api + urllib.request.quote(q))[2])
+                return d["data"]["result"] if d.get("status") == "success" else []
+            up = wait_for("Prometheus scraping the endpoint (up == 1)",
+                          lambda: any(r["value"][1] == "1" for r in query('up{job="pact"}')), 30)
+            res = up and wait_for("Prometheus answering pact_engine_committed_total for both engines",
+                                  lambda: (lambda r: r if len(r) == 2 and all(float(x["value"][1]) > 0 for x in r) else None)(
+                                      query("pact_engine_committed_total")), 15)
+            if res:
+                print("ok: a real Prometheus scraped it: " + ", ".join(
+                    "%s=%s" % (r["metric"]["object"], r["value"][1]) for r in res))
+    finally:
+        if prom:
+            prom.send_signal(signal.SIGTERM)
+            try:
+                prom.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                prom.kill()
+        try:
+            out, _ = soak.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            soak.kill()
+            out, _ = soak.communicate()
+    if soak.returncode != 0 or "PASS" not in out:
+        fail("soak with metrics on exited %s" % soak.returncode, out)
+    try:
+        parse_strict(open(mfile).read())
+        print("ok: the file is whole after the process left")
+    except (OSError, ValueError) as e:
+        fail("the file after exit: %s" % e)
+
+    # A port in use: a warning naming it; the job goes on.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    busy = s.getsockname()[1]
+    p = subprocess.run([perf, "soak", "--seconds", "1", "--interval", "1"], env=dict(env, PACT_METRICS_PORT=str(busy)),
+                       capture_output=True, text=True, timeout=60)
+    s.close()
+    if p.returncode != 0 or "127.0.0.1:%d: cannot listen there" % busy not in p.stdout + p.stderr:
+        fail("a port in use: rc %d, want 0 and a warning naming it" % p.returncode, p.stdout + p.stderr)
+    else:
+        print("ok: a port in use is a warning; the soak passed")
+
+    # Malformed values are refused naming the variable.
+    for var, value in (("PACT_METRICS_PORT", "abc"), ("PACT_METRICS_PORT", "10.0.0.1:99999"),
+                       ("PACT_METRICS_INTERVAL", "soon")):
+        p = subprocess.run([info], env=dict(env, **{var: value}), capture_output=True, text=True, timeout=30)
+        if p.returncode != 2 or var not in p.stdout + p.stderr:
+            fail("%s=%s: rc %d, want 2 and a message naming it" % (var, value, p.returncode), p.stdout + p.stderr)
+    print("ok: malformed values refused")
+
+print("%d failure(s)" % failures if failures else "ok: metrics")
+sys.exit(1 if failures else 0)

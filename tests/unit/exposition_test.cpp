@@ -1,0 +1,190 @@
+// The Prometheus text exposition of the counter registry (what PACT_METRICS_PORT serves and
+// PACT_METRICS_FILE holds), read back by a strict parser of the format, and the exporter's
+// endpoint on a real socket. The address parser of PACT_METRICS_PORT.
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+
+#include "common/parse.h"
+#include "telemetry/counters.h"
+#include "telemetry/exporter.h"
+#include "telemetry/exposition.h"
+
+namespace pact::telemetry {
+namespace {
+
+// A strict reader of the text format (version 0.0.4): every line is a HELP, a TYPE or a sample;
+// names and label names are valid; a family's HELP and TYPE come once, before its samples, which
+// follow each other; label values are well escaped; values are numbers; no series twice. Returns
+// the samples by "name{labels}", or fails the test naming the line.
+std::map<std::string, double> parseStrict(const std::string& text) {
+  static const std::regex name("[a-zA-Z_:][a-zA-Z0-9_:]*");
+  static const std::regex help("# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) (([^\\\\\n]|\\\\\\\\|\\\\n)*)");
+  static const std::regex type("# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped)");
+  static const std::regex sample(
+      "([a-zA-Z_:][a-zA-Z0-9_:]*)(\\{([a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\\n]|\\\\\\\\|\\\\\"|\\\\n)*\""
+      "(,[a-zA-Z_][a-zA-Z0-9_]*=\"([^\"\\\\\n]|\\\\\\\\|\\\\\"|\\\\n)*\")*)?\\})? (-?[0-9]+(\\.[0-9]+)?([eE][-+]?[0-9]+)?)");
+  std::map<std::string, double> out;
+  std::set<std::string> helped, typed, closed;
+  std::string current;
+  std::istringstream in(text);
+  int n = 0;
+  EXPECT_TRUE(text.empty() || text.back() == '\n') << "the text ends with a newline";
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    std::smatch m;
+    std::string family;
+    if (std::regex_match(line, m, help)) {
+      family = m[1];
+      EXPECT_TRUE(helped.insert(family).second) << "line " << n << ": a second HELP for " << family;
+    } else if (std::regex_match(line, m, type)) {
+      family = m[1];
+      EXPECT_TRUE(typed.insert(family).second) << "line " << n << ": a second TYPE for " << family;
+      EXPECT_EQ(m[2] == "counter", family.size() > 6 && family.ends_with("_total"))
+          << "line " << n << ": counters, and only they, end in _total";
+    } else if (std::regex_match(line, m, sample)) {
+      family = m[1];
+      EXPECT_TRUE(typed.count(family)) << "line " << n << ": a sample before its family's TYPE";
+      EXPECT_TRUE(out.emplace(family + m[2].str(), std::stod(m[7])).second) << "line " << n << ": a series twice";
+    } else {
+      ADD_FAILURE() << "line " << n << " is not HELP, TYPE or a sample: " << line;
+      continue;
+    }
+    if (family != current) {
+      EXPECT_FALSE(closed.count(family)) << "line " << n << ": family " << family << " is split";
+      if (!current.empty()) closed.insert(current);
+      current = family;
+    }
+  }
+  return out;
+}
+
+TEST(Exposition, EverySetAndCounterIsThereAndParses) {
+  CounterSet a(kEngineCatalog, "engine prefill-0");
+  CounterSet b(kEngineCatalog, "engine prefill-0");  // the same name: two series all the same
+  CounterSet c(kCommCatalog, "send comm to 10.0.0.2:4242");
+  a.add(kCommitted, 7);
+  a.set(kOpenTransfers, 3);
+  b.add(kBytesSent, 1u << 20);
+  c.add(kMessages, 11);
+  const auto samples = parseStrict(prometheusText(Registry::process()));
+  const std::string la = "{object=\"engine prefill-0\",set=\"" + std::to_string(a.id()) + "\"}";
+  const std::string lb = "{object=\"engine prefill-0\",set=\"" + std::to_string(b.id()) + "\"}";
+  const std::string lc = "{object=\"send comm to 10.0.0.2:4242\",set=\"" + std::to_string(c.id()) + "\"}";
+  EXPECT_EQ(samples.at("pact_engine_committed_total" + la), 7);
+  EXPECT_EQ(samples.at("pact_engine_open_transfers" + la), 3) << "a gauge has no _total";
+  EXPECT_EQ(samples.at("pact_engine_bytes_sent_total" + lb), 1u << 20);
+  EXPECT_EQ(samples.at("pact_comm_messages_total" + lc), 11);
+  // Every counter of each live set's catalog, once.
+  for (const CounterSet* s : {&a, &c}) {
+    const std::string l = s == &a ? la : lc;
+    for (const CounterInfo& info : s->catalog().counters) {
+      const std::string n = std::string("pact_") + scopeName(s->catalog().scope) + "_" + info.name + (info.gauge ? "" : "_total");
+      EXPECT_TRUE(samples.count(n + l)) << n << l;
+    }
+  }
+}
+
+TEST(Exposition, LabelValuesAreEscaped) {
+  CounterSet odd(kEngineCatalog, "engine a\"b\\c\nd");
+  odd.add(kCommitted, 1);
+  const std::string text = prometheusText(Registry::process());
+  EXPECT_NE(text.find("object=\"engine a\\\"b\\\\c\\nd\""), std::string::npos);
+  const auto samples = parseStrict(text);
+  EXPECT_EQ(escapeLabelValue("x\"y\\z\n"), "x\\\"y\\\\z\\n");
+  EXPECT_FALSE(samples.empty());
+}
+
+TEST(Exposition, AGoneSetLeavesNoSeries) {
+  std::string label;
+  {
+    CounterSet gone(kDeviceCatalog, "device gone-0");
+    label = "set=\"" + std::to_string(gone.id()) + "\"";
+    EXPECT_NE(prometheusText(Registry::process()).find(label), std::string::npos);
+  }
+  EXPECT_EQ(prometheusText(Registry::process()).find(label), std::string::npos);
+}
+
+TEST(ListenAddressParser, PortsAndAddresses) {
+  EXPECT_EQ(*ListenAddressParser::parse(""), "");
+  EXPECT_EQ(*ListenAddressParser::parse("9400"), "127.0.0.1:9400") << "a port alone: loopback only";
+  EXPECT_EQ(*ListenAddressParser::parse(" 0.0.0.0:9400 "), "0.0.0.0:9400");
+  EXPECT_EQ(*ListenAddressParser::parse("[::1]:0"), "[::1]:0");
+  for (const char* bad : {"abc", "70000", "-1", "10.0.0:80", "host:80", "[::1:80", "1.2.3.4:", "[zz]:1"}) {
+    auto r = ListenAddressParser::parse(bad);
+    EXPECT_FALSE(r.ok()) << bad;
+    if (!r.ok()) {
+      EXPECT_NE(r.error().message.find("expected"), std::string::npos) << r.error().message;
+    }
+  }
+}
+
+// GET over a real socket; returns the whole response.
+std::string httpGet(const std::string& address, const std::string& path) {
+  const size_t colon = address.rfind(':');
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(std::stoi(address.substr(colon + 1))));
+  inet_pton(AF_INET, address.substr(0, colon).c_str(), &a.sin_addr);
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const std::string req = "GET " + path + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  EXPECT_EQ(::send(fd, req.data(), req.size(), 0), static_cast<ssize_t>(req.size()));
+  std::string resp;
+  char buf[4096];
+  for (;;) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 5000) <= 0) break;  // bounded: a hang fails the checks below
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    resp.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return resp;
+}
+
+// The process's one exporter: a kernel-chosen port on loopback and a file. Later starts keep it.
+TEST(Exporter, ServesMetricsOverHttpAndWritesTheFile) {
+  const std::string file = ::testing::TempDir() + "pact-metrics-" + std::to_string(getpid()) + ".prom";
+  startExporter({"127.0.0.1:0", file, std::chrono::milliseconds(0)});
+  const std::string address = exporterAddress();
+  ASSERT_FALSE(address.empty());
+  EXPECT_EQ(address.rfind("127.0.0.1:", 0), 0u);
+  startExporter({"127.0.0.1:1", "", {}});
+  EXPECT_EQ(exporterAddress(), address) << "a second start keeps the first exporter";
+
+  CounterSet s(kEngineCatalog, "engine http");
+  s.add(kCommitted, 5);
+  const std::string resp = httpGet(address, "/metrics");
+  EXPECT_EQ(resp.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << resp.substr(0, 200);
+  EXPECT_NE(resp.find("Content-Type: text/plain; version=0.0.4"), std::string::npos);
+  const size_t body = resp.find("\r\n\r\n");
+  ASSERT_NE(body, std::string::npos);
+  EXPECT_NE(resp.find("Content-Length: " + std::to_string(resp.size() - body - 4) + "\r\n"), std::string::npos);
+  const auto samples = parseStrict(resp.substr(body + 4));
+  EXPECT_EQ(samples.at("pact_engine_committed_total{object=\"engine http\",set=\"" + std::to_string(s.id()) + "\"}"), 5);
+  EXPECT_EQ(httpGet(address, "/nothing").rfind("HTTP/1.0 404", 0), 0u);
+
+  flushMetricsFile();
+  std::ifstream in(file);
+  ASSERT_TRUE(in.good()) << file;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("object=\"engine http\""), std::string::npos);
+  parseStrict(text);
+  std::remove(file.c_str());
+}
+
+}  // namespace
+}  // namespace pact::telemetry
