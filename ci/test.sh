@@ -11,8 +11,12 @@ root=$PWD
 if [ "${PACTCI_SKIP_SETUP:-0}" != 1 ]; then
   ci/setup.sh > /tmp/pact-setup.log 2>&1 || { cat /tmp/pact-setup.log; echo "0 passed, 1 failed"; exit 1; }
 fi
+# Compile time is most of this script's run on a 2-core machine, so the two UCX builds are made
+# without debug info (-O2; test code -Og, tests/meson.build) and the sanitizer build without the
+# benchmark tools its suites do not run; only that build keeps -g (for its reports). A developer
+# wanting -g back: meson configure build -Ddebug=true.
 # The main build also builds the pact Python package for the venv's interpreter (suite "python").
-ci/build.sh build -Dpython=enabled -Dpython_exe="$root/.venv/bin/python" || { echo "0 passed, 1 failed"; exit 1; }
+ci/build.sh build -Ddebug=false -Dpython=enabled -Dpython_exe="$root/.venv/bin/python" || { echo "0 passed, 1 failed"; exit 1; }
 
 # Hermetic: loopback only, whatever the host's interfaces.
 export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
@@ -27,7 +31,7 @@ if [ "${PACTCI_SKIP_UCX122:-0}" != 1 ]; then
   ucx122_prefix=$("$root/.venv/bin/python" -c 'import libucx, os; print(os.path.dirname(libucx.__file__))' 2>/dev/null) \
     || ucx122_prefix=""
   if [ -n "$ucx122_prefix" ] && [ -f "$ucx122_prefix/lib/cmake/ucx/ucx-config.cmake" ]; then
-    if ci/build.sh build-ucx122 -Ducx_prefix="$ucx122_prefix"; then
+    if ci/build.sh build-ucx122 -Ddebug=false -Ducx_prefix="$ucx122_prefix"; then
       rm -f build-ucx122/meson-logs/testlog.json  # no stale results if the run itself breaks
       # shellcheck disable=SC2086  # PACTCI_UCX122_TEST_ARGS: extra meson test words, e.g. "--suite abi"
       meson test -C build-ucx122 --print-errorlogs --num-processes 1 ${PACTCI_UCX122_TEST_ARGS:-} || status=1
