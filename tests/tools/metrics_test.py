@@ -19,20 +19,13 @@ import tempfile
 import time
 import urllib.request
 
+from checks import fail, finish
+
 perf, info = sys.argv[1], sys.argv[2]
 env = dict(os.environ, UCX_NET_DEVICES="lo", PACT_NET_DEVICES="lo")
 for k in list(env):
     if k.startswith("PACT_METRICS") or k == "PACT_FAULT":
         env.pop(k)
-failures = 0
-
-
-def fail(msg, out=""):
-    global failures
-    failures += 1
-    print("FAIL: " + msg)
-    if out:
-        print(out[-3000:])
 
 
 def free_port():
@@ -221,5 +214,4 @@ with tempfile.TemporaryDirectory() as tmp:
             fail("%s=%s: rc %d, want 2 and a message naming it" % (var, value, p.returncode), p.stdout + p.stderr)
     print("ok: malformed values refused")
 
-print("%d failure(s)" % failures if failures else "ok: metrics")
-sys.exit(1 if failures else 0)
+finish("metrics")

@@ -11,20 +11,13 @@ import subprocess
 import sys
 import tempfile
 
+from checks import fail, finish
+
 perf = sys.argv[1]
 env = dict(os.environ, UCX_NET_DEVICES="lo", PACT_NET_DEVICES="lo")
 for k in ("PACT_TC_KV", "PACT_TC_A2A", "PACT_TC_CKPT", "PACT_TC_DEFAULT", "PACT_FAULT"):
     env.pop(k, None)
-failures = 0
 SHORT = ["--seconds", "0.4", "--ckpt-bytes", "2M", "--kv-interval-us", "500"]
-
-
-def fail(msg, out=""):
-    global failures
-    failures += 1
-    print("FAIL: " + msg)
-    if out:
-        print(out[-3000:])
 
 
 def run(args, extra_env=None, timeout=120):
@@ -103,5 +96,4 @@ with tempfile.TemporaryDirectory() as tmp:
             fail("%s: rc %d, want 2 and a message naming %s" % (args, rc, words), out)
     print("ok: bad arguments refused")
 
-print("%d failure(s)" % failures if failures else "ok: pact-perf mix")
-sys.exit(1 if failures else 0)
+finish("pact-perf mix")
