@@ -22,6 +22,25 @@ namespace pact::perf::coll {
 namespace {
 
 int g_rank = 0;
+// Rank 0 of a forked job: its ranks' pids and the store's descriptors, for fatal().
+std::vector<pid_t> g_children;
+std::vector<int> g_storeFds;
+
+// A forked job's rank 0 that fails: closes the store (the other ranks see the job end), waits up
+// to 5 s for them, then kills what is left, so the launcher never returns before its ranks.
+void abandonRanks() {
+  for (int fd : g_storeFds) close(fd);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  while (!g_children.empty()) {
+    std::erase_if(g_children, [](pid_t pid) { return waitpid(pid, nullptr, WNOHANG) != 0; });
+    if (g_children.empty()) break;
+    if (std::chrono::steady_clock::now() > until) {
+      for (pid_t pid : g_children) kill(pid, SIGKILL), (void)waitpid(pid, nullptr, 0);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));  // a bounded wait for their exits
+  }
+}
 
 // The integer in variable `name`, or `fallback` when unset; a malformed value is fatal.
 long envInt(const char* name, long fallback, long lo, long hi) {
@@ -99,6 +118,7 @@ void fatal(const std::string& msg) {
   std::fflush(stdout);
   std::fprintf(stderr, "pact-perf coll[rank %d]: %s\n", g_rank, msg.c_str());
   std::fflush(stderr);
+  abandonRanks();
   _exit(1);
 }
 
@@ -161,12 +181,15 @@ Job Job::start(Launch l, double timeout_s) {
           close(j.listen_);
           j.listen_ = -1;
           j.children_.clear();
+          g_children.clear();
           j.l_.rank = r;
           g_rank = r;
           break;
         }
         j.children_.push_back(pid);
+        g_children.push_back(pid);
       }
+      if (!j.children_.empty()) g_storeFds.push_back(j.listen_);
     }
   }
   if (j.l_.rank == 0) {
@@ -185,6 +208,7 @@ Job Job::start(Launch l, double timeout_s) {
         fatal("a rank joined the store as rank " + std::to_string(r) + " (ranks 1.." +
               std::to_string(j.l_.size - 1) + ", each once)");
       j.peers_[static_cast<size_t>(r)] = fd;
+      if (!g_children.empty()) g_storeFds.push_back(fd);
     }
     return j;
   }

@@ -18,6 +18,7 @@
 #include "transport/service.h"
 #include "transport/memory.h"
 #include "cuda/driver.h"
+#include "metrics_view.h"
 
 namespace {
 
@@ -163,16 +164,21 @@ int main(int argc, char** argv) {
   bool noDevices = false;
   bool noProbe = false;
   bool counters = false;
+  std::string metrics;
   app.add_flag("--params-md", paramsMd, "print docs/params.md (generated from the registry) and exit");
   app.add_flag("--no-devices", noDevices, "skip device discovery (and the traffic-class services)");
   app.add_flag("--no-probe", noProbe, "do not probe the transports UCX selects for each class");
   app.add_flag("--counters", counters, "print every counter pact keeps (per scope) and exit");
+  app.add_option("--metrics", metrics,
+                 "print a running process's counters as a table and exit: http://HOST:PORT (its "
+                 "PACT_METRICS_PORT) or a PACT_METRICS_FILE");
   CLI11_PARSE(app, argc, argv);
 
   if (paramsMd) {
     std::cout << pact::Params::markdown();
     return 0;
   }
+  if (!metrics.empty()) return pact::perf::printMetrics(metrics, stdout);
   if (counters) {
     pact::telemetry::processCounters();  // the process set is live in every process
     printCounters();

@@ -130,6 +130,13 @@ with tempfile.TemporaryDirectory() as tmp:
                              lambda: sum(engine_committed(parse_strict(get(url)[2])).values()) > sum(engine_committed(first).values()), 10)
             if moved:
                 print("ok: GET /metrics parses strictly; %d series; the committed counters move" % len(first))
+            # pact-info --metrics reads the same endpoint as a table.
+            p = subprocess.run([info, "--metrics", "http://127.0.0.1:%d" % port], env=env,
+                               capture_output=True, text=True, timeout=30)
+            if p.returncode != 0 or "engine soak-rx (set " not in p.stdout or not re.search(r"\n  committed_total +[0-9]+", p.stdout):
+                fail("pact-info --metrics URL: rc %d" % p.returncode, p.stdout + p.stderr)
+            else:
+                print("ok: pact-info --metrics URL: " + p.stdout.splitlines()[0])
             try:
                 urllib.request.urlopen("http://127.0.0.1:%d/nothing" % port, timeout=2)
                 fail("GET /nothing did not answer 404")
@@ -192,6 +199,16 @@ with tempfile.TemporaryDirectory() as tmp:
         print("ok: the file is whole after the process left")
     except (OSError, ValueError) as e:
         fail("the file after exit: %s" % e)
+
+    p = subprocess.run([info, "--metrics", mfile], env=env, capture_output=True, text=True, timeout=30)
+    if p.returncode != 0 or not p.stdout.startswith("metrics from " + mfile):
+        fail("pact-info --metrics FILE: rc %d" % p.returncode, p.stdout + p.stderr)
+    for source, words in (("http://127.0.0.1:%d" % free_port(), "cannot connect"), (os.path.join(tmp, "none"), "cannot read"),
+                          ("http://nocolon", "give http://HOST:PORT")):
+        p = subprocess.run([info, "--metrics", source], env=env, capture_output=True, text=True, timeout=30)
+        if p.returncode != 2 or words not in p.stderr:
+            fail("pact-info --metrics %s: rc %d, want 2 and '%s'" % (source, p.returncode, words), p.stdout + p.stderr)
+    print("ok: pact-info --metrics reads the file; a dead endpoint or a missing file is an error naming it")
 
     # A port in use: a warning naming it; the job goes on.
     s = socket.socket()

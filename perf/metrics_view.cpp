@@ -1,0 +1,143 @@
+#include "metrics_view.h"
+
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "common/scoped_fd.h"
+
+namespace pact::perf {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// GET path from host:port over HTTP/1.0, bounded at 5 s; the body of a 200 or an error.
+bool httpGet(const std::string& url, std::string* body, std::string* error) {
+  std::string rest = url.substr(7);  // after "http://"
+  const size_t slash = rest.find('/');
+  const std::string path = slash == std::string::npos ? "/metrics" : rest.substr(slash);
+  std::string hostport = rest.substr(0, slash);
+  const size_t colon = hostport.rfind(':');
+  if (colon == std::string::npos || colon + 1 == hostport.size()) {
+    *error = "'" + url + "': give http://HOST:PORT[/PATH]";
+    return false;
+  }
+  std::string host = hostport.substr(0, colon), port = hostport.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[') host = host.substr(1, host.size() - 2);
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (const int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    *error = url + ": " + gai_strerror(rc);
+    return false;
+  }
+  ScopedFd fd(::socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  const bool connected = fd.valid() && ::connect(fd.get(), res->ai_addr, res->ai_addrlen) == 0;
+  freeaddrinfo(res);
+  if (!connected) {
+    *error = url + ": cannot connect (is PACT_METRICS_PORT set in that process?)";
+    return false;
+  }
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + hostport + "\r\n\r\n";
+  if (::send(fd.get(), req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(req.size())) {
+    *error = url + ": the request could not be sent";
+    return false;
+  }
+  std::string resp;
+  char buf[8192];
+  const auto until = Clock::now() + std::chrono::seconds(5);
+  for (;;) {
+    pollfd p{fd.get(), POLLIN, 0};
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+    if (left <= 0 || ::poll(&p, 1, static_cast<int>(left)) <= 0) {
+      *error = url + ": no complete answer within 5 s";
+      return false;
+    }
+    const ssize_t n = ::recv(fd.get(), buf, sizeof buf, 0);
+    if (n < 0) {
+      *error = url + ": the connection failed while reading";
+      return false;
+    }
+    if (n == 0) break;
+    resp.append(buf, static_cast<size_t>(n));
+  }
+  const size_t head = resp.find("\r\n\r\n");
+  const std::string status = resp.substr(0, resp.find("\r\n"));
+  if (head == std::string::npos || status.find(" 200 ") == std::string::npos) {
+    *error = url + ": answered '" + status + "', not 200";
+    return false;
+  }
+  *body = resp.substr(head + 4);
+  return true;
+}
+
+struct Row {
+  std::string name;
+  std::string value;
+};
+
+}  // namespace
+
+int printMetrics(const std::string& source, std::FILE* out) {
+  std::string text, error;
+  if (source.rfind("http://", 0) == 0) {
+    if (!httpGet(source, &text, &error)) {
+      std::fprintf(stderr, "pact-info --metrics %s\n", error.c_str());
+      return 2;
+    }
+  } else {
+    std::ifstream in(source);
+    if (!in) {
+      std::fprintf(stderr, "pact-info --metrics: cannot read '%s' (give http://HOST:PORT or a PACT_METRICS_FILE)\n",
+                   source.c_str());
+      return 2;
+    }
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  // Samples "pact_<scope>_<counter>{object="...",set="N"} value", grouped by set.
+  std::map<std::pair<std::string, long>, std::vector<Row>> byObject;
+  std::istringstream lines(text);
+  int n = 0, series = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++n;
+    if (line.empty() || line[0] == '#') continue;
+    const size_t brace = line.find('{'), close = line.rfind('}');
+    const size_t space = line.rfind(' ');
+    const size_t obj = line.find("object=\""), set = line.find("set=\"");
+    if (brace == std::string::npos || close == std::string::npos || space == std::string::npos || space < close ||
+        obj == std::string::npos || set == std::string::npos || line.rfind("pact_", 0) != 0) {
+      std::fprintf(stderr, "pact-info --metrics %s: line %d is not a pact sample: %s\n", source.c_str(), n, line.c_str());
+      return 2;
+    }
+    // The object's value, unescaped.
+    std::string object;
+    for (size_t i = obj + 8; i < close && line[i] != '"'; ++i) {
+      if (line[i] == '\\' && i + 1 < close) {
+        ++i;
+        object += line[i] == 'n' ? '\n' : line[i];
+      } else {
+        object += line[i];
+      }
+    }
+    const long id = std::strtol(line.c_str() + set + 5, nullptr, 10);
+    std::string name = line.substr(5, brace - 5);  // past "pact_"
+    name = name.substr(name.find('_') + 1);        // past the scope
+    byObject[{object, id}].push_back({name, line.substr(space + 1)});
+    ++series;
+  }
+  std::fprintf(out, "metrics from %s: %d series, %zu objects\n", source.c_str(), series, byObject.size());
+  for (const auto& [key, rows] : byObject) {
+    std::fprintf(out, "%s (set %ld)\n", key.first.c_str(), key.second);
+    for (const Row& r : rows) std::fprintf(out, "  %-28s %s\n", r.name.c_str(), r.value.c_str());
+  }
+  return 0;
+}
+
+}  // namespace pact::perf
