@@ -2,6 +2,7 @@
 // application's calls (checked, then handed to the protocol), memory registration.
 #include "engine/engine.h"
 #include "engine/peer.h"
+#include "engine/trace_file.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -86,6 +87,17 @@ Status Engine::init() {
 
 Engine::~Engine() { shutdown(); }
 
+// PACT_TRACE_FILE: this engine's trace ring, as spans, joins the process's file (engine lock).
+void Engine::writeTrace() {
+  std::vector<telemetry::TraceEvent> events, chunk(4096);
+  uint64_t cursor = 0;
+  while (const size_t n = proto_->traceRead(&cursor, chunk.data(), chunk.size()))
+    events.insert(events.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
+  collectTrace(config_.name, events);
+  std::string error;
+  if (!writeTraceFile(params_.trace_file, &error)) PACT_WARN("PACT_TRACE_FILE=%s", error.c_str());
+}
+
 void Engine::shutdown() {
   {
     std::unique_lock lock(mu_);
@@ -103,6 +115,7 @@ void Engine::shutdown() {
   proto_->abortAll();
   const auto limit = now() + std::chrono::seconds(2);
   while (proto_->busy() && now() < limit) progressWorkers();
+  if (!params_.trace_file.empty()) writeTrace();
   // Goodbyes: each peer sees "the peer closed".
   for (auto& [id, p] : peers_)
     if (p->phase == Peer::Phase::kReady) peerLost(*p, "this engine closed");

@@ -158,6 +158,7 @@ class Engine final : private Link {
   Engine(const EngineConfig& config, const Params& params);
   Status init();
   void shutdown();
+  void writeTrace();
   Status checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
 
   // ---- the Link of the protocol, and the contexts and lanes under it (routes.cpp) ----
