@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -17,8 +18,13 @@ namespace pact::engine {
 
 namespace {
 
+// What the file holds: each destroyed engine's Trace Event JSON objects, oldest engine first.
+// Bounded: past kMaxKept objects the oldest engines go (counted in the file's metadata), so a
+// process that creates and destroys engines for days keeps a few engines' worth, not all.
+constexpr size_t kMaxKept = size_t{1} << 18;
 std::mutex gMu;
-std::vector<std::string> gEvents;  // Trace Event JSON objects, in the order collected
+std::deque<std::vector<std::string>> gEngines;
+size_t gKept = 0, gDroppedEngines = 0;
 int gTracks = 0;
 
 std::string escape(const std::string& s) {
@@ -63,9 +69,10 @@ const char* phaseName(uint8_t state, uint8_t role) {
 
 void collectTrace(const std::string& engineName, std::span<const telemetry::TraceEvent> events) {
   std::lock_guard lock(gMu);
+  std::vector<std::string> out;  // this engine's objects
   const int pid = static_cast<int>(getpid());
   const int track = ++gTracks;
-  gEvents.push_back("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(pid) +
+  out.push_back("{\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + std::to_string(pid) +
                     ",\"args\":{\"name\":\"pact " + std::to_string(pid) + "\"}}");
   // Each transfer (role, key) is one async track: its id is the track and a serial. Not the peer:
   // a receiver's transfer learns its peer after its first event.
@@ -93,14 +100,21 @@ void collectTrace(const std::string& engineName, std::span<const telemetry::Trac
         ",\"role\":\"" + (e.role == static_cast<uint8_t>(Role::kReceiver) ? "receiver" : "sender") +
         "\",\"engine\":\"" + escape(engineName) + "\"}";
     const std::string name = phaseName(prev->state, prev->role);
-    gEvents.push_back("{\"ph\":\"b\",\"name\":\"" + name + "\",\"ts\":" + us(prev->timeNs) + common + "," + args + "}");
-    gEvents.push_back("{\"ph\":\"e\",\"name\":\"" + name + "\",\"ts\":" + us(e.timeNs) + common + "}");
+    out.push_back("{\"ph\":\"b\",\"name\":\"" + name + "\",\"ts\":" + us(prev->timeNs) + common + "," + args + "}");
+    out.push_back("{\"ph\":\"e\",\"name\":\"" + name + "\",\"ts\":" + us(e.timeNs) + common + "}");
     if (static_cast<State>(e.state) == State::kAborted)
-      gEvents.push_back("{\"ph\":\"n\",\"name\":\"abort: " + std::string(eventName(static_cast<Event>(e.event))) +
+      out.push_back("{\"ph\":\"n\",\"name\":\"abort: " + std::string(eventName(static_cast<Event>(e.event))) +
                         "\",\"ts\":" + us(e.timeNs) + common + "," + args + "}");
   }
-  gEvents.push_back("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid) + ",\"tid\":" +
+  out.push_back("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(pid) + ",\"tid\":" +
                     std::to_string(track) + ",\"args\":{\"name\":\"" + cat + "\"}}");
+  gKept += out.size();
+  gEngines.push_back(std::move(out));
+  while (gKept > kMaxKept && gEngines.size() > 1) {
+    gKept -= gEngines.front().size();
+    gEngines.pop_front();
+    ++gDroppedEngines;
+  }
 }
 
 bool writeTraceFile(const std::string& path, std::string* error) {
@@ -109,10 +123,15 @@ bool writeTraceFile(const std::string& path, std::string* error) {
   FILE* f = std::fopen(tmp.c_str(), "w");
   bool ok = f != nullptr;
   if (ok) {
-    ok = std::fputs("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n", f) >= 0;
-    for (size_t i = 0; ok && i < gEvents.size(); ++i)
-      ok = std::fputs(gEvents[i].c_str(), f) >= 0 && std::fputs(i + 1 < gEvents.size() ? ",\n" : "\n", f) >= 0;
-    ok = ok && std::fputs("]}\n", f) >= 0;
+    ok = std::fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"engines_dropped\":%zu},\"traceEvents\":[\n",
+                      gDroppedEngines) > 0;
+    const char* sep = "";
+    for (const auto& engine : gEngines)
+      for (const std::string& e : engine) {
+        ok = ok && std::fputs(sep, f) >= 0 && std::fputs(e.c_str(), f) >= 0;
+        sep = ",\n";
+      }
+    ok = ok && std::fputs("\n]}\n", f) >= 0;
     ok = std::fclose(f) == 0 && ok;
   }
   if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
