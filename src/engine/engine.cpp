@@ -93,7 +93,8 @@ void Engine::writeTrace() {
   uint64_t cursor = 0;
   while (const size_t n = proto_->traceRead(&cursor, chunk.data(), chunk.size()))
     events.insert(events.end(), chunk.begin(), chunk.begin() + static_cast<std::ptrdiff_t>(n));
-  collectTrace(config_.name, events);
+  // About two full rings of spans (an event is a begin and an end) in the file at most.
+  collectTrace(config_.name, events, 4 * static_cast<size_t>(params_.trace_events));
   std::string error;
   if (!writeTraceFile(params_.trace_file, &error)) PACT_WARN("PACT_TRACE_FILE=%s", error.c_str());
 }

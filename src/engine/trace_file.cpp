@@ -19,9 +19,8 @@ namespace pact::engine {
 namespace {
 
 // What the file holds: each destroyed engine's Trace Event JSON objects, oldest engine first.
-// Bounded: past kMaxKept objects the oldest engines go (counted in the file's metadata), so a
-// process that creates and destroys engines for days keeps a few engines' worth, not all.
-constexpr size_t kMaxKept = size_t{1} << 18;
+// Bounded (collectTrace's maxKept), so a process that creates and destroys engines for days
+// keeps a few engines' worth, not all.
 std::mutex gMu;
 std::deque<std::vector<std::string>> gEngines;
 size_t gKept = 0, gDroppedEngines = 0;
@@ -67,7 +66,8 @@ const char* phaseName(uint8_t state, uint8_t role) {
   return "?";
 }
 
-void collectTrace(const std::string& engineName, std::span<const telemetry::TraceEvent> events) {
+void collectTrace(const std::string& engineName, std::span<const telemetry::TraceEvent> events,
+                  size_t maxKept) {
   std::lock_guard lock(gMu);
   std::vector<std::string> out;  // this engine's objects
   const int pid = static_cast<int>(getpid());
@@ -110,7 +110,7 @@ void collectTrace(const std::string& engineName, std::span<const telemetry::Trac
                     std::to_string(track) + ",\"args\":{\"name\":\"" + cat + "\"}}");
   gKept += out.size();
   gEngines.push_back(std::move(out));
-  while (gKept > kMaxKept && gEngines.size() > 1) {
+  while (gKept > maxKept && gEngines.size() > 1) {
     gKept -= gEngines.front().size();
     gEngines.pop_front();
     ++gDroppedEngines;

@@ -14,8 +14,10 @@
 
 namespace pact::engine {
 
-// The trace events of one engine, turned into spans and kept for the file (thread-safe).
-void collectTrace(const std::string& engineName, std::span<const telemetry::TraceEvent> events);
+// The trace events of one engine, turned into spans and kept for the file (thread-safe). Past
+// maxKept trace objects in all, the oldest engines go (counted in the file as engines_dropped).
+void collectTrace(const std::string& engineName, std::span<const telemetry::TraceEvent> events,
+                  size_t maxKept);
 
 // Writes everything collected so far to path (FILE.tmp.PID, then rename); false and *error on a
 // failure.

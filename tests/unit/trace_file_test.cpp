@@ -44,7 +44,7 @@ TEST(TraceFile, ATransferIsContiguousPhaseSpansAndAnAbortAnInstant) {
       at(1000, State::kAllocated, Event::kAdvertise), at(3000, State::kAdvertised, Event::kAdvertise),
       at(4000, State::kPosted, Event::kPost),         at(5000, State::kInFlight, Event::kSend),
       at(9000, State::kRemoteDone, Event::kRemoteDone), at(9500, State::kAborted, Event::kDeadline)};
-  collectTrace("unit-a", ev);
+  collectTrace("unit-a", ev, 1000);
   const std::string path = tempPath("pact-trace-a-");
   std::string error;
   ASSERT_TRUE(writeTraceFile(path, &error)) << error;
@@ -65,13 +65,14 @@ TEST(TraceFile, ATransferIsContiguousPhaseSpansAndAnAbortAnInstant) {
 }
 
 TEST(TraceFile, TheCollectorKeepsTheNewestEnginesWithinItsBound) {
-  // Engines of 100,000 one-state transfers (two objects each): past the bound the oldest go.
+  // Engines of 50 one-phase transfers (102 objects each, with their metadata) under a bound of
+  // 250 objects: the two oldest go.
   std::vector<telemetry::TraceEvent> ev;
-  for (uint64_t r = 0; r < 50000; ++r) {
+  for (uint64_t r = 0; r < 50; ++r) {
     ev.push_back(at(1000 + r, State::kAllocated, Event::kAdvertise, r));
     ev.push_back(at(2000 + r, State::kAdvertised, Event::kAdvertise, r));
   }
-  for (int i = 0; i < 4; ++i) collectTrace("bulk-" + std::to_string(i), ev);
+  for (int i = 0; i < 4; ++i) collectTrace("bulk-" + std::to_string(i), ev, 250);
   const std::string path = tempPath("pact-trace-b-");
   std::string error;
   ASSERT_TRUE(writeTraceFile(path, &error)) << error;
@@ -81,7 +82,6 @@ TEST(TraceFile, TheCollectorKeepsTheNewestEnginesWithinItsBound) {
   EXPECT_GE(std::stoi(m[1]), 2) << "the oldest engines went";
   EXPECT_NE(text.find("\"name\":\"engine bulk-3\""), std::string::npos) << "the newest stays";
   EXPECT_EQ(text.find("\"name\":\"engine bulk-0\""), std::string::npos);
-  EXPECT_LT(text.size(), size_t{200} << 20);
   std::remove(path.c_str());
 }
 
