@@ -110,15 +110,16 @@ int printMetrics(const std::string& source, std::FILE* out) {
     if (line.empty() || line[0] == '#') continue;
     const size_t brace = line.find('{'), close = line.rfind('}');
     const size_t space = line.rfind(' ');
-    const size_t obj = line.find("object=\""), set = line.find("set=\"");
+    const size_t obj = line.find("object=\""), set = line.find("set=\""), dev = line.find("{device=\"");
+    const bool counter = obj != std::string::npos && set != std::string::npos;  // pact's own
     if (brace == std::string::npos || close == std::string::npos || space == std::string::npos || space < close ||
-        obj == std::string::npos || set == std::string::npos || line.rfind("pact_", 0) != 0) {
+        (!counter && dev != brace) || line.rfind("pact_", 0) != 0) {
       std::fprintf(stderr, "pact-info --metrics %s: line %d is not a pact sample: %s\n", source.c_str(), n, line.c_str());
       return 2;
     }
-    // The object's value, unescaped.
-    std::string object;
-    for (size_t i = obj + 8; i < close && line[i] != '"'; ++i) {
+    // The label's value, unescaped.
+    std::string object = counter ? "" : "nic ";
+    for (size_t i = counter ? obj + 8 : dev + 9; i < close && line[i] != '"'; ++i) {
       if (line[i] == '\\' && i + 1 < close) {
         ++i;
         object += line[i] == 'n' ? '\n' : line[i];
@@ -126,15 +127,18 @@ int printMetrics(const std::string& source, std::FILE* out) {
         object += line[i];
       }
     }
-    const long id = std::strtol(line.c_str() + set + 5, nullptr, 10);
-    std::string name = line.substr(5, brace - 5);  // past "pact_"
-    name = name.substr(name.find('_') + 1);        // past the scope
+    const long id = counter ? std::strtol(line.c_str() + set + 5, nullptr, 10) : 0;
+    std::string name = line.substr(5, brace - 5);           // past "pact_"
+    if (counter) name = name.substr(name.find('_') + 1);    // past the scope
     byObject[{object, id}].push_back({name, line.substr(space + 1)});
     ++series;
   }
   std::fprintf(out, "metrics from %s: %d series, %zu objects\n", source.c_str(), series, byObject.size());
   for (const auto& [key, rows] : byObject) {
-    std::fprintf(out, "%s (set %ld)\n", key.first.c_str(), key.second);
+    if (key.second != 0)
+      std::fprintf(out, "%s (set %ld)\n", key.first.c_str(), key.second);
+    else
+      std::fprintf(out, "%s\n", key.first.c_str());
     for (const Row& r : rows) std::fprintf(out, "  %-28s %s\n", r.name.c_str(), r.value.c_str());
   }
   return 0;

@@ -1,6 +1,12 @@
 #include "telemetry/exposition.h"
 
+#include <dirent.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -38,18 +44,79 @@ std::string escapeHelp(const char* doc) {
   return out;
 }
 
-struct Sample {
-  std::string labels;
-  uint64_t value;
-};
+// The unsigned integer in a sysfs file, or false.
+bool readCounter(const std::string& path, uint64_t* v) {
+  std::ifstream in(path);
+  unsigned long long x = 0;
+  if (!(in >> x)) return false;
+  *v = x;
+  return true;
+}
+
+// The regular files of a directory, sorted (none when it does not exist).
+std::vector<std::string> filesOf(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = opendir(dir.c_str())) {
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') out.emplace_back(e->d_name);
+    closedir(d);
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A metric-name part from a file name: [a-z0-9_] only.
+std::string namePart(const std::string& s) {
+  std::string out;
+  for (char c : s) out += std::isalnum(static_cast<unsigned char>(c)) ? static_cast<char>(std::tolower(static_cast<unsigned char>(c))) : '_';
+  return out;
+}
 
 }  // namespace
+
+std::string nicText(const std::vector<std::string>& devices, const std::string& sysRoot) {
+  // family -> (help, device label -> value), families in name order.
+  std::map<std::string, std::pair<std::string, std::map<std::string, uint64_t>>> families;
+  const std::set<std::string> unique(devices.begin(), devices.end());
+  for (const std::string& dev : unique) {
+    const size_t colon = dev.find(':');
+    struct Source {
+      const char* prefix;
+      std::string dir;
+      const char* help;  // where the value comes from, for HELP
+    };
+    std::vector<Source> sources;
+    if (colon == std::string::npos) {
+      sources.push_back({"pact_netdev_", sysRoot + "/class/net/" + dev + "/statistics", "/sys/class/net/DEV/statistics/"});
+    } else {
+      const std::string port = sysRoot + "/class/infiniband/" + dev.substr(0, colon) + "/ports/" + dev.substr(colon + 1);
+      sources.push_back({"pact_ib_port_", port + "/counters", "/sys/class/infiniband/DEV/ports/PORT/counters/"});
+      sources.push_back({"pact_ib_hw_", port + "/hw_counters", "/sys/class/infiniband/DEV/ports/PORT/hw_counters/"});
+    }
+    for (const Source& src : sources)
+      for (const std::string& f : filesOf(src.dir)) {
+        uint64_t v = 0;
+        if (!readCounter(src.dir + "/" + f, &v)) continue;
+        auto& fam = families[src.prefix + namePart(f) + "_total"];
+        fam.first = std::string("the kernel's ") + src.help + f;
+        fam.second[dev] = v;
+      }
+  }
+  std::string out;
+  for (const auto& [name, fam] : families) {
+    out += "# HELP " + name + " " + fam.first + "\n# TYPE " + name + " counter\n";
+    for (const auto& [dev, v] : fam.second) out += name + "{device=\"" + escapeLabelValue(dev) + "\"} " + std::to_string(v) + "\n";
+  }
+  return out;
+}
 
 std::string prometheusText(const Registry& registry) {
   // Read everything under the registry's lock first, then format: samples grouped by catalog and
   // counter, in the catalogs' documented order.
   std::map<const Catalog*, std::vector<std::pair<std::string, std::vector<uint64_t>>>> byCatalog;
+  std::vector<std::string> devices;  // what the device sets name: "device NAME"
   registry.forEach(nullptr, [&](const CounterSet& s) {
+    if (s.catalog().scope == Scope::kDevice && s.object().rfind("device ", 0) == 0) devices.push_back(s.object().substr(7));
     std::string labels = "{object=\"" + escapeLabelValue(s.object()) + "\",set=\"" + std::to_string(s.id()) + "\"}";
     byCatalog[&s.catalog()].emplace_back(std::move(labels), s.values());
   });
@@ -65,7 +132,7 @@ std::string prometheusText(const Registry& registry) {
       for (const auto& [labels, values] : it->second) out += name + labels + " " + std::to_string(values[i]) + "\n";
     }
   }
-  return out;
+  return out + nicText(devices);
 }
 
 }  // namespace pact::telemetry

@@ -13,13 +13,22 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "telemetry/counters.h"
 
 namespace pact::telemetry {
 
-// The text for every live set of the registry.
+// The text for every live set of the registry, then the NIC counters of the devices its device
+// sets name (nicText).
 std::string prometheusText(const Registry& registry);
+
+// The kernel's counters of each device, beside pact's, labelled device="NAME": a network
+// interface's /sys/class/net/NAME/statistics/* as pact_netdev_<file>_total, an RDMA port
+// ("mlx5_0:1") its /sys/class/infiniband/mlx5_0/ports/1/{counters,hw_counters}/* as
+// pact_ib_port_<file>_total and pact_ib_hw_<file>_total (as the kernel counts them: port_xmit_data
+// and port_rcv_data in 4-byte words). What a device does not expose is left out. sysRoot: "/sys".
+std::string nicText(const std::vector<std::string>& devices, const std::string& sysRoot = "/sys");
 
 // A label value with \, " and newline escaped as the format asks.
 std::string escapeLabelValue(const std::string& v);

@@ -123,9 +123,16 @@ with tempfile.TemporaryDirectory() as tmp:
             labels = sorted(re.search(r'object="([^"]*)"', k).group(1) for k in engine_committed(first))
             if labels != ["engine soak-rx", "engine soak-tx"]:
                 fail("engine series %s" % labels)
-            for fam in ("pact_engine_bytes_sent_total", "pact_engine_open_registrations", "pact_device_comms"):
+            for fam in ("pact_engine_bytes_sent_total", "pact_engine_open_registrations", "pact_device_comms",
+                        "pact_netdev_rx_bytes_total"):
                 if not any(k.startswith(fam + "{") for k in first):
                     fail("no %s in the exposition" % fam)
+            lo = 'pact_netdev_tx_bytes_total{device="lo"}'
+            if lo in first and not wait_for("the lo interface's tx_bytes moving between scrapes",
+                                            lambda: parse_strict(get(url)[2]).get(lo, 0) > first[lo], 10):
+                pass
+            elif lo not in first:
+                fail("no %s beside pact's counters" % lo)
             moved = wait_for("pact_engine_committed_total moving between scrapes",
                              lambda: sum(engine_committed(parse_strict(get(url)[2])).values()) > sum(engine_committed(first).values()), 10)
             if moved:

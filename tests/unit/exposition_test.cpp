@@ -7,9 +7,11 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
@@ -115,6 +117,35 @@ TEST(Exposition, AGoneSetLeavesNoSeries) {
     EXPECT_NE(prometheusText(Registry::process()).find(label), std::string::npos);
   }
   EXPECT_EQ(prometheusText(Registry::process()).find(label), std::string::npos);
+}
+
+// A sysfs tree of its own (a fake: this machine has no RDMA port): what nicText reads.
+TEST(Exposition, NicCountersComeFromSysfsBesidePactsOwn) {
+  const std::string root = ::testing::TempDir() + "pact-sys-" + std::to_string(getpid());
+  ::mkdir(root.c_str(), 0755);
+  auto put = [&](const std::string& rel, const std::string& text) {
+    const std::string path = root + rel;
+    for (size_t i = root.size() + 1; i < path.size(); ++i)
+      if (path[i] == '/') ::mkdir(path.substr(0, i).c_str(), 0755);
+    std::ofstream(path) << text;
+  };
+  put("/class/net/eth9/statistics/rx_bytes", "100\n");
+  put("/class/net/eth9/statistics/tx_bytes", "200\n");
+  put("/class/net/eth9/statistics/odd-name", "5\n");
+  put("/class/net/eth9/statistics/not_a_number", "x\n");
+  put("/class/infiniband/mlx9_0/ports/1/counters/port_xmit_data", "7\n");
+  put("/class/infiniband/mlx9_0/ports/1/hw_counters/rnr_nak_retry_err", "3\n");
+  const std::string text = nicText({"eth9", "mlx9_0:1", "absent0", "eth9"}, root);
+  const auto samples = parseStrict(text);
+  EXPECT_EQ(samples.at("pact_netdev_rx_bytes_total{device=\"eth9\"}"), 100);
+  EXPECT_EQ(samples.at("pact_netdev_tx_bytes_total{device=\"eth9\"}"), 200);
+  EXPECT_EQ(samples.at("pact_netdev_odd_name_total{device=\"eth9\"}"), 5) << "names made valid";
+  EXPECT_EQ(samples.at("pact_ib_port_port_xmit_data_total{device=\"mlx9_0:1\"}"), 7);
+  EXPECT_EQ(samples.at("pact_ib_hw_rnr_nak_retry_err_total{device=\"mlx9_0:1\"}"), 3);
+  EXPECT_EQ(samples.size(), 5u) << "nothing for an absent device or an unreadable value, a device once";
+  EXPECT_NE(text.find("# HELP pact_netdev_rx_bytes_total the kernel's /sys/class/net/DEV/statistics/rx_bytes"), std::string::npos);
+  EXPECT_EQ(nicText({}, root), "");
+  std::filesystem::remove_all(root);
 }
 
 TEST(ListenAddressParser, PortsAndAddresses) {
