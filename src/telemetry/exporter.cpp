@@ -186,6 +186,14 @@ void startExporter(const ExportConfig& config) {
   gExporter = std::make_unique<Exporter>(config, std::move(listener), bound);
 }
 
+void stopExporter() {
+  std::unique_ptr<Exporter> e;
+  {
+    std::lock_guard lock(gMu);
+    e = std::move(gExporter);
+  }
+}
+
 void flushMetricsFile() {
   std::string file;
   {

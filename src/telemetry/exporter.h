@@ -23,6 +23,10 @@ void startExporter(const ExportConfig& config);
 // before its counters go, so a batch job's file ends with them.
 void flushMetricsFile();
 
+// Stops the exporter (its thread joined, the file written a last time) if one runs; a later
+// startExporter may start another. Static destruction does the same at exit.
+void stopExporter();
+
 // Where the endpoint listens ("127.0.0.1:41234", the kernel's port when 0 was asked), or empty.
 std::string exporterAddress();
 

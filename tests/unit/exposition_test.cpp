@@ -215,6 +215,11 @@ TEST(Exporter, ServesMetricsOverHttpAndWritesTheFile) {
   EXPECT_NE(text.find("object=\"engine http\""), std::string::npos);
   parseStrict(text);
   std::remove(file.c_str());
+
+  stopExporter();  // joined, the file written a last time
+  EXPECT_TRUE(exporterAddress().empty());
+  EXPECT_TRUE(std::ifstream(file).good()) << "the last word";
+  std::remove(file.c_str());
 }
 
 }  // namespace
