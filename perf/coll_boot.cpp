@@ -22,7 +22,8 @@ namespace pact::perf::coll {
 namespace {
 
 int g_rank = 0;
-// Rank 0 of a forked job: its ranks' pids and the store's descriptors, for fatal().
+// Rank 0 of a forked job: its ranks' pids (reap() and fatal() wait for them) and the store's
+// descriptors (fatal() closes them).
 std::vector<pid_t> g_children;
 std::vector<int> g_storeFds;
 
@@ -180,16 +181,14 @@ Job Job::start(Launch l, double timeout_s) {
           (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
           close(j.listen_);
           j.listen_ = -1;
-          j.children_.clear();
           g_children.clear();
           j.l_.rank = r;
           g_rank = r;
           break;
         }
-        j.children_.push_back(pid);
         g_children.push_back(pid);
       }
-      if (!j.children_.empty()) g_storeFds.push_back(j.listen_);
+      if (!g_children.empty()) g_storeFds.push_back(j.listen_);
     }
   }
   if (j.l_.rank == 0) {
@@ -230,8 +229,7 @@ Job Job::start(Launch l, double timeout_s) {
 }
 
 Job::Job(Job&& o) noexcept
-    : l_(std::move(o.l_)), listen_(o.listen_), peers_(std::move(o.peers_)), server_(o.server_),
-      children_(std::move(o.children_)) {
+    : l_(std::move(o.l_)), listen_(o.listen_), peers_(std::move(o.peers_)), server_(o.server_) {
   o.listen_ = o.server_ = -1;
   o.peers_.clear();
 }
@@ -283,13 +281,13 @@ bool Job::alive() {
 
 bool Job::reap() {
   bool ok = true;
-  for (pid_t pid : children_) {
+  for (pid_t pid : g_children) {
     int st = 0;
     while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
     }
     ok = ok && WIFEXITED(st) && WEXITSTATUS(st) == 0;
   }
-  children_.clear();
+  g_children.clear();
   return ok;
 }
 

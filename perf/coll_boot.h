@@ -56,7 +56,6 @@ class Job {
   int listen_ = -1;
   std::vector<int> peers_;   // rank 0: the connection of rank i at i (peers_[0] unused)
   int server_ = -1;          // ranks > 0: the connection to rank 0
-  std::vector<int> children_;
 };
 
 }  // namespace pact::perf::coll

@@ -85,12 +85,11 @@ struct Side {
 // The memory of each stream in both sides' region: [kv slots][a2a slots][ckpt slots].
 struct Layout {
   size_t kvSlot, a2aSlot, ckptSlot;
-  size_t kvBase, a2aBase, ckptBase, total;
+  size_t a2aBase, ckptBase, total;  // kv slots start at 0
   explicit Layout(const MixOptions& o)
       : kvSlot(o.kvBlock * static_cast<size_t>(o.kv_blocks)),
         a2aSlot(o.a2aBytes),
         ckptSlot(o.ckptBytes),
-        kvBase(0),
         a2aBase(kvSlot * static_cast<size_t>(o.kv_window)),
         ckptBase(a2aBase + a2aSlot * static_cast<size_t>(o.a2a_count)),
         total(ckptBase + ckptSlot * static_cast<size_t>(o.ckpt_window)) {}
@@ -252,7 +251,7 @@ void kvStream(const MixOptions& o, const Layout& l, Side& tx, Driver& d, Shared&
     if (shared.stop) break;
     due += interval;
     const uint64_t id = requestId(kKv, seq);
-    const size_t off = l.kvBase + (seq % static_cast<uint64_t>(o.kv_window)) * l.kvSlot;
+    const size_t off = (seq % static_cast<uint64_t>(o.kv_window)) * l.kvSlot;
     for (int b = 0; b < o.kv_blocks; ++b)
       fillPattern(tx.memory.data() + off + static_cast<size_t>(b) * o.kvBlock, o.kvBlock, id * 64 + static_cast<uint64_t>(b));
     Driver::Open u{{}, Clock::now()};

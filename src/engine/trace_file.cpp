@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/replace_file.h"
 #include "engine/state.h"
 #include "engine/transfer.h"
 
@@ -119,27 +120,20 @@ void collectTrace(const std::string& engineName, std::span<const telemetry::Trac
 
 bool writeTraceFile(const std::string& path, std::string* error) {
   std::lock_guard lock(gMu);
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr;
-  if (ok) {
-    ok = std::fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"engines_dropped\":%zu},\"traceEvents\":[\n",
-                      gDroppedEngines) > 0;
-    const char* sep = "";
-    for (const auto& engine : gEngines)
-      for (const std::string& e : engine) {
-        ok = ok && std::fputs(sep, f) >= 0 && std::fputs(e.c_str(), f) >= 0;
-        sep = ",\n";
-      }
-    ok = ok && std::fputs("\n]}\n", f) >= 0;
-    ok = std::fclose(f) == 0 && ok;
-  }
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    *error = path + ": " + std::strerror(errno);
-    (void)std::remove(tmp.c_str());
-    return false;
-  }
-  return true;
+  return replaceFile(
+      path,
+      [&](std::FILE* f) {
+        bool ok = std::fprintf(f, "{\"displayTimeUnit\":\"ns\",\"otherData\":{\"engines_dropped\":%zu},\"traceEvents\":[\n",
+                               gDroppedEngines) > 0;
+        const char* sep = "";
+        for (const auto& engine : gEngines)
+          for (const std::string& e : engine) {
+            ok = ok && std::fputs(sep, f) >= 0 && std::fputs(e.c_str(), f) >= 0;
+            sep = ",\n";
+          }
+        return ok && std::fputs("\n]}\n", f) >= 0;
+      },
+      error);
 }
 
 }  // namespace pact::engine

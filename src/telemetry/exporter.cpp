@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/log.h"
+#include "common/replace_file.h"
 #include "common/scoped_fd.h"
 #include "telemetry/exposition.h"
 
@@ -104,19 +105,15 @@ void serve(int client) {
                       std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body);
 }
 
-// Replaces the file whole: the text goes to FILE.tmp.PID, then rename.
+// The metrics file, replaced whole; the first failure is a WARN.
 void writeFile(const std::string& path) {
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const std::string text = prometheusText(Registry::process());
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  bool ok = f != nullptr && std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  if (f != nullptr) ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    static bool warned = false;
-    if (!warned) PACT_WARN("PACT_METRICS_FILE=%s: cannot write it: %s", path.c_str(), std::strerror(errno));
-    warned = true;
-    (void)std::remove(tmp.c_str());
-  }
+  std::string error;
+  const bool ok = replaceFile(
+      path, [&](std::FILE* f) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); }, &error);
+  static bool warned = false;
+  if (!ok && !warned) PACT_WARN("PACT_METRICS_FILE=%s: cannot write it", error.c_str());
+  warned = warned || !ok;
 }
 
 class Exporter {
