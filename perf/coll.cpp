@@ -186,21 +186,23 @@ int runColl(CollOptions& o) {
         if (x != q) v.push_back(x);
       return v;
     };
+    // The double binary tree uses a set of comms per tree (coll_sched.h).
+    const int perPeer = tree && needs(Op::kAllReduce) ? 2 * o.channels : o.channels;
     auto slot = [&](int q, int p, int ch) {
       const auto v = peersOf(q);
-      return static_cast<int>(std::find(v.begin(), v.end(), p) - v.begin()) * o.channels + ch;
+      return static_cast<int>(std::find(v.begin(), v.end(), p) - v.begin()) * perPeer + ch;
     };
     const auto mine = peersOf(r);
     std::vector<std::pair<int, int>> out;
     for (int q : mine)
-      for (int ch = 0; ch < o.channels; ++ch) out.emplace_back(q, slot(q, r, ch));
+      for (int ch = 0; ch < perPeer; ++ch) out.emplace_back(q, slot(q, r, ch));
     std::vector<void*> recvs, sends;
-    w.wire(static_cast<int>(mine.size()) * o.channels, out, &recvs, &sends, o.timeout_s);
+    w.wire(static_cast<int>(mine.size()) * perPeer, out, &recvs, &sends, o.timeout_s);
     c.to.assign(static_cast<size_t>(n), {});
     c.from.assign(static_cast<size_t>(n), {});
     size_t k = 0;
     for (int q : mine)
-      for (int ch = 0; ch < o.channels; ++ch) {
+      for (int ch = 0; ch < perPeer; ++ch) {
         c.to[static_cast<size_t>(q)].push_back(sends[k++]);
         c.from[static_cast<size_t>(q)].push_back(recvs[static_cast<size_t>(slot(r, q, ch))]);
       }
@@ -370,7 +372,7 @@ void addCollCommand(CLI::App& app, int* exit_code) {
   c->add_option("-o,--redop", o->redop, "sum|prod|max|min")->capture_default_str();
   c->add_option("-r,--root", o->root, "broadcast root")->capture_default_str();
   c->add_option("--channels", o->channels, "comms per neighbour and direction (NCCL's channels)")->check(CLI::Range(1, 32))->capture_default_str();
-  c->add_option("--algo", o->algo, "allreduce's algorithm: ring, or tree (a binary tree to rank 0 and back)")
+  c->add_option("--algo", o->algo, "allreduce's algorithm: ring, or tree (NCCL's double binary tree: two trees, each half the data)")
       ->check(CLI::IsMember({"ring", "tree"}))->capture_default_str();
   c->add_option("--chunk", o->chunk, "slice size (NCCL: buffer / steps)")->capture_default_str();
   c->add_option("--window", o->window, "slices in flight per comm (NCCL's steps)")->check(CLI::Range(1, 8))->capture_default_str();

@@ -12,62 +12,11 @@
 namespace pact::perf::coll {
 namespace {
 
-struct OpInfo {
-  Op op;
-  const char* name;
-};
-constexpr OpInfo kOps[] = {{Op::kAllReduce, "allreduce"},         {Op::kAllGather, "allgather"},
-                           {Op::kReduceScatter, "reducescatter"}, {Op::kAllToAll, "alltoall"},
-                           {Op::kBroadcast, "broadcast"},         {Op::kSendRecv, "sendrecv"}};
-struct TypeInfo {
-  DType t;
-  const char* name;
-  size_t size;
-};
-constexpr TypeInfo kTypes[] = {{DType::kInt8, "int8", 1},   {DType::kUint8, "uint8", 1},
-                               {DType::kInt32, "int32", 4}, {DType::kUint32, "uint32", 4},
-                               {DType::kInt64, "int64", 8}, {DType::kUint64, "uint64", 8},
-                               {DType::kFloat, "float", 4}, {DType::kDouble, "double", 8}};
-struct RedInfo {
-  RedOp r;
-  const char* name;
-};
-constexpr RedInfo kReds[] = {{RedOp::kSum, "sum"}, {RedOp::kProd, "prod"}, {RedOp::kMax, "max"},
-                             {RedOp::kMin, "min"}};
-
-template <typename F>
-auto withType(DType t, F&& f) {
-  switch (t) {
-    case DType::kInt8: return f(int8_t{});
-    case DType::kUint8: return f(uint8_t{});
-    case DType::kInt32: return f(int32_t{});
-    case DType::kUint32: return f(uint32_t{});
-    case DType::kInt64: return f(int64_t{});
-    case DType::kUint64: return f(uint64_t{});
-    case DType::kFloat: return f(float{});
-    case DType::kDouble: return f(double{});
-  }
-  return f(float{});
-}
-
-template <typename T>
-T apply(RedOp r, T a, T b) {
-  switch (r) {
-    case RedOp::kSum: return static_cast<T>(a + b);
-    case RedOp::kProd: return static_cast<T>(a * b);
-    case RedOp::kMax: return std::max(a, b);
-    case RedOp::kMin: return std::min(a, b);
-  }
-  return a;
-}
-
 // [lo, hi) of part `i` of `parts` equal parts of [0, n) (the first ones one shorter at most).
 std::pair<size_t, size_t> part(size_t lo, size_t hi, size_t parts, size_t i) {
   const size_t n = hi - lo;
   return {lo + n * i / parts, lo + n * (i + 1) / parts};
 }
-
-int mod(int a, int n) { return ((a % n) + n) % n; }
 
 // Adds one ring step's slices of elements [lo, hi) of a channel to its two streams.
 struct RingBuilder {
@@ -149,85 +98,29 @@ int appendStream(Schedule& s, Comms& c, void* comm, bool send, size_t lo, size_t
 
 }  // namespace
 
-const char* name(Op op) {
-  for (const auto& o : kOps)
-    if (o.op == op) return o.name;
-  return "?";
+TreeLinks treeLinks(int q, int ranks, int tree) {
+  // Tree 0 is the heap order (parent (q - 1) / 2, children 2q + 1, 2q + 2); tree 1 the same on
+  // the mirrored ranks n - 1 - q, so tree 0's inner nodes (the lower half of the ranks) are tree
+  // 1's leaves and the other way round, as in NCCL's double binary tree.
+  const auto rank = [&](int x) { return tree == 0 ? x : ranks - 1 - x; };  // its own inverse
+  const int m = rank(q);
+  TreeLinks l;
+  if (m > 0) l.parent = rank((m - 1) / 2);
+  for (int k : {2 * m + 1, 2 * m + 2})
+    if (k < ranks) l.kids.push_back(rank(k));
+  return l;
 }
-const char* name(DType t) {
-  for (const auto& x : kTypes)
-    if (x.t == t) return x.name;
-  return "?";
-}
-const char* name(RedOp r) {
-  for (const auto& x : kReds)
-    if (x.r == r) return x.name;
-  return "?";
-}
-size_t sizeOf(DType t) {
-  for (const auto& x : kTypes)
-    if (x.t == t) return x.size;
-  return 1;
-}
+
 std::vector<int> treeNeighbours(int q, int ranks) {
   std::vector<int> v;
-  if (q > 0) v.push_back((q - 1) / 2);
-  for (int k : {2 * q + 1, 2 * q + 2})
-    if (k < ranks) v.push_back(k);
-  std::sort(v.begin(), v.end());
-  return v;
-}
-
-bool isReduction(Op op) { return op == Op::kAllReduce || op == Op::kReduceScatter; }
-double busFactor(Op op, int n) {
-  switch (op) {
-    case Op::kAllReduce: return 2.0 * (n - 1) / n;
-    case Op::kAllGather:
-    case Op::kReduceScatter:
-    case Op::kAllToAll: return static_cast<double>(n - 1) / n;
-    case Op::kBroadcast:
-    case Op::kSendRecv: return 1;
+  for (int t : {0, 1}) {
+    const TreeLinks l = treeLinks(q, ranks, t);
+    if (l.parent >= 0) v.push_back(l.parent);
+    v.insert(v.end(), l.kids.begin(), l.kids.end());
   }
-  return 1;
-}
-const std::vector<Op>& allOps() {
-  static const std::vector<Op> ops = [] {
-    std::vector<Op> v;
-    for (const auto& o : kOps) v.push_back(o.op);
-    return v;
-  }();
-  return ops;
-}
-bool parseOp(const std::string& s, Op* op) {
-  for (const auto& o : kOps)
-    if (s == o.name) return *op = o.op, true;
-  return false;
-}
-bool parseDType(const std::string& s, DType* t) {
-  for (const auto& x : kTypes)
-    if (s == x.name) return *t = x.t, true;
-  return false;
-}
-bool parseRedOp(const std::string& s, RedOp* r) {
-  for (const auto& x : kReds)
-    if (s == x.name) return *r = x.r, true;
-  return false;
-}
-
-void reduce(DType t, RedOp r, void* out, const void* a, const void* b, size_t count) {
-  withType(t, [&](auto zero) {
-    using T = decltype(zero);
-    auto* o = static_cast<T*>(out);
-    const auto* x = static_cast<const T*>(a);
-    const auto* y = static_cast<const T*>(b);
-    switch (r) {  // one loop per op, so the compiler vectorises each
-      case RedOp::kSum: for (size_t i = 0; i < count; ++i) o[i] = static_cast<T>(x[i] + y[i]); break;
-      case RedOp::kProd: for (size_t i = 0; i < count; ++i) o[i] = static_cast<T>(x[i] * y[i]); break;
-      case RedOp::kMax: for (size_t i = 0; i < count; ++i) o[i] = std::max(x[i], y[i]); break;
-      case RedOp::kMin: for (size_t i = 0; i < count; ++i) o[i] = std::min(x[i], y[i]); break;
-    }
-    return 0;
-  });
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
 }
 
 Schedule build(const Plan& p, const Buffers& b, Comms& c) {
@@ -263,29 +156,30 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
     return s;
   }
   if (p.op == Op::kAllReduce && p.tree) {
-    // Reduce up the tree into recv (rank 0 ends with the result), then broadcast it down; each
-    // slice moves on as soon as its part of the previous hop is there.
-    const int parent = r > 0 ? (r - 1) / 2 : -1;
-    std::vector<int> kids;
-    for (int k : {2 * r + 1, 2 * r + 2})
-      if (k < n) kids.push_back(k);
+    // Each channel's part of the buffer in two halves, one per tree, each on its own comms (comm
+    // t * channels + ch to a neighbour): reduced up its tree into recv (the tree's root ends with
+    // the result), then broadcast down; each slice moves on as soon as its part of the previous
+    // hop is there.
     const size_t se = std::max<size_t>(1, p.chunk / ts);
-    for (int ch = 0; ch < p.channels; ++ch) {
-      auto [lo, hi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
-      auto add = [&](void* comm, bool send, char* base, int which, bool reduced, const char* a, int dep) {
-        return appendStream(s, c, comm, send, lo, hi, se, ts, base, which, reduced, a, dep);
-      };
-      int reducedBy = -1;  // the stream whose slice k completes the reduction of slice k here
-      for (size_t j = 0; j < kids.size(); ++j)  // the second child's data folds into the first's
-        reducedBy = add(c.from[kids[j]][ch], false, b.recv, 1, true, j == 0 ? in : b.recv, reducedBy);
-      int down = reducedBy;  // what the children's broadcast waits for: the result, here
-      if (parent >= 0) {
-        add(c.to[parent][ch], true, kids.empty() ? in : b.recv, kids.empty() ? inWhich : 1, false, nullptr, reducedBy);
-        down = add(c.from[parent][ch], false, b.recv, 1, false, nullptr, -1);
-      } else if (!p.inPlace && kids.empty()) {
-        s.before.push_back({b.recv, b.send, full});
+    for (int t = 0; t < 2; ++t) {
+      const TreeLinks l = treeLinks(r, n, t);
+      for (int ch = 0; ch < p.channels; ++ch) {
+        auto [clo, chi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
+        auto [lo, hi] = part(clo, chi, 2, static_cast<size_t>(t));
+        const size_t k = static_cast<size_t>(t * p.channels + ch);
+        auto add = [&](void* comm, bool send, char* base, int which, bool reduced, const char* a, int dep) {
+          return appendStream(s, c, comm, send, lo, hi, se, ts, base, which, reduced, a, dep);
+        };
+        int reducedBy = -1;  // the stream whose slice k completes the reduction of slice k here
+        for (size_t j = 0; j < l.kids.size(); ++j)  // the second child's data folds into the first's
+          reducedBy = add(c.from[l.kids[j]][k], false, b.recv, 1, true, j == 0 ? in : b.recv, reducedBy);
+        int down = reducedBy;  // what the children's broadcast waits for: the result, here
+        if (l.parent >= 0) {
+          add(c.to[l.parent][k], true, l.kids.empty() ? in : b.recv, l.kids.empty() ? inWhich : 1, false, nullptr, reducedBy);
+          down = add(c.from[l.parent][k], false, b.recv, 1, false, nullptr, -1);
+        }
+        for (int kid : l.kids) add(c.to[kid][k], true, b.recv, 1, false, nullptr, down);
       }
-      for (int k : kids) add(c.to[k][ch], true, b.recv, 1, false, nullptr, down);
     }
     return s;
   }
@@ -312,14 +206,14 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
       case Op::kAllReduce: {
         // Reduce-scatter then all-gather, 2(n-1) steps; recv accumulates.
         for (int st = 0; st < n - 1; ++st) {
-          auto [slo, shi] = range(p.count, n, mod(r - st - 1, n));
-          auto [rlo, rhi] = range(p.count, n, mod(r - st - 2, n));
+          auto [slo, shi] = range(p.count, n, wrap(r - st - 1, n));
+          auto [rlo, rhi] = range(p.count, n, wrap(r - st - 2, n));
           rb.step(slo, shi, st == 0 ? in : b.recv, st == 0 ? inWhich : 1, st > 0, rlo, rhi, nullptr,
                   0, b.recv, 0, in);
         }
         for (int st = 0; st < n - 1; ++st) {
-          auto [slo, shi] = range(p.count, n, mod(r - st, n));
-          auto [rlo, rhi] = range(p.count, n, mod(r - st - 1, n));
+          auto [slo, shi] = range(p.count, n, wrap(r - st, n));
+          auto [rlo, rhi] = range(p.count, n, wrap(r - st - 1, n));
           rb.step(slo, shi, b.recv, 1, true, rlo, rhi, b.recv, 1, nullptr, 0, nullptr);
         }
         break;
@@ -327,8 +221,8 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
       case Op::kAllGather: {
         if (ch == 0 && !p.inPlace) s.before.push_back({b.recv + r * blk * ts, b.send, blk * ts});
         for (int st = 0; st < n - 1; ++st) {
-          auto [slo, shi] = range(p.count, n, mod(r - st, n));
-          auto [rlo, rhi] = range(p.count, n, mod(r - st - 1, n));
+          auto [slo, shi] = range(p.count, n, wrap(r - st, n));
+          auto [rlo, rhi] = range(p.count, n, wrap(r - st - 1, n));
           rb.step(slo, shi, b.recv, 1, st > 0, rlo, rhi, b.recv, 1, nullptr, 0, nullptr);
         }
         break;
@@ -337,8 +231,8 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
         char* acc = p.inPlace ? b.recv : b.tmp;
         const int accWhich = p.inPlace ? 1 : 2;
         for (int st = 0; st < n - 1; ++st) {
-          auto [slo, shi] = range(p.count, n, mod(r - st - 1, n));
-          auto [rlo, rhi] = range(p.count, n, mod(r - st - 2, n));
+          auto [slo, shi] = range(p.count, n, wrap(r - st - 1, n));
+          auto [rlo, rhi] = range(p.count, n, wrap(r - st - 2, n));
           const bool last = st == n - 2;  // block r, fully reduced: the result
           char* out = last && !p.inPlace ? b.recv : acc;
           rb.step(slo, shi, st == 0 ? in : acc, st == 0 ? inWhich : accWhich, st > 0, rlo, rhi,
@@ -347,7 +241,7 @@ Schedule build(const Plan& p, const Buffers& b, Comms& c) {
         break;
       }
       case Op::kBroadcast: {
-        const int pos = mod(r - p.root, n);
+        const int pos = wrap(r - p.root, n);
         if (ch == 0 && pos == 0 && !p.inPlace) s.before.push_back({b.recv, b.send, full});
         auto [lo, hi] = part(0, p.count, static_cast<size_t>(p.channels), static_cast<size_t>(ch));
         RingBuilder one{p, c, ts, pos < n - 1 ? tx : nullptr, pos > 0 ? rx : nullptr, 2 * ch + 1};
@@ -498,65 +392,6 @@ void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
       }
     }
   }
-}
-
-namespace {
-
-template <typename T>
-T valueOf(RedOp red, int rank, size_t i) {
-  if (red == RedOp::kProd) return static_cast<T>((rank + i) % 3 == 0 ? 2 : 1);  // products stay exact
-  return static_cast<T>((static_cast<size_t>(rank) * 13 + i * 7) % 11 + 1);
-}
-
-template <typename T>
-T folded(RedOp red, int ranks, size_t i) {
-  T v = valueOf<T>(red, 0, i);
-  for (int q = 1; q < ranks; ++q) v = apply(red, v, valueOf<T>(red, q, i));
-  return v;
-}
-
-}  // namespace
-
-void fillInput(const Plan& p, const Buffers& b) {
-  withType(p.type, [&](auto zero) {
-    using T = decltype(zero);
-    const size_t ts = sizeof(T), n = static_cast<size_t>(p.ranks);
-    const size_t blk = p.count / n;
-    std::memset(b.recv, 0xa5, p.count * ts);  // what a collective that moved nothing leaves
-    const bool gather = p.op == Op::kAllGather;
-    T* in = reinterpret_cast<T*>(p.inPlace ? b.recv + (gather ? p.rank * blk * ts : 0) : b.send);
-    const size_t elems = gather ? blk : p.count;
-    if (p.op == Op::kBroadcast && p.rank != p.root) return 0;
-    for (size_t i = 0; i < elems; ++i) in[i] = valueOf<T>(p.red, p.rank, i);
-    return 0;
-  });
-}
-
-size_t countWrong(const Plan& p, const Buffers& b) {
-  return withType(p.type, [&](auto zero) {
-    using T = decltype(zero);
-    const int n = p.ranks, r = p.rank;
-    const size_t blk = p.count / static_cast<size_t>(n);
-    const T* out = reinterpret_cast<const T*>(b.recv);
-    size_t wrong = 0, elems = p.count;
-    auto expect = [&](size_t j) -> T {
-      switch (p.op) {
-        case Op::kAllReduce: return folded<T>(p.red, n, j);
-        case Op::kAllGather: return valueOf<T>(p.red, static_cast<int>(j / blk), j % blk);
-        case Op::kReduceScatter: return folded<T>(p.red, n, r * blk + j);
-        case Op::kAllToAll: return valueOf<T>(p.red, static_cast<int>(j / blk), r * blk + j % blk);
-        case Op::kBroadcast: return valueOf<T>(p.red, p.root, j);
-        case Op::kSendRecv: return valueOf<T>(p.red, mod(r - 1, n), j);
-      }
-      return T{};
-    };
-    if (p.op == Op::kReduceScatter) {
-      elems = blk;
-      if (p.inPlace) out += r * blk;
-    }
-    for (size_t j = 0; j < elems; ++j) wrong += out[j] == expect(j) ? 0 : 1;
-    return wrong;
-  });
 }
 
 }  // namespace pact::perf::coll

@@ -2,7 +2,8 @@
 // of slices (at most `chunk` bytes each, up to `window` in flight, NCCL's steps), sends and
 // receives matched in posting order, a send that forwards a received slice waiting for it, and a
 // slice to be reduced landing in one of the connection's staging slots first. Builders turn one
-// collective on one rank into such streams (ring algorithms; all-to-all a connection per peer);
+// collective on one rank into such streams (ring algorithms, the double binary tree; all-to-all a
+// connection per peer);
 // run() drives them with the plugin's isend/irecv/test until every slice is done.
 #pragma once
 
@@ -12,29 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "coll_ops.h"
 #include "net_plugin.h"
 
 namespace pact::perf::coll {
-
-enum class Op { kAllReduce, kAllGather, kReduceScatter, kAllToAll, kBroadcast, kSendRecv };
-enum class DType { kInt8, kUint8, kInt32, kUint32, kInt64, kUint64, kFloat, kDouble };
-enum class RedOp { kSum, kProd, kMax, kMin };
-
-const char* name(Op op);
-const char* name(DType t);
-const char* name(RedOp r);
-size_t sizeOf(DType t);
-bool isReduction(Op op);
-// nccl-tests' bus bandwidth factor for n ranks.
-double busFactor(Op op, int n);
-// Every op, in nccl-tests' order, for --op all.
-const std::vector<Op>& allOps();
-bool parseOp(const std::string& s, Op* op);
-bool parseDType(const std::string& s, DType* t);
-bool parseRedOp(const std::string& s, RedOp* r);
-
-// out[i] = a[i] (op) b[i] for count elements of type t (out may be a or b).
-void reduce(DType t, RedOp r, void* out, const void* a, const void* b, size_t count);
 
 struct Slice {
   char* ptr = nullptr;   // send: the bytes; receive: where they go (nullptr: a staging slot)
@@ -59,41 +41,30 @@ struct Stream {
   std::vector<void*> slotMh;
 };
 
-// The buffers of one collective on one rank. count: elements of the op as nccl-tests counts them
-// (allreduce/broadcast/sendrecv: of each buffer; allgather, reducescatter, alltoall: of the full
-// buffer, n blocks of count / n).
-struct Buffers {
-  char* send = nullptr;
-  char* recv = nullptr;
-  char* tmp = nullptr;   // scratch of the full buffer's size (reducescatter, in-place alltoall)
-};
 
 // The comms and registrations a rank holds, per channel: ring neighbours (send to rank + 1,
-// receive from rank - 1) and a comm each way per peer (every peer for all-to-all, the tree
-// neighbours for a tree allreduce).
+// receive from rank - 1) and comms each way per peer (every peer for all-to-all, the tree
+// neighbours for a tree allreduce: 2 x channels of them, see treeNeighbours).
 struct Comms {
   std::vector<void*> next, prev;                 // [channel]
-  std::vector<std::vector<void*>> to, from;      // [peer][channel]
+  std::vector<std::vector<void*>> to, from;      // [peer][channel, or tree * channels + channel]
   // The plugin's registration of buffer `which` (0 send, 1 recv, 2 tmp) on a comm.
   std::function<void*(void* comm, int which)> mh;
   // A receive comm's staging slots for slices to be reduced, and their registrations.
   std::function<void(void* comm, std::vector<char*>* slots, std::vector<void*>* mhs)> slots;
 };
 
-struct Plan {
-  Op op = Op::kAllReduce;
-  DType type = DType::kFloat;
-  RedOp red = RedOp::kSum;
-  int root = 0;
-  size_t count = 0;
-  bool inPlace = false;
-  int rank = 0, ranks = 1;
-  int channels = 1;
-  size_t chunk = 512 << 10;
-  bool tree = false;  // allreduce: a binary tree (reduce to rank 0, broadcast back) instead of the ring
-};
 
-// Rank q's tree neighbours (parent (q - 1) / 2, children 2q + 1 and 2q + 2 that exist), ascending.
+// NCCL's double binary tree: rank q's parent (-1 at the root) and children in tree 0 (the heap
+// order, root 0) or tree 1 (the heap order on the mirrored ranks n - 1 - q, root n - 1), so a
+// rank is an inner node in at most one of them. Each tree carries half of every channel's part.
+struct TreeLinks {
+  int parent = -1;
+  std::vector<int> kids;
+};
+TreeLinks treeLinks(int q, int ranks, int tree);
+// Every rank q is linked to in either tree, ascending: a tree allreduce opens 2 x channels comms
+// each way to each of them (tree t, channel ch: comm t * channels + ch).
 std::vector<int> treeNeighbours(int q, int ranks);
 
 // The streams of one collective, plus the local copies that come first (out-of-place root data,
@@ -128,9 +99,5 @@ void run(loader::NetPlugin& net, Schedule& s, int window, double timeout_s,
 Schedule settle(const std::vector<void*>& sends, const std::vector<void*>& recvs, char* tokens,
                 const std::function<void*(void* comm)>& mh);
 
-// Fills rank r's input for the check and returns how many elements of its output differ from
-// what the collective must produce (every element is checked).
-void fillInput(const Plan& p, const Buffers& b);
-size_t countWrong(const Plan& p, const Buffers& b);
 
 }  // namespace pact::perf::coll

@@ -95,15 +95,21 @@ if rows and any(r[4] != 2 for r in rows["broadcast"]):
     fail("broadcast rows do not name root 2: %s" % rows["broadcast"])
 print("ok: int8 prod, double max, uint64 min, int32 sum on 3 ranks; broadcast from rank 2", flush=True)
 
-# 2b. allreduce over a binary tree (--algo tree): 5 ranks (a node with one child), both transports,
-# two channels, a sum and an int8 product.
-for tls, d, o in (("tcp", "float", "sum"), ("sm", "int8", "prod"), ("sm", "double", "sum")):
-    rows, out = run(["-np", "5", "--op", "allreduce", "--algo", "tree", "--channels", "2", "-b", "0", "-e", "2M",
-                     "-f", "7", "-n", "2", "-w", "1", "-d", d, "-o", o], "tree allreduce %s %s over %s" % (d, o, tls),
-                    5, {"UCX_TLS": tls})
+# 2b. allreduce over the double binary tree (--algo tree): 5 ranks (a node with one child), both
+# transports, two channels, a sum and an int8 product; 2 ranks (each the other's child in one tree).
+# Rank 0 is linked to 1 and 2 in tree 0 and to 3 in tree 1 (the mirrored heap: 4 is its root, 3
+# its child and rank 0's parent): 3 peers x 2 trees x 2 channels, each way.
+for np_, tls, d, o in ((5, "tcp", "float", "sum"), (5, "sm", "int8", "prod"), (5, "sm", "double", "sum"),
+                       (2, "tcp", "float", "sum")):
+    rows, out = run(["-np", str(np_), "--op", "allreduce", "--algo", "tree", "--channels", "2", "-b", "0", "-e", "2M",
+                     "-f", "7", "-n", "2", "-w", "1", "-d", d, "-o", o],
+                    "tree allreduce %s %s over %s on %d ranks" % (d, o, tls, np_), np_, {"UCX_TLS": tls})
     if rows and "allreduce tree" not in out:
         fail("tree: the header does not name the algorithm")
-print("ok: tree allreduce on 5 ranks, 2 channels, tcp and sm, verified", flush=True)
+    want = 24 if np_ == 5 else 8
+    if rows and "# comms per rank: %d " % want not in out:
+        fail("tree on %d ranks: %s, want %d comms (two trees)" % (np_, re.findall(r"# comms per rank: .*", out), want))
+print("ok: double-tree allreduce on 5 and 2 ranks, 2 channels, tcp and sm, verified", flush=True)
 
 # 3. --channels 4: four times the comms, still verified.
 counts = {}
