@@ -42,6 +42,7 @@ struct CollOptions {
   int dev = 0;
   double timeout_s = 120;
   std::string json;
+  std::string plot;  // --plot: an SVG of the run (pact-plot)
   bool verbose = false;
 };
 
@@ -339,7 +340,7 @@ int runColl(CollOptions& o) {
   (void)net->finalize();
   int rc = wrongTotal == 0 ? 0 : 1;
   if (r == 0) {
-    if (!o.json.empty()) {
+    if (!o.json.empty() || !o.plot.empty()) {
       nlohmann::json doc = {{"meta", {{"tool", "pact-perf coll"}, {"ranks", n}, {"launch", job.launch().how},
                                       {"plugin_path", o.plugin}, {"plugin_name", net->name() ? net->name() : ""},
                                       {"dev_name", props.name}, {"channels", o.channels}, {"chunk", o.chunkB},
@@ -348,7 +349,7 @@ int runColl(CollOptions& o) {
                                       {"avg_busbw_gbps", busRows > 0 ? busSum / busRows : 0.0}, {"wrong", wrongTotal}}},
                             {"results", results}};
       std::string e;
-      if (!writeJson(o.json, doc, &e)) fatal(e);
+      if (!writeOutputs(doc, o.json, o.plot, &e)) fatal(e);
     }
     if (!job.reap()) rc = 1;
   }
@@ -381,6 +382,7 @@ void addCollCommand(CLI::App& app, int* exit_code) {
   c->add_option("--dev", o->dev, "plugin device index")->capture_default_str();
   c->add_option("--timeout", o->timeout_s, "seconds any one step may take (setup, a collective)")->capture_default_str();
   c->add_option("--json", o->json, "also write the results to this JSON file");
+  c->add_option("--plot", o->plot, "also draw the out-of-place busbw against the size into this SVG file (pact-plot)");
   c->add_flag("-v,--verbose", o->verbose, "print the plugin's INFO/TRACE log lines");
   c->callback([o, exit_code] { *exit_code = runColl(*o); });
 }

@@ -331,7 +331,7 @@ int runKv(Options opt) {
   std::fflush(stdout);
 
   int rc = miscommits == 0 && leaked == 0 ? 0 : 1;
-  if (!opt.json.empty()) {
+  if (!opt.json.empty() || !opt.plot.empty()) {
     nlohmann::json doc = {
         {"committed", committed},
         {"aborted", tx.aborted},
@@ -381,7 +381,7 @@ int runKv(Options opt) {
           {"credit_interval_us", opt.credit_interval_us}, {"deadline_ms", opt.deadline_ms},
           {"traffic_class", opt.tc}}}};
     std::string err;
-    if (!writeJson(opt.json, doc, &err)) {
+    if (!writeOutputs(doc, opt.json, opt.plot, &err)) {
       std::fprintf(stderr, "pact-perf kv: %s\n", err.c_str());
       rc = 1;
     }
@@ -431,6 +431,7 @@ void addKvCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   c->add_option("--fault", o->fault, "PACT_FAULT for the engines (passed through)");
   c->add_option("--json", o->json, "also write the results to this JSON file");
+  c->add_option("--plot", o->plot, "also draw the commit latency percentiles (all, healthy, slow requests) into this SVG file (pact-plot)");
   c->add_option("--trace", o->trace,
                 "write every engine's transfer trace (pact_trace_read) here, a JSON object a line");
   c->add_option("--seed", o->seed, "data patterns and decode-time jitter")->capture_default_str();

@@ -41,6 +41,7 @@ struct Options {
   int spill = 4;  // --no-credits: spill pages per decode worker, in multiples of --pages
   std::string fault;
   std::string json;
+  std::string plot;  // --plot: an SVG of the run (pact-plot)
   std::string trace;
   uint64_t seed = 1;
   int threads = 1;

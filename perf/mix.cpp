@@ -54,6 +54,7 @@ struct MixOptions {
   std::string kv_profile = "credits=4M", a2a_profile = "credits=4M", ckpt_profile = "credits=32M";
   std::string phases = "alone,isolated,shared";
   std::string json;
+  std::string plot;  // --plot: an SVG of the run (pact-plot)
 };
 
 enum Stream : uint64_t { kKv = 1, kA2a = 2, kCkpt = 3 };
@@ -451,7 +452,7 @@ int runMix(MixOptions o) {
                   kvP99[2], kvP99[2] / kvP99[1]);
   }
   std::printf("# mix: %s\n", pass ? "every transfer committed, every checked byte right" : "FAILED");
-  if (!o.json.empty()) {
+  if (!o.json.empty() || !o.plot.empty()) {
     nlohmann::json doc = {{"meta", {{"tool", "pact-perf mix"}, {"seconds", o.seconds}, {"kv_block", o.kvBlock},
                                     {"kv_blocks", o.kv_blocks}, {"kv_interval_us", o.kv_interval_us},
                                     {"kv_window", o.kv_window}, {"a2a_bytes", o.a2aBytes}, {"a2a_count", o.a2a_count},
@@ -461,7 +462,7 @@ int runMix(MixOptions o) {
                                     {"UCX_TLS", std::getenv("UCX_TLS") ? std::getenv("UCX_TLS") : ""}, {"pass", pass}}},
                           {"results", rows}, {"ratios", ratios}};
     std::string e;
-    if (!writeJson(o.json, doc, &e)) {
+    if (!writeOutputs(doc, o.json, o.plot, &e)) {
       std::fprintf(stderr, "pact-perf mix: %s\n", e.c_str());
       return 2;
     }
@@ -490,6 +491,7 @@ void addMixCommand(CLI::App& app, int* exit_code) {
   c->add_option("--a2a-profile", o->a2a_profile, "PACT_TC_A2A when not set")->capture_default_str();
   c->add_option("--ckpt-profile", o->ckpt_profile, "PACT_TC_CKPT when not set")->capture_default_str();
   c->add_option("--json", o->json, "also write the results to this JSON file");
+  c->add_option("--plot", o->plot, "also draw each phase's and stream's P50/P95/P99 as bars into this SVG file (pact-plot)");
   c->callback([o, exit_code] { *exit_code = runMix(*o); });
 }
 

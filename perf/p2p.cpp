@@ -252,7 +252,7 @@ int runP2p(P2pOptions opt) {
   if (opt.lane_stats && !bw.empty()) printSendStats(stats);
   std::fflush(stdout);
   int rc = 0;
-  if (!opt.json.empty() && !writeJson(opt.json, toJson(meta, rows), &err)) {
+  if ((!opt.json.empty() || !opt.plot.empty()) && !writeOutputs(toJson(meta, rows), opt.json, opt.plot, &err)) {
     std::fprintf(stderr, "pact-perf: %s\n", err.c_str());
     rc = 1;
   }
@@ -332,6 +332,7 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   c->add_option("--timeout", o->timeout, "watchdog seconds per step")->capture_default_str();
   c->add_option("--json", o->json, "also write the results to this JSON file");
+  c->add_option("--plot", o->plot, "also draw the bandwidth against the size into this SVG file (pact-plot)");
   c->add_flag("--no-bw", o->no_bw, "skip the bandwidth sweep");
   c->add_flag("--no-lat", o->no_lat, "skip the latency sweep");
   c->add_flag("--verify", o->verify, "check every payload byte on the receiver (slows the sender)");

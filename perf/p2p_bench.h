@@ -23,6 +23,7 @@ struct P2pOptions {
   long iters = 0, max_iters = 20000, lat_iters = 0;
   unsigned timeout = 60;
   std::string json;
+  std::string plot;  // --plot: an SVG of the run (pact-plot)
   bool no_bw = false, no_lat = false, verify = false, verbose = false;
   std::vector<std::string> netns;         // {rank 0's, rank 1's} network namespace, or empty
   std::vector<std::string> env_a, env_b;  // K=V set in rank 0 / rank 1 before the plugin opens

@@ -4,8 +4,15 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char** environ;
 
 namespace pact::perf {
 
@@ -137,6 +144,57 @@ bool writeJson(const std::string& path, const nlohmann::json& doc, std::string* 
   f << doc.dump(2) << '\n';
   if (!f) {
     *error = "write to " + path + " failed";
+    return false;
+  }
+  return true;
+}
+
+std::string plotScriptPath() {
+  std::error_code ec;
+  auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "pact-plot" : (exe.parent_path() / "pact-plot").string();
+}
+
+bool writeOutputs(const nlohmann::json& doc, const std::string& json, const std::string& svg,
+                  std::string* error) {
+  if (!json.empty() && !writeJson(json, doc, error)) return false;
+  if (svg.empty()) return true;
+  const std::string script = plotScriptPath();
+  if (::access(script.c_str(), R_OK) != 0) {
+    *error = "--plot: " + script + " not found (pact-plot is installed beside pact-perf)";
+    return false;
+  }
+  std::string input = json;
+  std::string temp;
+  if (input.empty()) {  // the plot reads a file: a private one, removed after
+    char name[] = "/tmp/pact-perf-plot-XXXXXX";
+    const int fd = ::mkstemp(name);
+    if (fd < 0) {
+      *error = "--plot: cannot create a temporary file";
+      return false;
+    }
+    ::close(fd);
+    temp = input = name;
+    if (!writeJson(input, doc, error)) {
+      std::remove(temp.c_str());
+      return false;
+    }
+  }
+  std::vector<std::string> args = {"python3", script, svg, input};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = 0;
+  int status = 0;
+  const int rc = ::posix_spawnp(&pid, "python3", nullptr, nullptr, argv.data(), environ);
+  if (rc == 0) ::waitpid(pid, &status, 0);
+  if (!temp.empty()) std::remove(temp.c_str());
+  if (rc != 0) {
+    *error = "--plot: cannot run python3 (" + std::string(std::strerror(rc)) + ")";
+    return false;
+  }
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    *error = "--plot: pact-plot could not draw " + svg + " (its message is above)";
     return false;
   }
   return true;

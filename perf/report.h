@@ -53,4 +53,13 @@ void printTable(std::FILE* out, const std::vector<SizeRow>& rows);
 nlohmann::json toJson(const nlohmann::json& meta, const std::vector<SizeRow>& rows);
 bool writeJson(const std::string& path, const nlohmann::json& doc, std::string* error);
 
+// A scenario's --json and --plot: the document written to `json` (when named) and drawn into the
+// SVG `svg` (when named) by pact-plot (perf/plot.py, copied beside pact-perf in the build and
+// installed with it), run with python3. False with the reason (a plot that could not be drawn
+// names pact-plot's own message).
+bool writeOutputs(const nlohmann::json& doc, const std::string& json, const std::string& svg,
+                  std::string* error);
+// pact-plot beside this executable.
+std::string plotScriptPath();
+
 }  // namespace pact::perf
