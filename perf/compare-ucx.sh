@@ -88,25 +88,11 @@ for (( s = min; s <= max; s *= FACTOR )); do
   if (( s == 8 )); then echo "bw_8 -t tag_bw -s 8 -n $MAX_ITERS -w 1000" >> "$out/batch-$s.txt"; fi
 done
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
+# shellcheck source=perf/ucx-lib.sh
+. "$here/perf/ucx-lib.sh"
 
 run_ucx() {  # $1 = size, $2 = result csv: ucx_perftest tag_lat
-  local port tries=0 batch=$out/batch-$1.txt
-  port=$(free_port)
-  ucx_perftest -p "$port" -b "$batch" > "$out/ucx-server.log" 2>&1 &
-  server_pid=$!
-  # Wait for the server's listening socket without connecting to it (it serves one client).
-  until ss -ltn "sport = :$port" | grep -q LISTEN; do
-    (( ++tries > 100 )) && die "ucx_perftest server did not start (see $out/ucx-server.log)"
-    kill -0 "$server_pid" 2>/dev/null || die "ucx_perftest server exited: $(tail -3 "$out/ucx-server.log")"
-    sleep 0.1
-  done
-  timeout "$STEP_TIMEOUT" ucx_perftest 127.0.0.1 -p "$port" -b "$batch" -f -v > "$2" 2> "$2.err" ||
-    die "ucx_perftest client failed: $(tail -3 "$2.err")"
-  wait "$server_pid" || true
-  server_pid=
+  ucx_perftest_pair "$out/batch-$1.txt" "$out/ucx-server.log" "$2" "$STEP_TIMEOUT"
 }
 
 run_raw() {  # $1 = size, $2 = result json: pact-ucp-bw in the same pattern as pact-perf

@@ -12,6 +12,7 @@
 #include "report.h"
 
 #include <CLI/CLI.hpp>
+#include <sched.h>
 #include <ucp/api/ucp.h>
 
 #include <cstdio>
@@ -33,6 +34,7 @@ struct Options {
   unsigned timeout = 120;
   std::string json;
   bool peer_errors = false;  // UCP_ERR_HANDLING_MODE_PEER on the endpoint, as pact's endpoints
+  bool yield = false;        // sched_yield when a progress call found nothing (more processes than cores)
 };
 
 void ucsCheck(ucs_status_t st, const char* what) {
@@ -142,7 +144,7 @@ double stream(Ucp& u, int rank, const Options& o, char* base, size_t slots, size
     fill();
     Slot& s = ring[static_cast<size_t>(done % o.window)];
     if (!s.done) {
-      ucp_worker_progress(u.worker);
+      if (ucp_worker_progress(u.worker) == 0 && o.yield) sched_yield();
       continue;
     }
     if (s.req) ucp_request_free(s.req);
@@ -242,6 +244,9 @@ int main(int argc, char** argv) {
   app.add_option("--max-iters", o.max_iters, "cap on messages per size")->capture_default_str();
   app.add_option("--timeout", o.timeout, "watchdog seconds per step")->capture_default_str();
   app.add_option("--json", o.json, "also write the results to this JSON file");
+  app.add_flag("--yield", o.yield,
+               "sched_yield when progress found nothing, as pact-perf coll's ranks do (several pairs at once on "
+               "fewer cores: perf/coll-baseline.sh)");
   app.add_flag("--peer-errors", o.peer_errors,
                "endpoints in UCP_ERR_HANDLING_MODE_PEER (pact's mode: it detects dead peers)");
   CLI11_PARSE(app, argc, argv);

@@ -1,0 +1,25 @@
+# Shared by perf/compare-ucx.sh and perf/coll-baseline.sh (sourced): ucx_perftest on loopback.
+# The caller defines die() and kills "$server_pid" on exit if it is set.
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# ucx_perftest_pair BATCH SERVER_LOG RESULT TIMEOUT: an ucx_perftest server and a client over
+# 127.0.0.1 running the batch file's tests; the client's full report (-f -v) goes to RESULT.
+ucx_perftest_pair() {
+  local batch=$1 log=$2 result=$3 limit=$4 port tries=0
+  port=$(free_port)
+  ucx_perftest -p "$port" -b "$batch" > "$log" 2>&1 &
+  server_pid=$!
+  # Wait for the server's listening socket without connecting to it (it serves one client).
+  until ss -ltn "sport = :$port" | grep -q LISTEN; do
+    (( ++tries > 100 )) && die "ucx_perftest server did not start (see $log)"
+    kill -0 "$server_pid" 2>/dev/null || die "ucx_perftest server exited: $(tail -3 "$log")"
+    sleep 0.1
+  done
+  timeout "$limit" ucx_perftest 127.0.0.1 -p "$port" -b "$batch" -f -v > "$result" 2> "$result.err" ||
+    die "ucx_perftest client failed: $(tail -3 "$result.err")"
+  wait "$server_pid" || true
+  server_pid=
+}
