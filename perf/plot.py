@@ -110,7 +110,7 @@ def size_label(b: int) -> str:
     return "%dB" % b
 
 
-def render(lines, metric: str, title: str) -> str:
+def render(lines, metric: str, title: str, xlabel: str = "message size (bytes)") -> str:
     pts = [p for _, ps in lines for p in ps]
     if not pts:
         sys.exit("plot: no points to plot")
@@ -140,7 +140,7 @@ def render(lines, metric: str, title: str) -> str:
         o.append('<line x1="%d" y1="%.1f" x2="%d" y2="%.1f" stroke="#ddd"/>' % (L, y, L + pw, y))
         o.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (L - 6, y + 4, v))
     o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="black"/>' % (L, T, pw, ph))
-    o.append('<text x="%d" y="%d" text-anchor="middle">message size (bytes)</text>' % (L + pw / 2, H - 18))
+    o.append('<text x="%d" y="%d" text-anchor="middle">%s</text>' % (L + pw / 2, H - 18, escape(xlabel)))
     ylab = {"bw": "GB/s", "busbw-in": "GB/s (in place)", "lat": "us (log)"}[metric]
     o.append('<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">%s</text>' % (T + ph / 2, T + ph / 2, ylab))
     for k, (label, ps) in enumerate(lines):
@@ -224,7 +224,8 @@ def main() -> None:
             for name, pts in series(path, label, metric):
                 lines.setdefault(name, []).extend(pts)
         lines = list(lines.items())
-        svg = render(lines, metric, a.title or titles[metric])
+        kv = all(load(p)[0] == "pact-perf kv" for p, _ in runs)
+        svg = render(lines, metric, a.title or titles[metric], "request size (bytes)" if kv else "message size (bytes)")
         what = "%d lines, %d points" % (len(lines), sum(len(p) for _, p in lines))
     open(a.out, "w").write(svg)
     print("plot: wrote %s (%s)" % (a.out, what))
