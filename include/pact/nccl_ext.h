@@ -52,6 +52,27 @@ typedef struct {
 int pact_plugin_resources(pact_plugin_resources_t* out);
 typedef int (*pact_plugin_resources_fn)(pact_plugin_resources_t* out);
 
+/* NCCL's profiler (net API v10 and later). pact starts an event for every isend and for every
+ * buffer of an irecv that NCCL gave a handle (phandle), with the callback NCCL passed to init,
+ * and ends it with an update-and-stop when test reports the request done or failed. pluginId is
+ * PACT_NET_PROFILER_ID (a type of pact's own: NCCL assigns 1 to IB and 2 to Socket); extData
+ * points to a pact_net_event_t, valid for the duration of the call (copy what you keep). */
+#define PACT_NET_PROFILER_TYPE 0x50 /* 'P' */
+#define PACT_NET_PROFILER_VERSION 1
+#define PACT_NET_PROFILER_ID (((int64_t)PACT_NET_PROFILER_TYPE << 16) | PACT_NET_PROFILER_VERSION)
+#define PACT_NET_EVENT_SEND 1
+#define PACT_NET_EVENT_RECV 2
+typedef struct {
+  uint32_t struct_size; /* sizeof(pact_net_event_t) of the plugin: fields are only ever added */
+  uint32_t kind;        /* PACT_NET_EVENT_SEND or PACT_NET_EVENT_RECV */
+  uint64_t comm;        /* the send or receive comm (its handle, as an id) */
+  uint64_t bytes;       /* start: the buffer's posted size; stop: the bytes that moved */
+  int32_t buffer;       /* which buffer of a multi-receive (0 for a send) */
+  int32_t result;       /* stop: the request's ncclResult_t (0: done) */
+  uint32_t pieces;      /* stop: the UCX operations of the whole request (0 at start) */
+  uint32_t lanes;       /* stop: the lanes those went over (0 at start) */
+} pact_net_event_t;
+
 #ifdef __cplusplus
 }
 #endif

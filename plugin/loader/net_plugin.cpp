@@ -164,6 +164,7 @@ struct NetPlugin::Impl {
   bool inited = false;
   bool finalized = false;
   ncclNetCommConfig_v12_t config{NCCL_NET_TRAFFIC_CLASS_UNDEF};  // kept alive for the plugin
+  ncclProfilerCallback_t profiler = noProfiler;
 
   template <class F>
   int call(F&& f) {
@@ -227,6 +228,21 @@ const char* NetPlugin::name() const {
   return std::visit([](auto* t) { return t->name; }, impl_->table);
 }
 
+namespace {
+// The caller's profiler (one per process, as NCCL's), behind a callback of the ABI's own type.
+std::atomic<NetPlugin::ProfilerCallback> g_profiler{nullptr};
+ncclResult_t profilerTrampoline(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData) {
+  const NetPlugin::ProfilerCallback cb = g_profiler.load(std::memory_order_acquire);
+  return cb != nullptr ? static_cast<ncclResult_t>(cb(eHandle, type, pHandle, pluginId, extData))
+                       : noProfiler(eHandle, type, pHandle, pluginId, extData);
+}
+}  // namespace
+
+void NetPlugin::setProfiler(ProfilerCallback cb) {
+  g_profiler.store(cb, std::memory_order_release);
+  impl_->profiler = cb != nullptr ? profilerTrampoline : noProfiler;
+}
+
 int NetPlugin::init(int trafficClass, bool quiet) {
   g_quiet.store(quiet, std::memory_order_relaxed);
   impl_->config.trafficClass = trafficClass;
@@ -237,12 +253,12 @@ int NetPlugin::init(int trafficClass, bool quiet) {
     if constexpr (kIsV8<T> || kIsV9<T>) {
       return t->init(logToStderr);
     } else if constexpr (kIsV10<T>) {
-      return t->init(logToStderr, noProfiler);
+      return t->init(logToStderr, im.profiler);
     } else {
       std::random_device rd;
       uint64_t commId = (static_cast<uint64_t>(rd()) << 32) ^ rd();
       void* ctx = nullptr;
-      int r = t->init(&ctx, commId, &im.config, logToStderr, noProfiler);
+      int r = t->init(&ctx, commId, &im.config, logToStderr, im.profiler);
       if (r == ncclSuccess) im.ctx = ctx;
       return r;
     }
@@ -348,7 +364,7 @@ int NetPlugin::deregMr(void* comm, void* mhandle) {
 }
 
 int NetPlugin::isend(void* sendComm, void* data, size_t size, int tag, void* mhandle,
-                     void** request) {
+                     void** request, void* phandle) {
   return impl_->call([&](auto* t) -> int {
     using T = decltype(t);
     if constexpr (kIsV8<T>) {
@@ -357,13 +373,13 @@ int NetPlugin::isend(void* sendComm, void* data, size_t size, int tag, void* mha
     } else if constexpr (kIsV9<T>) {
       return t->isend(sendComm, data, size, tag, mhandle, request);
     } else {
-      return t->isend(sendComm, data, size, tag, mhandle, nullptr, request);
+      return t->isend(sendComm, data, size, tag, mhandle, phandle, request);
     }
   });
 }
 
 int NetPlugin::irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles,
-                     void** request) {
+                     void** request, void* const* phandles) {
   if (n < 0 || n > kMaxRecvs) return kInvalidArgument;
   return impl_->call([&](auto* t) -> int {
     using T = decltype(t);
@@ -377,8 +393,9 @@ int NetPlugin::irecv(void* recvComm, int n, void** data, size_t* sizes, int* tag
     } else if constexpr (kIsV9<T>) {
       return t->irecv(recvComm, n, data, sizes, tags, mhandles, request);
     } else {
-      void* phandles[kMaxRecvs] = {};
-      return t->irecv(recvComm, n, data, sizes, tags, mhandles, phandles, request);
+      void* ph[kMaxRecvs] = {};
+      for (int i = 0; phandles != nullptr && i < n; ++i) ph[i] = phandles[i];
+      return t->irecv(recvComm, n, data, sizes, tags, mhandles, ph, request);
     }
   });
 }

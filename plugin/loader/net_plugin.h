@@ -62,6 +62,10 @@ class NetPlugin {
   // trafficClass is passed in config for v11/v12 and remembered for v10's connect.
   // Logs go to stderr unless quiet.
   int init(int trafficClass = -1, bool quiet = true);
+  // NCCL's profiler callback for init (v10+) in place of the no-op one NCCL passes when no
+  // profiler is loaded; set before init. The callback's C type is the ABI's.
+  using ProfilerCallback = int (*)(void** eHandle, int type, void* pHandle, int64_t pluginId, void* extData);
+  void setProfiler(ProfilerCallback cb);
   int devices(int* ndev);
   int getProperties(int dev, Properties* props);
   int listen(int dev, void* handle /*kHandleSize bytes*/, void** listenComm);
@@ -73,8 +77,11 @@ class NetPlugin {
   int regMrDmaBuf(void* comm, void* data, size_t size, int type, uint64_t offset, int fd, void** mhandle);
   bool hasRegMrDmaBuf();
   int deregMr(void* comm, void* mhandle);
-  int isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request);
-  int irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request);
+  // phandle(s): the profiler's parent event per buffer (v10+; NCCL's proxy step), null: none.
+  int isend(void* sendComm, void* data, size_t size, int tag, void* mhandle, void** request,
+            void* phandle = nullptr);
+  int irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags, void** mhandles, void** request,
+            void* const* phandles = nullptr);
   int iflush(void* recvComm, int n, void** data, int* sizes, void** mhandles, void** request);
   int test(void* request, int* done, int* sizes);
   int closeSend(void* sendComm);

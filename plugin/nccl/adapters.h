@@ -1,19 +1,25 @@
-// Adapters shared by several shim versions: the profiler-handle variants of isend/irecv (v10+)
-// and the context-taking listen/connect/init of v11+. Each only drops or forwards arguments.
+// Adapters shared by several shim versions: the profiler-handle variants of isend/irecv (v10+),
+// which start NCCL's profiler events (profiler.h), and the context-taking listen/connect/init of
+// v11+. Each forwards to the version-independent entry points.
 #pragma once
 
 #include "plugin/nccl/core.h"
+#include "plugin/nccl/profiler.h"
 
 namespace pact::plugin {
 
-inline ncclResult_t isendP(void* comm, void* data, size_t size, int tag, void* mh, void* /*phandle*/,
+inline ncclResult_t isendP(void* comm, void* data, size_t size, int tag, void* mh, void* phandle,
                            void** req) {
-  return isend(comm, data, size, tag, mh, req);
+  const ncclResult_t r = isend(comm, data, size, tag, mh, req);
+  if (r == ncclSuccess && phandle != nullptr) profiler::start(*req, comm, true, 1, &phandle, &size);
+  return r;
 }
 
 inline ncclResult_t irecvP(void* comm, int n, void** data, size_t* sizes, int* tags, void** mhs,
-                           void** /*phandles*/, void** req) {
-  return irecv(comm, n, data, sizes, tags, mhs, req);
+                           void** phandles, void** req) {
+  const ncclResult_t r = irecv(comm, n, data, sizes, tags, mhs, req);
+  if (r == ncclSuccess && phandles != nullptr) profiler::start(*req, comm, false, n, phandles, sizes);
+  return r;
 }
 
 // v8..v10: no class on listen; v8/v9: none on connect either (DEFAULT).
@@ -47,8 +53,9 @@ ncclResult_t makeVDeviceV(int* d, VProps* props) {
 
 template <typename Config>
 ncclResult_t initCtx(void** ctx, uint64_t /*commId*/, Config* config, ncclDebugLogger_t logger,
-                     ncclProfilerCallback_t /*prof*/) {
+                     ncclProfilerCallback_t prof) {
   if (ctx == nullptr) return ncclInvalidArgument;
+  profiler::set(prof);
   return init(ctx, config ? config->trafficClass : -1, logger);
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "pact_config.h"
+#include "plugin/nccl/profiler.h"
 #include "telemetry/exporter.h"
 
 namespace pact::plugin {
@@ -303,9 +304,12 @@ ncclResult_t test(void* request, int* done, int* sizes) {
   return guard("test", [&] {
     *done = 0;
     bool d = false;
-    Status s = Net::test(as<net::Request>(request), &d, sizes);
+    net::Ending ending;
+    Status s = Net::test(as<net::Request>(request), &d, sizes, profiler::active() ? &ending : nullptr);
     *done = d ? 1 : 0;
-    return fail("test", s);
+    const ncclResult_t r = fail("test", s);
+    profiler::stop(ending, sizes, r);  // the request ended here: its profiler events too
+    return r;
   });
 }
 

@@ -1,12 +1,13 @@
 // ncclNetPlugin_v10 (NCCL 2.26+): profiler callback in init, traffic class in connect, profiler
-// handles on isend/irecv (not used: pact reports no profiler events yet).
+// handles on isend/irecv (profiler.h).
 #include "abi/net_v10.h"
 #include "plugin/nccl/adapters.h"
 
 namespace pact::plugin {
 namespace {
 
-ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t) {
+ncclResult_t initV10(ncclDebugLogger_t logger, ncclProfilerCallback_t prof) {
+  profiler::set(prof);
   return plugin::init(nullptr, -1, logger);
 }
 

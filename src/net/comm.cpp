@@ -178,7 +178,22 @@ bool Comm::leaveInFlight() {
   return left;
 }
 
-Status Comm::test(Request* r, bool* done, int* sizes) {
+namespace {
+// The request's profile events, handed over once (closed in the request), and its pieces and lanes.
+void endRequest(Request* r, Ending* ending) {
+  if (ending == nullptr) return;
+  ending->events = r->profile;
+  r->profile.open = 0;
+  ending->comm = r->comm;
+  ending->send = r->isSend;
+  ending->pieces = static_cast<uint32_t>(r->parts.size());
+  uint32_t lanes = 0;  // a bit per lane (PACT_MAX_LANES <= 32)
+  for (const Part& p : r->parts) lanes |= 1u << (p.lane & 31u);
+  ending->lanes = static_cast<uint32_t>(__builtin_popcount(lanes));
+}
+}  // namespace
+
+Status Comm::test(Request* r, bool* done, int* sizes, Ending* ending) {
   *done = false;
   // Ordered: reported only after every earlier request. A request that can be reported already
   // (an eager send) needs no progress.
@@ -186,10 +201,15 @@ Status Comm::test(Request* r, bool* done, int* sizes) {
   if (!ready()) {
     dev().progress();
     if (r->multiPart()) progressComm(r);
-    if (!ready()) return notReady();
+    if (!ready()) {
+      const Status s = notReady();
+      if (s != Status::kOk) endRequest(r, ending);  // failed: NCCL will not see it done
+      return s;
+    }
   }
   if (!cfg_.ordered && earlierInFlight(r)) counters_.add(telemetry::kMessagesOutOfOrder);
   Status result = finish(r, sizes);
+  endRequest(r, ending);
   release(r);
   if (result != Status::kOk) {
     (void)failure();  // a failed comm found here is withdrawn like anywhere else

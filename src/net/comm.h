@@ -80,8 +80,9 @@ class Comm {
   // fail() for a reason the peer cannot see, and tells the peer (an abort frame), so that both
   // sides fail instead of one waiting for data that will never come.
   void abort(Status s, const std::string& why);
-  // Test one request: progress, liveness, completion. Device mutex must be held.
-  Status test(Request* r, bool* done, int* sizes);
+  // Test one request: progress, liveness, completion; ending: see Net::test. Device mutex must be
+  // held.
+  Status test(Request* r, bool* done, int* sizes, Ending* ending = nullptr);
   // The comm's error, if any. The first call that sees a failure withdraws what UCX still
   // holds for the comm (abortInFlight), so a dead peer's endpoints are closed before anything
   // progresses them again.

@@ -210,12 +210,12 @@ Status Net::iflush(RecvComm* comm, int n, void** data, const int* sizes, MemHand
   return comm->iflush(n, data, sizes, mhs, comm->dev().params().gpu_flush, out);
 }
 
-Status Net::test(Request* r, bool* done, int* sizes) {
+Status Net::test(Request* r, bool* done, int* sizes, Ending* ending) {
   *done = false;
   if (!valid(r) || !r->inUse || !valid(r->comm)) return Status::kInvalidArgument;
   Comm* comm = r->comm;
   std::lock_guard lock(comm->dev().mutex());
-  return comm->test(r, done, sizes);
+  return comm->test(r, done, sizes, ending);
 }
 
 namespace {

@@ -34,6 +34,23 @@ class Comm;
 class RequestSlab;
 struct Request;
 
+// The events a face opened for a request in an outside profiler (NCCL's, from the plugin face):
+// one handle per buffer, opaque to the core, handed back once when the request ends.
+struct ProfileEvents {
+  std::array<void*, kMaxBuffers> handle{};
+  uint8_t open = 0;  // bit b: buffer b's event was started and is not stopped yet
+};
+
+// What Net::test hands the face about a request that ended (done, or failed): its profile events
+// and how it travelled.
+struct Ending {
+  ProfileEvents events;
+  const void* comm = nullptr;  // the request's comm, as the face handed it out
+  bool send = false;
+  uint32_t pieces = 0;  // UCX operations the request's parts made
+  uint32_t lanes = 0;   // distinct lanes its parts went over
+};
+
 // size: posted size, then the size actually transferred; lane (send side) and rail as the lanes
 // bound it.
 struct Part : transport::LanePiece {
@@ -68,6 +85,7 @@ struct Request {
   TimePoint deadAt{};       // ... noticed then: what was on its way lands within moments
   RequestSlab* slab = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
+  ProfileEvents profile;            // the face's, kept as it left them (see Ending)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
   // UCX's request memory, one block per part (kept, like parts, across reuse; never resized
   // while a part is in flight).
@@ -154,6 +172,7 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.deadAt = {};
   r.slab = this;
   r.memHandle = nullptr;
+  r.profile.open = 0;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.
   r.parts.resize(nparts);
   r.ucxMem.resize(nparts * ucxStride_ + Request::kUcxAlign);

@@ -33,7 +33,7 @@ const HarnessEnv& harnessEnv() {
 
 const std::string& pluginPath() { return harnessEnv().pluginPath; }
 
-std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass) {
+std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass, NetPlugin::ProfilerCallback profiler) {
   const std::string& path = harnessEnv().pluginPath;
   if (path.empty()) {
     ADD_FAILURE() << "PACT_PLUGIN_PATH is not set; run the suite with `meson test --suite abi`";
@@ -47,6 +47,7 @@ std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass) {
   }
   EXPECT_EQ(plugin->version(), version);
   const bool quiet = !harnessEnv().verbose;
+  plugin->setProfiler(profiler);
   int rc = plugin->init(trafficClass, quiet);
   if (rc != loader::kSuccess) {
     ADD_FAILURE() << "init (v" << version << ") returned " << rc;

@@ -48,8 +48,10 @@ std::string versionName(const ::testing::TestParamInfo<int>& info);
 // PACT_TEST_VERBOSE=1.
 // The plugin under test (PACT_PLUGIN_PATH, read once).
 const std::string& pluginPath();
-// trafficClass goes to init (v11/v12 config) and to connect (v10 config).
-std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass = -1);
+// trafficClass goes to init (v11/v12 config) and to connect (v10 config); profiler (v10+, may be
+// null) is the profiler callback init gets.
+std::unique_ptr<NetPlugin> openPlugin(int version, int trafficClass = -1,
+                                      NetPlugin::ProfilerCallback profiler = nullptr);
 
 // Owning page-aligned host buffer.
 class HostBuffer {
