@@ -30,6 +30,7 @@
 // the driver threads call pact_progress on their engines before stepping them.
 #include "kv.h"
 
+#include "kv_breakdown.h"
 #include "kv_worker.h"
 #include "peer.h"
 #include "report.h"
@@ -81,26 +82,29 @@ void connectAll(Shared& s) {
   }
 }
 
-// Appends every engine's trace ring (pact_trace_read) to path, one JSON object a line.
+// Every event an engine's trace ring still holds (pact_trace_read).
+std::vector<pact_event_t> readTrace(Engine& e) {
+  std::vector<pact_event_t> all, ev(4096);
+  uint64_t cursor = 0;
+  for (size_t n; (n = e.readTrace(ev, &cursor)) > 0;) all.insert(all.end(), ev.begin(), ev.begin() + static_cast<long>(n));
+  return all;
+}
+
+// Appends every engine's trace ring to path, one JSON object a line.
 void dumpTrace(Shared& s, const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) die("kv: cannot open --trace file " + path);
   auto dump = [&](Engine& e, const std::string& name) {
-    uint64_t cursor = 0;
-    std::vector<pact_event_t> ev(4096);
-    for (size_t n; (n = e.readTrace(ev, &cursor)) > 0;) {
-      for (size_t i = 0; i < n; ++i) {
-        const pact_event_t& x = ev[i];
-        std::fprintf(f,
-                     "{\"engine\":\"%s\",\"t_ns\":%llu,\"request\":%llu,\"transfer\":%llu,"
-                     "\"epoch\":%llu,\"generation\":%u,\"peer\":%llu,\"role\":%u,"
-                     "\"state\":%u,\"event\":%u}\n",
-                     name.c_str(), static_cast<unsigned long long>(x.time_ns),
-                     static_cast<unsigned long long>(x.key.request_id),
-                     static_cast<unsigned long long>(x.key.transfer_id),
-                     static_cast<unsigned long long>(x.key.model_epoch), x.key.generation,
-                     static_cast<unsigned long long>(x.peer), x.role, x.state, x.event);
-      }
+    for (const pact_event_t& x : readTrace(e)) {
+      std::fprintf(f,
+                   "{\"engine\":\"%s\",\"t_ns\":%llu,\"request\":%llu,\"transfer\":%llu,"
+                   "\"epoch\":%llu,\"generation\":%u,\"peer\":%llu,\"role\":%u,"
+                   "\"state\":%u,\"event\":%u}\n",
+                   name.c_str(), static_cast<unsigned long long>(x.time_ns),
+                   static_cast<unsigned long long>(x.key.request_id),
+                   static_cast<unsigned long long>(x.key.transfer_id),
+                   static_cast<unsigned long long>(x.key.model_epoch), x.key.generation,
+                   static_cast<unsigned long long>(x.peer), x.role, x.state, x.event);
     }
   };
   for (auto& d : s.decodes) dump(d->eng, "decode-" + std::to_string(d->idx));
@@ -248,6 +252,11 @@ int runKv(Options opt) {
   for (auto& p : s.prefills)
     if (auto st = p->eng.stats()) add(tx, *st);
   if (!opt.trace.empty()) dumpTrace(s, opt.trace);
+  std::vector<pact_event_t> traced;  // --breakdown: every engine's trace, read before teardown
+  if (opt.breakdown) {
+    for (auto& d : s.decodes) for (const pact_event_t& e : readTrace(d->eng)) traced.push_back(e);
+    for (auto& p : s.prefills) for (const pact_event_t& e : readTrace(p->eng)) traced.push_back(e);
+  }
   const uint64_t leaked = teardown(s);
   watchdog(0, "kv: done");
 
@@ -328,6 +337,8 @@ int runKv(Options opt) {
                 drain_ms);
   for (auto& [k, v] : failures)
     std::printf("# failures %s: %llu\n", k.c_str(), static_cast<unsigned long long>(v));
+  nlohmann::json phases = nullptr;
+  if (opt.breakdown) phases = kv::breakdown(traced, stdout);
   std::fflush(stdout);
 
   int rc = miscommits == 0 && leaked == 0 ? 0 : 1;
@@ -367,6 +378,7 @@ int runKv(Options opt) {
         {"bytes_received", rx.bytes_received},
         {"bytes_sent", tx.bytes_sent},
         {"failures", failures},
+        {"breakdown", phases},
         {"latency", {{"all", latencyJson(all)}, {"healthy", latencyJson(healthy)},
                      {"slow", latencyJson(slow)}}},
         {"workers", workers},
@@ -432,6 +444,10 @@ void addKvCommand(CLI::App& app, int* exit_code) {
   c->add_option("--fault", o->fault, "PACT_FAULT for the engines (passed through)");
   c->add_option("--json", o->json, "also write the results to this JSON file");
   c->add_option("--plot", o->plot, "also draw the commit latency percentiles (all, healthy, slow requests) into this SVG file (pact-plot)");
+  c->add_flag("--breakdown", o->breakdown,
+              "per request, the time in each phase of its transfer (from the engines' trace rings: "
+              "waiting for the receiver, for credit, on the wire, landed to verified, verified to committed) "
+              "and the send-to-commit total, with percentiles, and the phase that dominates the slowest 1%");
   c->add_option("--trace", o->trace,
                 "write every engine's transfer trace (pact_trace_read) here, a JSON object a line");
   c->add_option("--seed", o->seed, "data patterns and decode-time jitter")->capture_default_str();

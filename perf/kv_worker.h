@@ -43,6 +43,7 @@ struct Options {
   std::string json;
   std::string plot;  // --plot: an SVG of the run (pact-plot)
   std::string trace;
+  bool breakdown = false;  // --breakdown (kv_breakdown.h)
   uint64_t seed = 1;
   int threads = 1;
   bool progress_threads = true;  // false: --poll

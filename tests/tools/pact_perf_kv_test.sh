@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pact-perf kv and a2a (transfer-engine scenarios) on loopback: each run writes every required
 # JSON key, commits something, and never miscommits or leaks a registration; an epoch switch
-# mid-run aborts (or retries) transfers without a miscommit. Usage: pact_perf_kv_test.sh PACT_PERF
+# mid-run aborts (or retries) transfers without a miscommit; --breakdown splits every request into
+# its phases. Usage: pact_perf_kv_test.sh PACT_PERF
 set -u
 perf=$1
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} PACT_NET_DEVICES=${PACT_NET_DEVICES:-lo}
@@ -48,6 +49,32 @@ run kv kv --prefill 2 --decode 3 --seconds 2 && check kv ""
 run a2a a2a --ranks 3 --seconds 2 && check a2a "steps_per_s > 0"
 run kv_epoch kv --prefill 2 --decode 3 --seconds 2 --epoch-switch-after 50 &&
   check kv_epoch "aborted + retried + rerouted > 0"
+
+# --breakdown: every committed request's phases, from the engines' trace rings, add up to its
+# send-to-commit time; with one decode worker whose 4 pages hold one request at a time, the
+# slowest requests spend most of their time waiting for it to post its expect.
+run kv_breakdown kv --prefill 4 --decode 1 --pages 4 --decode-ms 2 --seconds 1 --breakdown &&
+  python3 - "$tmp/kv_breakdown.json" "$tmp/kv_breakdown.out" <<'EOF' || fail=1
+import json, sys
+d, out = json.load(open(sys.argv[1])), open(sys.argv[2]).read()
+b, errors = d.get("breakdown") or {}, []
+names = ["waiting for the receiver", "waiting for credit", "on the wire", "landed to verified",
+         "verified to committed"]
+if sorted(b.get("phases", {})) != sorted(names): errors.append("phases %s" % sorted(b.get("phases", {})))
+if not b.get("requests", 0) >= 0.9 * d["committed"]:
+    errors.append("%s requests traced of %s committed" % (b.get("requests"), d["committed"]))
+for n, st in list(b.get("phases", {}).items()) + [("total", b.get("total", {}))]:
+    if not 0 <= st["p50_us"] <= st["p95_us"] <= st["p99_us"]: errors.append("%s: percentiles %s" % (n, st))
+means = sum(st["mean_us"] for st in b.get("phases", {}).values())
+if abs(means - b["total"]["mean_us"]) > 0.01 * b["total"]["mean_us"] + 1:
+    errors.append("phase means add to %.1f us, the total's mean is %.1f" % (means, b["total"]["mean_us"]))
+if b.get("dominant_at_p99") != "waiting for the receiver":
+    errors.append("the slowest 1%% are dominated by %r (shares %s)" % (b.get("dominant_at_p99"), b.get("shares_at_p99")))
+if "send to commit (TTFT-like)" not in out or "the slowest 1%" not in out: errors.append("no breakdown table")
+if errors:
+    print("FAIL: kv --breakdown: " + "; ".join(errors)); sys.exit(1)
+print("ok: kv --breakdown: %d requests, phases add up, the slowest 1%% wait for the receiver" % b["requests"])
+EOF
 
 [ $fail -eq 0 ] && echo "pact-perf kv/a2a checks passed"
 exit $fail
