@@ -7,6 +7,7 @@ namespace pact {
 
 using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
+using Duration = Clock::duration;
 
 inline TimePoint now() { return Clock::now(); }
 

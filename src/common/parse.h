@@ -95,6 +95,7 @@ Result<int> CountParser<kMin, kMax>::parse(std::string_view s) {
 using RecvCountParser = CountParser<1, 8>;
 using TraceEventsParser = CountParser<16, (1 << 24)>;
 using TagSpacesParser = CountParser<1, (1 << 17) - 1>;  // net/tags.h: tag::kMaxIndex
+using FlagParser = CountParser<0, 1>;  // off (0) or on (1)
 
 // What every pact variable starts with.
 inline constexpr std::string_view kPactPrefix = "PACT_";

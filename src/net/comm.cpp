@@ -89,9 +89,11 @@ Comm::Comm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_
       counters_(telemetry::kCommCatalog, std::string(isSend ? "send" : "recv") + " comm to " + peer_) {
   dev().counters().addShared(telemetry::kLiveComms);
   if (cfg_.fault.onPieces()) dice_.emplace(cfg_.fault.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));
+  diag::opened(*this);
 }
 
 Comm::~Comm() {
+  diag::closed(*this);  // PACT_DIAG: its line
   magic = 0;
   dev().counters().subShared(telemetry::kLiveComms);
 }
@@ -148,6 +150,7 @@ Request* Comm::acquire(bool isSend, int nbuffers, size_t nparts, bool beyondBoun
   if (inFlight_ >= maxInFlight_ && !beyondBound) return nullptr;
   Request* r = hub_->requests().acquire(this, isSend, nbuffers, nparts);
   ++inFlight_;
+  diag_.requestsPeak = std::max(diag_.requestsPeak, inFlight_);
   r->olderPosted = newestPosted_;
   (newestPosted_ ? newestPosted_->newerPosted : oldestPosted_) = r;
   newestPosted_ = r;

@@ -26,6 +26,7 @@
 #include "transport/lanes.h"
 #include "net/tags.h"
 #include "telemetry/counters.h"
+#include "net/diag.h"
 #include "net/hub.h"
 #include "net/request.h"
 #include "transport/session.h"
@@ -102,6 +103,11 @@ class Comm {
     return 0;
   }
   const std::string& peer() const { return peer_; }
+  std::string devName() const { return hub_->dev().info().name; }
+  size_t maxInFlight() const { return maxInFlight_; }
+  // PACT_DIAG's record of the comm (net/diag.h).
+  CommDiag& diag() { return diag_; }
+  const CommDiag& diag() const { return diag_; }
 
  protected:
   // Settles a request with more parts than buffers (Request::multiPart) on each test that finds
@@ -170,6 +176,7 @@ class Comm {
   Request* oldestPosted_ = nullptr;  // requests handed out and not yet reported done
   Request* newestPosted_ = nullptr;
   std::optional<FaultDice> dice_;  // only with PACT_FAULT data-path faults
+  CommDiag diag_;
 };
 
 class SendComm final : public Comm, private Ticker {

@@ -28,6 +28,7 @@ class ListenComm {
   std::shared_ptr<Hub> hub;
   std::shared_ptr<Sessions> sessions;
   uint64_t listenId = 0;
+  SetupClock clock;  // PACT_DIAG: the accept calls since the last comm it gave
   ~ListenComm() { magic = 0; }
 };
 
@@ -36,6 +37,7 @@ struct ConnectState {
   uint64_t channel = 0;
   TimePoint start = now();
   ChannelConfig cfg;
+  SetupClock clock;  // PACT_DIAG: the calls before this one
 };
 
 Status Net::listen(int dev, int trafficClass, void* handle, ListenComm** out) {
@@ -70,6 +72,7 @@ Status Net::listen(int dev, int trafficClass, void* handle, ListenComm** out) {
 
 Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   *out = nullptr;
+  const TimePoint entered = now();
   auto* bytes = static_cast<uint8_t*>(handle);
   ConnectState* st = nullptr;
   std::memcpy(&st, bytes + kScratchOffset, sizeof st);
@@ -105,7 +108,7 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
       PACT_WARN("connect: %s", channel.error().message.c_str());
       return channel.status();
     }
-    st = new ConnectState{*hb, *channel, now(), cfg};
+    st = new ConnectState{*hb, *channel, now(), cfg, SetupClock{}};
     std::memcpy(bytes + kScratchOffset, &st, sizeof st);
   }
   auto opened = sessions_->opened(st->channel);
@@ -115,7 +118,10 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     return finish(opened.status());
   }
   if (!opened.value()) {
-    if (now() - st->start <= params_.peer_timeout) return Status::kOk;
+    if (now() - st->start <= params_.peer_timeout) {
+      st->clock.returned(entered);
+      return Status::kOk;
+    }
     PACT_WARN("connect to %s: no answer within PACT_PEER_TIMEOUT",
               sessions_->peerName(st->channel).c_str());
     return finish(Status::kTimeout);
@@ -140,6 +146,9 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
              static_cast<void*>(comm.get()), peer.c_str(), st->hub->dev().info().name.c_str(),
              o->tagSpace, st->cfg.ordered ? "ordered" : "unordered", st->cfg.ordered ? 1 : st->cfg.lanes,
              st->cfg.chunk);
+  st->clock.returned(entered);
+  comm->diag().setup = st->clock;
+  comm->diag().setupTotal = now() - st->clock.first;
   *out = comm.release();
   return finish(Status::kOk);
 }
@@ -147,12 +156,16 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
 Status Net::accept(ListenComm* lc, RecvComm** out) {
   *out = nullptr;
   if (lc == nullptr || lc->magic != ListenComm::kMagic) return Status::kInvalidArgument;
+  const TimePoint entered = now();
   auto in = lc->sessions->nextOpen(lc->listenId);
   if (!in.ok()) {
     PACT_WARN("accept: %s", in.error().message.c_str());
     return in.status();
   }
-  if (!in.value()) return Status::kOk;
+  if (!in.value()) {
+    lc->clock.returned(entered);
+    return Status::kOk;
+  }
   const transport::Sessions::Incoming& inc = **in;
   Hub& hub = *lc->hub;
   auto shape = wire::decodeCommShape(inc.open.payload);
@@ -183,6 +196,10 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   cfg.rails = static_cast<int>(std::min<size_t>({shape->lanes, shape->rails, hub.dev().rails()}));
   std::lock_guard lock(hub.dev().mutex());
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
+  lc->clock.returned(entered);
+  comm->diag().setup = lc->clock;
+  comm->diag().setupTotal = now() - lc->clock.first;
+  lc->clock = SetupClock{};  // the next comm's calls start afresh
   PACT_DEBUG("recv comm %p accepted from %s on %s (tag space %#x)", static_cast<void*>(comm),
              inc.peer.c_str(), hub.dev().info().name.c_str(), *space);
   *out = comm;

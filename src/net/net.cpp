@@ -36,6 +36,7 @@ Result<std::shared_ptr<Net>> Net::create(const Params& params) {
   net->fabric_ = std::move(fabric.value());
   net->sessions_ = std::make_shared<Sessions>(
       Sessions::Config{net->params_.epoch, net->params_.auth_key, net->params_.peer_timeout, "plugin"});
+  diag::enable(params.diag == 1);
   net->reaper_ = std::make_shared<Reaper>(net->sessions_);
   if (net->fabric_->deviceCount() == 0)
     PACT_WARN("no usable network device (PACT_NET_DEVICES=%s); name lo to use loopback",
@@ -156,6 +157,8 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
   if (!valid(comm)) return Status::kInvalidArgument;
   // The fd is checked and not kept (NCCL closes it when this returns); UCP registers the range by
   // address with its memory type (docs/gpu.md: what UCX does with dmabuf).
+  const TimePoint entered = now();
+  const size_t hitsBefore = diag::enabled() ? comm->dev().rail(0).cache->stats().hits : 0;
   auto regions = comm->dev().registerOnRails({data, size, type}, dmabufFd, dmabufOffset);
   if (!regions.ok()) {
     PACT_WARN("%s %p+%zu on %s: %s", dmabufFd >= 0 ? "regMrDmaBuf" : "regMr", data, size,
@@ -165,6 +168,13 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
   auto* mh = new MemHandle{MemHandle::kMagic, comm->hub(), std::move(regions.value()),
                           reinterpret_cast<uintptr_t>(data), size};
   comm->dev().counters().addShared(telemetry::kLiveMemHandles);
+  if (diag::enabled()) {
+    CommDiag& d = comm->diag();
+    ++d.registrations;
+    d.regBytes += size;
+    d.regTime += now() - entered;
+    d.regCacheHits += comm->dev().rail(0).cache->stats().hits > hitsBefore ? 1 : 0;
+  }
   *out = mh;
   return Status::kOk;
 }

@@ -1,0 +1,81 @@
+#include "net/diag.h"
+
+#include <atomic>
+#include <mutex>
+#include <set>
+
+#include "net/comm.h"
+
+namespace pact::net::diag {
+namespace {
+
+std::atomic<bool> gEnabled{false};
+
+double ms(Duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
+
+// The comms open now, for the exit lines; opened and closed counts.
+struct Registry {
+  std::mutex mu;
+  std::set<const Comm*> open;
+  uint64_t opened = 0, closed = 0;
+  ~Registry() {  // process exit (or the plugin unloaded)
+    if (!gEnabled.load()) return;
+    std::lock_guard lock(mu);
+    for (const Comm* c : open) std::fprintf(stderr, "%s\n", line(*c, "open at exit").c_str());
+    std::fprintf(stderr, "pact diag: exit: %llu comms opened, %llu closed, %zu still open\n",
+                 static_cast<unsigned long long>(opened), static_cast<unsigned long long>(closed),
+                 open.size());
+  }
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+}  // namespace
+
+void enable(bool on) {
+  gEnabled.store(on);
+  if (on) (void)registry();  // constructed now, so destroyed after anything that uses it
+}
+bool enabled() { return gEnabled.load(std::memory_order_relaxed); }
+
+void opened(const Comm& c) {
+  if (!enabled()) return;
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  r.open.insert(&c);
+  ++r.opened;
+}
+
+void closed(const Comm& c) {
+  if (!enabled()) return;
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  if (r.open.erase(&c) == 0) return;
+  ++r.closed;
+  std::fprintf(stderr, "%s\n", line(c, "closed").c_str());
+}
+
+std::string line(const Comm& c, const char* when) {
+  const CommDiag& d = c.diag();
+  const auto& k = c.counters();
+  char buf[768];
+  std::snprintf(buf, sizeof buf,
+                "pact diag: %s comm %p %s %s on %s (%s): setup %.3f ms over %u call(s) (%.3f ms inside "
+                "pact, %.3f ms between the caller's calls); %llu registration(s), %llu bytes, %.3f ms, "
+                "%llu cache hit(s); requests peak %zu of %zu; %llu message(s), %llu piece(s), %llu "
+                "fault(s) injected, %llu retransmit(s)",
+                c.isSend() ? "send" : "recv", static_cast<const void*>(&c), c.isSend() ? "to" : "from",
+                c.peer().c_str(), c.devName().c_str(), when, ms(d.setupTotal), d.setup.calls,
+                ms(d.setup.inside), ms(d.setupTotal - d.setup.inside),
+                static_cast<unsigned long long>(d.registrations), static_cast<unsigned long long>(d.regBytes),
+                ms(d.regTime), static_cast<unsigned long long>(d.regCacheHits), d.requestsPeak,
+                c.maxInFlight(), static_cast<unsigned long long>(k.get(telemetry::kMessages)),
+                static_cast<unsigned long long>(k.get(telemetry::kPieces)),
+                static_cast<unsigned long long>(k.get(telemetry::kCommFaultsInjected)),
+                static_cast<unsigned long long>(k.get(telemetry::kRetransmits)));
+  return buf;
+}
+
+}  // namespace pact::net::diag
