@@ -1,5 +1,7 @@
 #include "telemetry/exposition.h"
 
+#include "telemetry/tcp_info.h"
+
 #include <dirent.h>
 
 #include <algorithm>
@@ -132,7 +134,7 @@ std::string prometheusText(const Registry& registry) {
       for (const auto& [labels, values] : it->second) out += name + labels + " " + std::to_string(values[i]) + "\n";
     }
   }
-  return out + nicText(devices);
+  return out + nicText(devices) + tcpText(devices);
 }
 
 }  // namespace pact::telemetry

@@ -20,7 +20,7 @@
 namespace pact::telemetry {
 
 // The text for every live set of the registry, then the NIC counters of the devices its device
-// sets name (nicText).
+// sets name (nicText) and the TCP connections on them (tcp_info.h).
 std::string prometheusText(const Registry& registry);
 
 // The kernel's counters of each device, beside pact's, labelled device="NAME": a network

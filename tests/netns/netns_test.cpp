@@ -23,8 +23,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <memory>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -644,6 +648,86 @@ TEST_F(Netns, TwoPairsTwoDevices) {
         for (void* c : comms) EXPECT_EQ(plugin->closeSend(c), loader::kSuccess) << "closeSend";
       });
   pair.expectSuccess();
+}
+
+// TCP_INFO in the metrics (telemetry/tcp_info.h): with 3% of the packets into each namespace on
+// pair 0 dropped and pair 1 clean, the sender streams 24 MiB over each device; its metrics file
+// (rewritten every 50 ms, and once more when the plugin finalizes) counts TCP retransmits on pb0,
+// where the loss is, and (next to) none on pb1.
+TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
+  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--loss", "3"}));
+  constexpr int kMessages = 3;
+  char dir[] = "/tmp/pact-netns-metrics-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string file = std::string(dir) + "/b.prom";
+  PeerPair pair(
+      kVersion,
+      [&](PeerIo& io) {
+        Side a = sideA("pa0,pa1");
+        a.pinUcx = false;
+        ScopedEnv env;
+        auto plugin = openIn(a, &env);
+        ASSERT_TRUE(plugin);
+        void* comms[2] = {};
+        for (int i = 0; i < 2; ++i) {
+          const int dev = findDevice(*plugin, "pa" + std::to_string(i));
+          ASSERT_GE(dev, 0);
+          ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comms[i], dev));
+        }
+        HostBuffer buf(kPerDevice);
+        for (int i = 0; i < 2; ++i) {
+          MemReg mr(*plugin, comms[i], buf.data(), buf.size());
+          ASSERT_TRUE(mr.ok());
+          for (int m = 0; m < kMessages; ++m)
+            ASSERT_NO_FATAL_FAILURE(recvOne(*plugin, comms[i], buf.data(), kPerDevice, mr.handle(), kPerDevice));
+        }
+        notifyDone(*io.peer);
+        for (void* c : comms) EXPECT_EQ(plugin->closeRecv(c), loader::kSuccess) << "closeRecv";
+      },
+      [&](PeerIo& io) {
+        Side b = sideB("pb0,pb1");
+        b.pinUcx = false;
+        ScopedEnv env;
+        env.set("PACT_METRICS_FILE", file);
+        env.set("PACT_METRICS_INTERVAL", "50ms");
+        auto plugin = openIn(b, &env);
+        ASSERT_TRUE(plugin);
+        void* comms[2] = {};
+        for (int i = 0; i < 2; ++i) {
+          const int dev = findDevice(*plugin, "pb" + std::to_string(i));
+          ASSERT_GE(dev, 0);
+          ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comms[i], dev));
+        }
+        HostBuffer buf(kPerDevice);
+        fillPattern(buf.data(), kPerDevice, 5);
+        for (int i = 0; i < 2; ++i) {
+          MemReg mr(*plugin, comms[i], buf.data(), buf.size());
+          ASSERT_TRUE(mr.ok());
+          for (int m = 0; m < kMessages; ++m)
+            ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comms[i], buf.data(), kPerDevice, mr.handle()));
+        }
+        awaitDone(*io.peer);
+        for (void* c : comms) EXPECT_EQ(plugin->closeSend(c), loader::kSuccess) << "closeSend";
+        plugin.reset();  // finalize: the last write of the file
+        std::map<std::string, long long> retrans;
+        std::ifstream in(file);
+        for (std::string line; std::getline(in, line);)
+          for (const char* dev : {"pb0", "pb1"})
+            if (line.starts_with(std::string("pact_tcp_retransmits_total{device=\"") + dev + "\"} "))
+              retrans[dev] = std::atoll(line.substr(line.rfind(' ') + 1).c_str());
+        std::printf("[   INFO   ] TCP retransmits of the sender: pb0 (3%% loss) %lld, pb1 (none) %lld\n",
+                    retrans.count("pb0") ? retrans["pb0"] : -1, retrans.count("pb1") ? retrans["pb1"] : -1);
+        if (!(retrans.count("pb0") && retrans.count("pb1"))) {
+          std::ifstream again(file);
+          std::stringstream text;
+          text << again.rdbuf();
+          FAIL() << "no pact_tcp_retransmits_total for both devices in " << file << ":\n" << text.str();
+        }
+        EXPECT_GT(retrans["pb0"], 0) << "the loss on pair 0 shows no retransmit on pb0";
+        EXPECT_GT(retrans["pb0"], 4 * retrans["pb1"]) << "retransmits not on the lossy device";
+      });
+  pair.expectSuccess(kStreamPairTimeout);
+  std::filesystem::remove_all(dir);
 }
 
 // ---- e. traffic class: unordered, two lanes ---------------------------------------------------

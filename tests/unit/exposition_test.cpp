@@ -23,6 +23,7 @@
 #include "telemetry/counters.h"
 #include "telemetry/exporter.h"
 #include "telemetry/exposition.h"
+#include "telemetry/tcp_info.h"
 
 namespace pact::telemetry {
 namespace {
@@ -146,6 +147,52 @@ TEST(Exposition, NicCountersComeFromSysfsBesidePactsOwn) {
   EXPECT_NE(text.find("# HELP pact_netdev_rx_bytes_total the kernel's /sys/class/net/DEV/statistics/rx_bytes"), std::string::npos);
   EXPECT_EQ(nicText({}, root), "");
   std::filesystem::remove_all(root);
+}
+
+// TCP_INFO of the process's connections: a real loopback connection shows on device lo with both
+// ends' addresses, parses strictly, and after it closes the device's retransmit total stays
+// (a counter never goes down) while its open connections drop back.
+TEST(Exposition, TcpConnectionsOfTheDevicesAreRead) {
+  const auto before = parseStrict(tcpText({"lo"}));
+  const double openBefore = before.count("pact_tcp_connections{device=\"lo\"}") ? before.at("pact_tcp_connections{device=\"lo\"}") : 0;
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(listener, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(listener, 1), 0);
+  socklen_t len = sizeof a;
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&a), &len), 0);
+  const int client = ::socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_EQ(::connect(client, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  const int server = ::accept(listener, nullptr, nullptr);
+  ASSERT_GE(server, 0);
+  ASSERT_EQ(::send(client, "x", 1, 0), 1);
+  char c = 0;
+  ASSERT_EQ(::recv(server, &c, 1, 0), 1);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+
+  const std::string text = tcpText({"lo"});
+  const auto open = parseStrict(text);
+  EXPECT_EQ(open.at("pact_tcp_connections{device=\"lo\"}"), openBefore + 2) << text;
+  int ends = 0;
+  for (const auto& [series, v] : open)
+    if (series.starts_with("pact_tcp_conn_rtt_us{device=\"lo\"") && series.find(":" + port + "\"") != std::string::npos) ++ends;
+  EXPECT_EQ(ends, 2) << "both ends of the connection, by their addresses:\n" << text;
+  EXPECT_TRUE(open.count("pact_tcp_retransmits_total{device=\"lo\"}")) << text;
+  const std::string other = tcpText({"no-such-device"});
+  EXPECT_EQ(other.find("pact_tcp_conn_"), std::string::npos) << "connections of a device not named:\n" << other;
+  EXPECT_EQ(other.find("pact_tcp_connections{"), std::string::npos) << other;
+  EXPECT_NE(other.find("pact_tcp_retransmits_total{device=\"lo\"}"), std::string::npos)
+      << "lo's total stays while lo is not read (a counter does not vanish):\n" << other;
+
+  ::close(client);
+  ::close(server);
+  ::close(listener);
+  const auto after = parseStrict(tcpText({"lo"}));
+  EXPECT_EQ(after.at("pact_tcp_connections{device=\"lo\"}"), openBefore);
+  EXPECT_GE(after.at("pact_tcp_retransmits_total{device=\"lo\"}"), open.at("pact_tcp_retransmits_total{device=\"lo\"}"));
 }
 
 TEST(ListenAddressParser, PortsAndAddresses) {
