@@ -52,6 +52,13 @@ typedef struct {
 int pact_plugin_resources(pact_plugin_resources_t* out);
 typedef int (*pact_plugin_resources_fn)(pact_plugin_resources_t* out);
 
+/* Writes the process's timeline now (PACT_TRACE_FILE's Chrome trace / Perfetto JSON: the plugin's
+ * requests, one track per lane, and any engines') to path, or to PACT_TRACE_FILE when path is
+ * NULL. It is also written at the last finalize and at exit. 0 on success, -1 (the reason logged)
+ * when tracing is off (PACT_TRACE_FILE unset) or the file cannot be written. */
+int pact_plugin_trace_write(const char* path);
+typedef int (*pact_plugin_trace_write_fn)(const char* path);
+
 /* NCCL's profiler (net API v10 and later). pact starts an event for every isend and for every
  * buffer of an irecv that NCCL gave a handle (phandle), with the callback NCCL passed to init,
  * and ends it with an update-and-stop when test reports the request done or failed. pluginId is

@@ -8,6 +8,7 @@
 
 #include "pact_config.h"
 #include "plugin/nccl/profiler.h"
+#include "plugin/nccl/timeline.h"
 #include "telemetry/exporter.h"
 
 namespace pact::plugin {
@@ -129,6 +130,7 @@ ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger) {
       g.net = std::move(n.value());
       PACT_INFO("pact %s initialised: %d device(s)", PACT_VERSION, g.net->deviceCount());
       telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval});
+      timeline::configure(params->trace_file, static_cast<size_t>(params->trace_events));
     }
     ++g.refs;
     if (ctx) *ctx = new Ctx{Ctx::kMagic, trafficClass};
@@ -147,6 +149,8 @@ ncclResult_t finalize(void* ctx) {
     // Comms still open keep their devices alive through shared ownership.
     if (--g.refs == 0) {
       telemetry::flushMetricsFile();  // the comms' and devices' last values
+      std::string error;
+      if (timeline::active() && !timeline::write("", &error)) PACT_WARN("PACT_TRACE_FILE: %s", error.c_str());
       g.net.reset();
     }
     return ncclSuccess;
@@ -254,6 +258,7 @@ ncclResult_t isend(void* sendComm, void* data, size_t size, int tag, void* mhand
     Status s = Net::isend(as<net::SendComm>(sendComm), data, size, tag,
                         as<net::MemHandle>(mhandle), &r);
     *request = r;
+    timeline::posted(r, size);
     return fail("isend", s);
   });
 }
@@ -266,6 +271,11 @@ ncclResult_t irecv(void* recvComm, int n, void** data, size_t* sizes, int* tags,
     Status s = Net::irecv(as<net::RecvComm>(recvComm), n, data, sizes, tags,
                            reinterpret_cast<net::MemHandle**>(mhandles), &r);
     *request = r;
+    if (r != nullptr && timeline::active()) {
+      uint64_t bytes = 0;
+      for (int i = 0; i < n; ++i) bytes += sizes[i];
+      timeline::posted(r, bytes);
+    }
     return fail("irecv", s);
   });
 }
@@ -305,10 +315,12 @@ ncclResult_t test(void* request, int* done, int* sizes) {
     *done = 0;
     bool d = false;
     net::Ending ending;
-    Status s = Net::test(as<net::Request>(request), &d, sizes, profiler::active() ? &ending : nullptr);
+    const bool record = profiler::active() || timeline::active();
+    Status s = Net::test(as<net::Request>(request), &d, sizes, record ? &ending : nullptr);
     *done = d ? 1 : 0;
     const ncclResult_t r = fail("test", s);
-    profiler::stop(ending, sizes, r);  // the request ended here: its profiler events too
+    profiler::stop(ending, sizes, r);  // the request ended here: its profiler events and span too
+    timeline::ended(ending, sizes, r);
     return r;
   });
 }

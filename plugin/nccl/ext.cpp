@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "plugin/nccl/core.h"
+#include "plugin/nccl/timeline.h"
 #include "net/comm.h"
 
 extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm, pact_comm_stats_t* out) {
@@ -37,6 +38,13 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
 
 extern "C" __attribute__((visibility("default"))) uint64_t pact_faults_injected(void) {
   return pact::telemetry::processCounters().get(pact::telemetry::kPluginFaultsInjected);
+}
+
+extern "C" __attribute__((visibility("default"))) int pact_plugin_trace_write(const char* path) {
+  std::string error;
+  if (pact::plugin::timeline::write(path != nullptr ? path : "", &error)) return 0;
+  PACT_WARN("pact_plugin_trace_write: %s", error.c_str());
+  return -1;
 }
 
 extern "C" __attribute__((visibility("default"))) int pact_plugin_resources(pact_plugin_resources_t* out) {

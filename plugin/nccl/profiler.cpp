@@ -33,25 +33,25 @@ void start(void* request, void* comm, bool send, int n, void* const* phandles, c
   auto* r = static_cast<net::Request*>(request);
   for (int i = 0; i < n && i < net::kMaxBuffers; ++i) {
     if (phandles[i] == nullptr) continue;
-    r->profile.handle[static_cast<size_t>(i)] = nullptr;
+    r->face.handle[static_cast<size_t>(i)] = nullptr;
     pact_net_event_t e = event(comm, send, i, sizes[i]);
-    (void)cb(&r->profile.handle[static_cast<size_t>(i)], NCCL_PROFILER_NET_EVENT_START, phandles[i],
+    (void)cb(&r->face.handle[static_cast<size_t>(i)], NCCL_PROFILER_NET_EVENT_START, phandles[i],
              PACT_NET_PROFILER_ID, &e);
-    r->profile.open = static_cast<uint8_t>(r->profile.open | (1u << i));
+    r->face.open = static_cast<uint8_t>(r->face.open | (1u << i));
   }
 }
 
 void stop(const net::Ending& ending, const int* sizes, ncclResult_t result) {
   const ncclProfilerCallback_t cb = g_callback.load(std::memory_order_acquire);
-  if (cb == nullptr || ending.events.open == 0) return;
-  net::ProfileEvents events = ending.events;  // the callback writes through the handle slots
+  if (cb == nullptr || ending.face.open == 0) return;
+  net::FaceRecord events = ending.face;  // the callback writes through the handle slots
   for (int i = 0; i < net::kMaxBuffers; ++i) {
     if ((events.open & (1u << i)) == 0) continue;
     pact_net_event_t e = event(ending.comm, ending.send, i,
                                sizes != nullptr && result == ncclSuccess ? static_cast<uint64_t>(sizes[i]) : 0);
     e.result = result;
     e.pieces = ending.pieces;
-    e.lanes = ending.lanes;
+    e.lanes = ending.lanes();
     (void)cb(&events.handle[static_cast<size_t>(i)], NCCL_PROFILER_NET_EVENT_UPDATE_AND_STOP, nullptr,
              PACT_NET_PROFILER_ID, &e);
   }

@@ -3,6 +3,7 @@
 #include "engine/engine.h"
 #include "engine/peer.h"
 #include "engine/trace_file.h"
+#include "telemetry/timeline.h"
 
 #include <poll.h>
 #include <sched.h>
@@ -96,7 +97,7 @@ void Engine::writeTrace() {
   // About two full rings of spans (an event is a begin and an end) in the file at most.
   collectTrace(config_.name, events, 4 * static_cast<size_t>(params_.trace_events));
   std::string error;
-  if (!writeTraceFile(params_.trace_file, &error)) PACT_WARN("PACT_TRACE_FILE=%s", error.c_str());
+  if (!telemetry::writeTimeline(params_.trace_file, &error)) PACT_WARN("PACT_TRACE_FILE=%s", error.c_str());
 }
 
 void Engine::shutdown() {

@@ -14,14 +14,10 @@
 
 namespace pact::engine {
 
-// The trace events of one engine, turned into spans and kept for the file (thread-safe). Past
-// maxKept trace objects in all, the oldest engines go (counted in the file as engines_dropped).
+// The trace events of one engine, turned into spans and handed to the process's timeline
+// (telemetry/timeline.h: bounded to maxKept objects; telemetry::writeTimeline writes the file).
 void collectTrace(const std::string& engineName, std::span<const telemetry::TraceEvent> events,
                   size_t maxKept);
-
-// Writes everything collected so far to path (FILE.tmp.PID, then rename); false and *error on a
-// failure.
-bool writeTraceFile(const std::string& path, std::string* error);
 
 // The phase a transfer is in while in state s, as the trace names it (exposed for the tests).
 const char* phaseName(uint8_t state, uint8_t role);

@@ -182,17 +182,19 @@ bool Comm::leaveInFlight() {
 }
 
 namespace {
-// The request's profile events, handed over once (closed in the request), and its pieces and lanes.
+// The request's face record, handed over once (closed in the request), and its pieces and lanes.
 void endRequest(Request* r, Ending* ending) {
   if (ending == nullptr) return;
-  ending->events = r->profile;
-  r->profile.open = 0;
+  ending->face = r->face;
+  r->face.open = 0;
+  r->face.postedNs = 0;
   ending->comm = r->comm;
+  ending->peer = r->comm != nullptr ? &r->comm->peer() : nullptr;
   ending->send = r->isSend;
+  ending->nbuffers = r->nbuffers;
   ending->pieces = static_cast<uint32_t>(r->parts.size());
-  uint32_t lanes = 0;  // a bit per lane (PACT_MAX_LANES <= 32)
-  for (const Part& p : r->parts) lanes |= 1u << (p.lane & 31u);
-  ending->lanes = static_cast<uint32_t>(__builtin_popcount(lanes));
+  ending->laneMask = 0;  // a bit per lane (PACT_MAX_LANES <= 32)
+  for (const Part& p : r->parts) ending->laneMask |= 1u << (p.lane & 31u);
 }
 }  // namespace
 

@@ -95,7 +95,7 @@ class Net {
   // Host memory needs no flush: *out = nullptr.
   static Status iflush(RecvComm* comm, int n, void** data, const int* sizes, MemHandle** mhs, Request** out);
   // sizes: n entries for a receive, one for a send, may be null. ending (may be null): filled
-  // once, when the request ends here (done, or an error), with the face's profile events (then
+  // once, when the request ends here (done, or an error), with the face's record (then
   // closed in the request) and how it travelled.
   static Status test(Request* r, bool* done, int* sizes, Ending* ending = nullptr);
   // Return at once; what UCX still holds of the comm finishes in the background.

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "common/clock.h"
@@ -34,21 +35,27 @@ class Comm;
 class RequestSlab;
 struct Request;
 
-// The events a face opened for a request in an outside profiler (NCCL's, from the plugin face):
-// one handle per buffer, opaque to the core, handed back once when the request ends.
-struct ProfileEvents {
+// What a face keeps with a request, opaque to the core and handed back once when the request
+// ends: the events it opened in an outside profiler (NCCL's, from the plugin face), one handle
+// per buffer, and when it was posted (its timeline).
+struct FaceRecord {
   std::array<void*, kMaxBuffers> handle{};
-  uint8_t open = 0;  // bit b: buffer b's event was started and is not stopped yet
+  uint8_t open = 0;      // bit b: buffer b's event was started and is not stopped yet
+  uint64_t postedNs = 0;  // CLOCK_MONOTONIC at the post (0: not recorded)
+  uint64_t bytes = 0;     // posted size (all buffers)
 };
 
-// What Net::test hands the face about a request that ended (done, or failed): its profile events
+// What Net::test hands the face about a request that ended (done, or failed): its face record
 // and how it travelled.
 struct Ending {
-  ProfileEvents events;
-  const void* comm = nullptr;  // the request's comm, as the face handed it out
+  FaceRecord face;
+  const void* comm = nullptr;         // the request's comm, as the face handed it out
+  const std::string* peer = nullptr;  // the comm's peer, valid during the call
   bool send = false;
-  uint32_t pieces = 0;  // UCX operations the request's parts made
-  uint32_t lanes = 0;   // distinct lanes its parts went over
+  int nbuffers = 0;
+  uint32_t pieces = 0;    // UCX operations the request's parts made
+  uint32_t laneMask = 0;  // bit l: a part went over lane l
+  uint32_t lanes() const { return static_cast<uint32_t>(__builtin_popcount(laneMask)); }
 };
 
 // size: posted size, then the size actually transferred; lane (send side) and rail as the lanes
@@ -85,7 +92,7 @@ struct Request {
   TimePoint deadAt{};       // ... noticed then: what was on its way lands within moments
   RequestSlab* slab = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
-  ProfileEvents profile;            // the face's, kept as it left them (see Ending)
+  FaceRecord face;                  // the face's, kept as it left them (see Ending)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
   // UCX's request memory, one block per part (kept, like parts, across reuse; never resized
   // while a part is in flight).
@@ -172,7 +179,8 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.deadAt = {};
   r.slab = this;
   r.memHandle = nullptr;
-  r.profile.open = 0;
+  r.face.open = 0;
+  r.face.postedNs = 0;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.
   r.parts.resize(nparts);
   r.ucxMem.resize(nparts * ucxStride_ + Request::kUcxAlign);

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """PACT_DIAG=1: a line per comm on stderr when it closes and, for those still open, at exit, with
-a summary; off by default; a bad value is refused naming the variable. Driven by diag_probe (one
+a summary; off by default; a bad value is refused naming the variable. Driven by plugin_probe (one
 loopback pair, the send buffer registered twice, one 4 KiB message, the send comm closed, the
 receive comm left open at exit) and by pact-perf p2p. Times are printed, never asserted.
 
-Usage: diag_test.py DIAG_PROBE PLUGIN PACT_PERF"""
+Usage: diag_test.py PLUGIN_PROBE PLUGIN PACT_PERF"""
 import os
 import re
 import subprocess
@@ -31,7 +31,7 @@ LINE = re.compile(r"pact diag: (send|recv) comm 0x[0-9a-f]+ (?:to|from) \S+ on l
 rc, out = run([probe, plugin], {"PACT_DIAG": "1"})
 lines = [m.groups() for m in LINE.finditer(out)]
 if rc != 0:
-    fail("diag_probe exited %d" % rc, out)
+    fail("plugin_probe exited %d" % rc, out)
 else:
     send = [g for g in lines if g[0] == "send"]
     recv = [g for g in lines if g[0] == "recv"]

@@ -6,7 +6,11 @@ in the args are the run's (KV's stream in the request id, the engines' names, th
 requests open against a credit budget of one, "waiting for credit" is the longest phase; with 4
 open and room for 16 it is not. An abort is an instant event naming why; an unwritable path is a warning, not a failure.
 
-Usage: trace_test.py PACT_PERF"""
+The plugin's requests: pact-perf p2p's processes each write their own file (%p), with isend and
+irecv spans on their lanes' tracks (two lanes for an unordered class); plugin_probe writes the
+timeline on demand (pact_plugin_trace_write) and at exit.
+
+Usage: trace_test.py PACT_PERF PLUGIN_PROBE PLUGIN"""
 import collections
 import json
 import os
@@ -17,7 +21,7 @@ import tempfile
 
 from checks import fail, finish
 
-perf = sys.argv[1]
+perf, probe, plugin = sys.argv[1:4]
 env = dict(os.environ, UCX_NET_DEVICES="lo", PACT_NET_DEVICES="lo")
 for k in ("PACT_TC_KV", "PACT_FAULT", "PACT_TRACE_FILE", "PACT_TRACE_EVENTS"):
     env.pop(k, None)
@@ -132,5 +136,87 @@ with tempfile.TemporaryDirectory() as tmp:
         fail("an unwritable PACT_TRACE_FILE: rc %d, want 0 and a warning naming it" % rc, out)
     else:
         print("ok: an unwritable PACT_TRACE_FILE is a warning")
+
+    # The plugin's requests (plugin/nccl/timeline.h): pact-perf p2p's two processes write a file
+    # each (%p), the receiver's irecv spans and the sender's isend spans, well formed, on the
+    # track of their lane, with the message's bytes.
+    def plugin_spans(path):
+        by, meta = tracks(path)
+        lanes = {m["tid"]: m["args"]["name"] for m in meta if m["name"] == "thread_name"}
+        spans = []
+        for evs in by.values():
+            b = [e for e in evs if e["ph"] == "b"]
+            e = [x for x in evs if x["ph"] == "e"]
+            if len(b) != 1 or len(e) != 1 or e[0]["ts"] < b[0]["ts"] or b[0]["cat"] != "plugin":
+                raise ValueError("a request track is not one begin and one later end: %s" % evs)
+            spans.append((b[0]["name"], lanes.get(b[0]["tid"], "?"), b[0]["args"], int(b[0]["id"], 16) & ((1 << 40) - 1)))
+        return spans
+
+    sizes = {65536, 1048576}
+
+    def lanes_of(spans):
+        """{request serial: (its 'lanes' arg, the lane tracks its spans are on)}."""
+        out = {}
+        for _, lane, a, serial in spans:
+            out.setdefault(serial, (a["lanes"], set()))[1].add(lane)
+        return out
+
+    for tc, want_lanes in (("", {"plugin lane 0"}), ("unordered,lanes=2,chunk=256K", {"plugin lane 0", "plugin lane 1"})):
+        pattern = os.path.join(tmp, "p2p-%s-%%p.json" % ("two" if tc else "one"))
+        extra = {"PACT_TRACE_FILE": pattern, "UCX_TLS": "tcp"}
+        if tc:
+            extra["PACT_TC_DEFAULT"] = tc
+        p = subprocess.run([perf, "p2p", "--no-lat", "--min-size", "64K", "--max-size", "1M", "--factor", "16"],
+                           env=dict(env, **extra), capture_output=True, text=True, timeout=120)
+        files = sorted(f for f in os.listdir(tmp) if f.startswith("p2p-%s-" % ("two" if tc else "one")))
+        if p.returncode != 0 or len(files) != 2:
+            fail("p2p with PACT_TRACE_FILE=%s: exit %d, files %s (want one per process)" % (pattern, p.returncode, files),
+                 p.stdout + p.stderr)
+            continue
+        try:
+            per = {f: plugin_spans(os.path.join(tmp, f)) for f in files}
+        except ValueError as e:
+            fail("p2p %s: %s" % (tc or "ordered", e))
+            continue
+        kinds = sorted({n for s in per.values() for n, _, _, _ in s})
+        both = all(len({n for n, _, _, _ in s}) >= 1 for s in per.values())
+        sends = [s for v in per.values() for s in v if s[0] == "isend" and s[2]["bytes"] in sizes]
+        recvs = [s for v in per.values() for s in v if s[0] == "irecv" and s[2]["bytes"] in sizes]
+        tracks_seen = {lane for n, lane, a, _ in sends}
+        if kinds != ["irecv", "isend"] or not both or len(sends) < 20 or len(recvs) < 20:
+            fail("p2p %s: span kinds %s, %d isend and %d irecv of the measured sizes" % (tc or "ordered", kinds, len(sends), len(recvs)))
+        elif not want_lanes <= tracks_seen:
+            fail("p2p %s: the sender's spans are on %s, want %s" % (tc or "ordered", sorted(tracks_seen), sorted(want_lanes)))
+        elif any(len(tracks) != n for n, tracks in lanes_of(sends).values()):
+            fail("p2p %s: a request's spans are on a number of lane tracks other than its 'lanes'" % (tc or "ordered"))
+        elif tc and not all(a["pieces"] == 4 for _, _, a, _ in sends if a["bytes"] == 1048576):
+            fail("p2p %s: a 1 MiB send not in four 256 KiB pieces" % tc)
+        elif any(a["result"] != 0 or a["pieces"] < 1 or not a["peer"] for _, _, a, _ in sends + recvs):
+            fail("p2p %s: a span with a failed result, no piece or no peer" % (tc or "ordered"))
+        else:
+            print("ok: p2p %s: %d isend and %d irecv spans in two files (one per process), on %s" %
+                  (tc or "ordered", len(sends), len(recvs), ", ".join(sorted(tracks_seen))), flush=True)
+
+    # On demand and at exit: the probe writes the timeline while its comms are open, then exits
+    # with one open: both files hold the message's isend and irecv; without PACT_TRACE_FILE the
+    # call fails.
+    now_path, exit_path = os.path.join(tmp, "now.json"), os.path.join(tmp, "exit.json")
+    p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PACT_TRACE_FILE=exit_path, PROBE_TRACE_WRITE=now_path),
+                       capture_output=True, text=True, timeout=120)
+    got = {}
+    for name, path in (("on demand", now_path), ("at exit", exit_path)):
+        try:
+            got[name] = sorted((n, a["bytes"]) for n, _, a, _ in plugin_spans(path))
+        except (OSError, ValueError) as e:
+            got[name] = str(e)
+    want = [("irecv", 4096), ("isend", 4096)]
+    if p.returncode != 0 or "pact_plugin_trace_write: 0" not in p.stdout or got != {"on demand": want, "at exit": want}:
+        fail("pact_plugin_trace_write and the write at exit: exit %d, %s" % (p.returncode, got), p.stdout + p.stderr)
+    else:
+        print("ok: the timeline written on demand (comms open) and at exit, each with the message's isend and irecv", flush=True)
+    p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_TRACE_WRITE=now_path + ".off"),
+                       capture_output=True, text=True, timeout=120)
+    if "pact_plugin_trace_write: -1" not in p.stdout or "PACT_TRACE_FILE is not set" not in p.stdout + p.stderr:
+        fail("pact_plugin_trace_write without PACT_TRACE_FILE did not fail naming it", p.stdout + p.stderr)
 
 finish("trace")

@@ -12,6 +12,7 @@
 
 #include "engine/state.h"
 #include "engine/trace_file.h"
+#include "telemetry/timeline.h"
 
 namespace pact::engine {
 namespace {
@@ -47,7 +48,7 @@ TEST(TraceFile, ATransferIsContiguousPhaseSpansAndAnAbortAnInstant) {
   collectTrace("unit-a", ev, 1000);
   const std::string path = tempPath("pact-trace-a-");
   std::string error;
-  ASSERT_TRUE(writeTraceFile(path, &error)) << error;
+  ASSERT_TRUE(telemetry::writeTimeline(path, &error)) << error;
   const std::string text = readAll(path);
   // Each phase begins where the previous ended, named for the state it was in.
   for (const auto& [name, b, e] : std::vector<std::tuple<std::string, std::string, std::string>>{
@@ -75,10 +76,10 @@ TEST(TraceFile, TheCollectorKeepsTheNewestEnginesWithinItsBound) {
   for (int i = 0; i < 4; ++i) collectTrace("bulk-" + std::to_string(i), ev, 250);
   const std::string path = tempPath("pact-trace-b-");
   std::string error;
-  ASSERT_TRUE(writeTraceFile(path, &error)) << error;
+  ASSERT_TRUE(telemetry::writeTimeline(path, &error)) << error;
   const std::string text = readAll(path);
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(text, m, std::regex("\"engines_dropped\":([0-9]+)")));
+  ASSERT_TRUE(std::regex_search(text, m, std::regex("\"sources_dropped\":([0-9]+)")));
   EXPECT_GE(std::stoi(m[1]), 2) << "the oldest engines went";
   EXPECT_NE(text.find("\"name\":\"engine bulk-3\""), std::string::npos) << "the newest stays";
   EXPECT_EQ(text.find("\"name\":\"engine bulk-0\""), std::string::npos);
@@ -87,7 +88,7 @@ TEST(TraceFile, TheCollectorKeepsTheNewestEnginesWithinItsBound) {
 
 TEST(TraceFile, AnUnwritablePathIsAnErrorNamingIt) {
   std::string error;
-  EXPECT_FALSE(writeTraceFile("/nonexistent-dir/x.json", &error));
+  EXPECT_FALSE(telemetry::writeTimeline("/nonexistent-dir/x.json", &error));
   EXPECT_NE(error.find("/nonexistent-dir/x.json"), std::string::npos) << error;
 }
 

@@ -1,13 +1,18 @@
-// What tests/tools/diag_test.py runs: a host that drives a plugin the way NCCL does over one
-// loopback pair (listen, connect/accept polled, the same buffer registered twice on the send
-// comm, one 4 KiB message), closes the send comm and exits with the receive comm still open, so
-// PACT_DIAG's close line and exit lines both appear. Exit status 0 when every call succeeded.
-// Usage: diag_probe PLUGIN.so
+// What tests/tools/diag_test.py and trace_test.py run: a host that drives a plugin the way NCCL
+// does over one loopback pair (listen, connect/accept polled, the same buffer registered twice on
+// the send comm, one 4 KiB message), closes the send comm and exits with the receive comm still
+// open, so PACT_DIAG's close line and exit lines both appear, and the trace is written at exit.
+// With PROBE_TRACE_WRITE=PATH it calls pact_plugin_trace_write(PATH) after the message (while
+// both comms are open; "-": NULL, PACT_TRACE_FILE) and prints its result. Exit status 0 when
+// every call succeeded. Usage: plugin_probe PLUGIN.so
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <vector>
 
+#include <cstdlib>
+
+#include "pact/nccl_ext.h"
 #include "plugin/loader/net_plugin.h"
 
 using pact::loader::NetPlugin;
@@ -62,6 +67,11 @@ int main(int argc, char** argv) {
       if (int r = p->test(rreq, &rdone, got); r != 0) return fail("test", r);
   }
   if (std::memcmp(src.data(), dst.data(), src.size()) != 0) return fail("the message's bytes", -1);
+  if (const char* path = std::getenv("PROBE_TRACE_WRITE")) {
+    auto write = reinterpret_cast<pact_plugin_trace_write_fn>(p->symbol("pact_plugin_trace_write"));
+    if (write == nullptr) return fail("dlsym pact_plugin_trace_write", -1);
+    std::printf("pact_plugin_trace_write: %d\n", write(std::strcmp(path, "-") == 0 ? nullptr : path));
+  }
   (void)p->deregMr(sc, smh);
   (void)p->deregMr(sc, smh2);
   if (int r = p->closeSend(sc); r != 0) return fail("closeSend", r);
