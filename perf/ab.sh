@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Interleaved A/B comparison of two pact builds on a noisy machine: medians over rounds, B/A.
 #
-# usage: perf/ab.sh [--rounds N] [--base REV] [--quick] [--out FILE.md]
+# usage: perf/ab.sh [--rounds N] [--base REV | --same] [--env-b "VAR=VALUE ..."] [--quick] [--out FILE.md]
 #   A = release build of REV (default: `git merge-base HEAD origin/main`, else HEAD~1), checked
 #       out with `git worktree add --detach /tmp/pact-ab/base REV` (reused, or moved to REV, when
 #       present) and built in /tmp/pact-ab/base-build.
 #   B = release build of this working tree (uncommitted changes included) in /tmp/pact-ab/head-build.
 #   Both: meson setup -Dbuildtype=release -Dtests=false (perf stays on), then ninja.
 #   --rounds N   rounds (default 6); round r runs A then B when r is even, B then A when odd
+#   --same       A is this working tree's build too: the sides differ only by --env-b
+#   --env-b VARS extra environment for B's runs (e.g. "PACT_METRICS_FILE=/tmp/m.prom")
 #   --quick      smoke test: 2 rounds, 2000 latency iterations, 64M bandwidth budget, kv 2 s
 #   --out FILE   markdown report (default /tmp/pact-ab/report.md); also printed
 # Each round, for each build:
@@ -25,14 +27,16 @@ set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 ab=${AB_DIR:-/tmp/pact-ab}
-rounds=6 base='' quick=0 out=$ab/report.md
+rounds=6 base='' quick=0 out=$ab/report.md same=0 env_b=
 lat_iters=20000 budget=256M kv_seconds=5 run_timeout=${RUN_TIMEOUT:-180}
-usage() { sed -n '4,12p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rounds) rounds=${2:?--rounds needs N}; shift 2 ;;
     --base) base=${2:?--base needs REV}; shift 2 ;;
     --quick) quick=1; shift ;;
+    --same) same=1; shift ;;
+    --env-b) env_b=${2:?--env-b needs VARS}; shift 2 ;;
     --out) out=${2:?--out needs FILE}; shift 2 ;;
     -h|--help) usage 0 ;;
     *) echo "ab.sh: unknown argument $1" >&2; usage ;;
@@ -43,6 +47,7 @@ if [[ $quick == 1 ]]; then rounds=2 lat_iters=2000 budget=64M kv_seconds=2; fi
 export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
 
 cd "$here"
+if ((same)); then base=HEAD; fi
 if [[ -z $base ]]; then
   if git rev-parse -q --verify origin/main >/dev/null; then base=$(git merge-base HEAD origin/main)
   else base=HEAD~1; fi
@@ -50,9 +55,11 @@ fi
 sha=$(git rev-parse -q --verify "$base^{commit}") || { echo "ab.sh: bad revision $base" >&2; exit 2; }
 mkdir -p "$ab"
 
-# ---- A: a detached worktree at REV --------------------------------------------------------------
+# ---- A: a detached worktree at REV (--same: none) -------------------------------------------------
 wt=$ab/base
-if [[ -e $wt ]]; then
+if ((same)); then
+  :
+elif [[ -e $wt ]]; then
   if [[ $(git -C "$wt" rev-parse HEAD 2>/dev/null) != "$sha" ]]; then
     [[ -z $(git -C "$wt" status --porcelain) ]] || { echo "ab.sh: $wt has local changes" >&2; exit 1; }
     git -C "$wt" checkout -q --detach "$sha"
@@ -74,11 +81,16 @@ build() {  # build SRC DIR; (re)configures DIR when it is missing, half set up, 
   echo "== ninja -C $2" >&2
   timeout 3600 ninja -C "$2" >&2
 }
-build "$wt" "$ab/base-build"
+((same)) || build "$wt" "$ab/base-build"
 build "$here" "$ab/head-build"
 declare -A dir=([A]=$ab/base-build [B]=$ab/head-build)
+((same)) && dir[A]=$ab/head-build
 head_desc="working tree at $(git rev-parse --short HEAD)"
 [[ -z $(git status --porcelain --untracked-files=no) ]] || head_desc+=" + uncommitted changes"
+a_desc="$base ($(git rev-parse --short "$sha"))"
+((same)) && a_desc=$head_desc
+[[ -z $env_b ]] || head_desc+=", with $env_b"
+read -r -a benv <<<"$env_b"
 
 # ---- interleaved rounds -------------------------------------------------------------------------
 raw=$ab/runs/$(date +%Y%m%d-%H%M%S)
@@ -97,19 +109,20 @@ for ((r = 0; r < rounds; r++)); do
   for x in $order; do
     echo "== round $((r + 1))/$rounds: $x" >&2
     perf=${dir[$x]}/perf/pact-perf plugin=${dir[$x]}/plugin/libnccl-net-pact.so
+    xenv=(); [[ $x == B ]] && xenv=("${benv[@]}")
     for tls in tcp sm; do
-      run "r${r}_${x}_lat_$tls" "$run_timeout" env UCX_TLS=$tls "$perf" p2p --plugin "$plugin" \
+      run "r${r}_${x}_lat_$tls" "$run_timeout" env "${xenv[@]}" UCX_TLS=$tls "$perf" p2p --plugin "$plugin" \
         --no-bw --lat-min-size 8 --lat-max-size 8 --lat-iters "$lat_iters"
-      run "r${r}_${x}_bw_$tls" "$run_timeout" env UCX_TLS=$tls "$perf" p2p --plugin "$plugin" \
+      run "r${r}_${x}_bw_$tls" "$run_timeout" env "${xenv[@]}" UCX_TLS=$tls "$perf" p2p --plugin "$plugin" \
         --no-lat --window 8 --buffers 0 --min-size 1M --max-size 16M --factor 16 --budget "$budget"
     done
-    run "r${r}_${x}_kv" $((kv_seconds + 120)) "$perf" kv --prefill 8 --decode 16 --seconds "$kv_seconds"
+    run "r${r}_${x}_kv" $((kv_seconds + 120)) env "${xenv[@]}" "$perf" kv --prefill 8 --decode 16 --seconds "$kv_seconds"
   done
 done
 
 # ---- report -------------------------------------------------------------------------------------
 mkdir -p "$(dirname "$out")"
-python3 - "$raw" "$rounds" "$base ($(git rev-parse --short "$sha"))" "$head_desc" "$quick" >"$out" <<'EOF'
+python3 - "$raw" "$rounds" "$a_desc" "$head_desc" "$quick" >"$out" <<'EOF'
 import json, os, statistics, sys
 raw, rounds, a_desc, b_desc, quick = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
 
