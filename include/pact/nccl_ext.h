@@ -52,6 +52,12 @@ typedef struct {
 int pact_plugin_resources(pact_plugin_resources_t* out);
 typedef int (*pact_plugin_resources_fn)(pact_plugin_resources_t* out);
 
+/* Writes the plugin's metrics now (the Prometheus text PACT_METRICS_PORT serves) to path, or to
+ * PACT_METRICS_FILE when path is NULL: a snapshot on demand, whatever the interval. 0 on success,
+ * -1 (the reason logged) when there is no file or it cannot be written. */
+int pact_plugin_metrics_write(const char* path);
+typedef int (*pact_plugin_metrics_write_fn)(const char* path);
+
 /* Writes the process's timeline now (PACT_TRACE_FILE's Chrome trace / Perfetto JSON: the plugin's
  * requests, one track per lane, and any engines') to path, or to PACT_TRACE_FILE when path is
  * NULL. It is also written at the last finalize and at exit. 0 on success, -1 (the reason logged)

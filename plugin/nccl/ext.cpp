@@ -5,6 +5,7 @@
 
 #include "plugin/nccl/core.h"
 #include "plugin/nccl/timeline.h"
+#include "telemetry/exporter.h"
 #include "net/comm.h"
 
 extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm, pact_comm_stats_t* out) {
@@ -38,6 +39,13 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
 
 extern "C" __attribute__((visibility("default"))) uint64_t pact_faults_injected(void) {
   return pact::telemetry::processCounters().get(pact::telemetry::kPluginFaultsInjected);
+}
+
+extern "C" __attribute__((visibility("default"))) int pact_plugin_metrics_write(const char* path) {
+  std::string error;
+  if (pact::telemetry::writeMetricsFile(path != nullptr ? path : "", &error)) return 0;
+  PACT_WARN("pact_plugin_metrics_write: %s", error.c_str());
+  return -1;
 }
 
 extern "C" __attribute__((visibility("default"))) int pact_plugin_trace_write(const char* path) {

@@ -107,10 +107,8 @@ void serve(int client) {
 
 // The metrics file, replaced whole; the first failure is a WARN.
 void writeFile(const std::string& path) {
-  const std::string text = prometheusText(Registry::process());
   std::string error;
-  const bool ok = replaceFile(
-      path, [&](std::FILE* f) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); }, &error);
+  const bool ok = writeMetricsFile(path, &error);
   static bool warned = false;
   if (!ok && !warned) PACT_WARN("PACT_METRICS_FILE=%s: cannot write it", error.c_str());
   warned = warned || !ok;
@@ -198,6 +196,21 @@ void flushMetricsFile() {
     if (gExporter) file = gExporter->file();
   }
   if (!file.empty()) writeFile(file);
+}
+
+bool writeMetricsFile(const std::string& path, std::string* error) {
+  std::string target = path;
+  if (target.empty()) {
+    std::lock_guard lock(gMu);
+    if (gExporter) target = gExporter->file();
+  }
+  if (target.empty()) {
+    *error = "no file: PACT_METRICS_FILE is not set and no path was given";
+    return false;
+  }
+  const std::string text = prometheusText(Registry::process());
+  return replaceFile(
+      target, [&](std::FILE* f) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); }, error);
 }
 
 std::string exporterAddress() {

@@ -23,6 +23,10 @@ void startExporter(const ExportConfig& config);
 // before its counters go, so a batch job's file ends with them.
 void flushMetricsFile();
 
+// The text now, into path (empty: PACT_METRICS_FILE's); false and *error when there is no file
+// or it cannot be written (pact_plugin_metrics_write).
+bool writeMetricsFile(const std::string& path, std::string* error);
+
 // Stops the exporter (its thread joined, the file written a last time) if one runs; a later
 // startExporter may start another. Static destruction does the same at exit.
 void stopExporter();

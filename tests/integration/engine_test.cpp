@@ -704,6 +704,8 @@ TEST(Engine, CreditBudgetIsNeverExceededUnderABurst) {
         EXPECT_GT(st.peak_staged_bytes, 0u);
         EXPECT_GT(st.credit_stall_ns, 0u);  // the burst had to wait for credit
         EXPECT_EQ(st.staged_bytes, 0u);
+        EXPECT_EQ(st.credit_budget, uint64_t{1} << 20) << "the budget the engine was given";
+        EXPECT_GE(st.bytes_received, kTransfers * kSize);
         r.note(1);
       },
       [&](Side& s) {

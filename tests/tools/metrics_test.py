@@ -6,7 +6,10 @@ installed) scrapes it and answers a query for pact's counters; the file is rewri
 process runs and stays whole; a port in use is a warning and the job goes on; a malformed value
 is refused naming the variable. Every wait is bounded.
 
-Usage: metrics_test.py PACT_PERF PACT_INFO"""
+The plugin's counters follow a known host's calls (plugin_probe, snapshots by
+pact_plugin_metrics_write).
+
+Usage: metrics_test.py PACT_PERF PACT_INFO PLUGIN_PROBE PLUGIN"""
 import json
 import os
 import re
@@ -21,7 +24,7 @@ import urllib.request
 
 from checks import fail, finish
 
-perf, info = sys.argv[1], sys.argv[2]
+perf, info, probe, plugin = sys.argv[1:5]
 env = dict(os.environ, UCX_NET_DEVICES="lo", PACT_NET_DEVICES="lo")
 for k in list(env):
     if k.startswith("PACT_METRICS") or k == "PACT_FAULT":
@@ -237,5 +240,50 @@ with tempfile.TemporaryDirectory() as tmp:
         if p.returncode != 2 or var not in p.stdout + p.stderr:
             fail("%s=%s: rc %d, want 2 and a message naming it" % (var, value, p.returncode), p.stdout + p.stderr)
     print("ok: malformed values refused")
+
+# The plugin's device, process and comm counters move with what a host does (plugin_probe: one
+# loopback pair, 3 registrations, one message, then the send comm closed), read in snapshots it
+# asks for with pact_plugin_metrics_write: with both comms open, 2 comms, 3 registrations, an
+# endpoint, a session and 2 channels, and one message and one piece on each comm; after the
+# send comm's close, 1 comm, 1 registration, fewer endpoints, and the send comm's series gone.
+with tempfile.TemporaryDirectory() as tmp:
+    snap = os.path.join(tmp, "snap")
+    p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE=snap),
+                       capture_output=True, text=True, timeout=120)
+    try:
+        opened, closed = (parse_strict(open(snap + s).read()) for s in (".open", ".closed"))
+    except OSError as e:
+        opened = closed = None
+        fail("plugin_probe's snapshots: %s (exit %d)" % (e, p.returncode), p.stdout + p.stderr)
+    if opened is not None:
+        def one(d, family):
+            v = [x for k, x in d.items() if k.startswith(family + "{")]
+            return v[0] if len(v) == 1 else None
+        def every(d, family):
+            return sorted(x for k, x in d.items() if k.startswith(family + "{"))
+        errors = []
+        want_open = {"pact_device_comms": 2, "pact_device_registrations": 3, "pact_process_channels": 2}
+        errors += ["%s = %s with both comms open, want %s" % (f, one(opened, f), v) for f, v in want_open.items() if one(opened, f) != v]
+        if not (one(opened, "pact_device_endpoints") or 0) >= 1: errors.append("no endpoint while the comms are open")
+        if not (one(opened, "pact_process_sessions") or 0) >= 1: errors.append("no session while the comms are open")
+        for fam in ("pact_comm_messages_total", "pact_comm_pieces_total"):
+            if every(opened, fam) != [1, 1]: errors.append("%s %s, want 1 on each comm" % (fam, every(opened, fam)))
+        if one(closed, "pact_device_comms") != 1 or one(closed, "pact_device_registrations") != 1:
+            errors.append("after closeSend: comms %s, registrations %s, want 1 and 1" % (
+                one(closed, "pact_device_comms"), one(closed, "pact_device_registrations")))
+        if not (one(closed, "pact_device_endpoints") or 0) < one(opened, "pact_device_endpoints"):
+            errors.append("the send comm's endpoint did not go (endpoints %s -> %s)" % (
+                one(opened, "pact_device_endpoints"), one(closed, "pact_device_endpoints")))
+        if len(every(closed, "pact_comm_messages_total")) != 1:
+            errors.append("the closed send comm still has series")
+        if errors:
+            fail("counters of a known host: " + "; ".join(errors), p.stdout + p.stderr)
+        else:
+            print("ok: pact_plugin_metrics_write snapshots: device, process and comm counters follow the host's "
+                  "comms, registrations and message", flush=True)
+    p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE="/nonexistent-dir/m"),
+                       capture_output=True, text=True, timeout=120)
+    if p.returncode == 0 or "pact_plugin_metrics_write" not in p.stdout + p.stderr:
+        fail("pact_plugin_metrics_write into a missing directory did not fail", p.stdout + p.stderr)
 
 finish("metrics")

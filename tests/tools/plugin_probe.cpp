@@ -3,11 +3,14 @@
 // the send comm, one 4 KiB message), closes the send comm and exits with the receive comm still
 // open, so PACT_DIAG's close line and exit lines both appear, and the trace is written at exit.
 // With PROBE_TRACE_WRITE=PATH it calls pact_plugin_trace_write(PATH) after the message (while
-// both comms are open; "-": NULL, PACT_TRACE_FILE) and prints its result. Exit status 0 when
-// every call succeeded. Usage: plugin_probe PLUGIN.so
+// both comms are open; "-": NULL, PACT_TRACE_FILE) and prints its result; with
+// PROBE_METRICS_WRITE=PATH it calls pact_plugin_metrics_write(PATH.open) there and
+// pact_plugin_metrics_write(PATH.closed) after the send comm's close. Exit status 0 when every
+// call succeeded. Usage: plugin_probe PLUGIN.so
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include <cstdlib>
@@ -67,6 +70,12 @@ int main(int argc, char** argv) {
       if (int r = p->test(rreq, &rdone, got); r != 0) return fail("test", r);
   }
   if (std::memcmp(src.data(), dst.data(), src.size()) != 0) return fail("the message's bytes", -1);
+  const char* metrics = std::getenv("PROBE_METRICS_WRITE");
+  auto writeMetrics = [&](const char* suffix) {
+    auto write = reinterpret_cast<pact_plugin_metrics_write_fn>(p->symbol("pact_plugin_metrics_write"));
+    return write != nullptr && write((std::string(metrics) + suffix).c_str()) == 0;
+  };
+  if (metrics != nullptr && !writeMetrics(".open")) return fail("pact_plugin_metrics_write", -1);
   if (const char* path = std::getenv("PROBE_TRACE_WRITE")) {
     auto write = reinterpret_cast<pact_plugin_trace_write_fn>(p->symbol("pact_plugin_trace_write"));
     if (write == nullptr) return fail("dlsym pact_plugin_trace_write", -1);
@@ -75,6 +84,7 @@ int main(int argc, char** argv) {
   (void)p->deregMr(sc, smh);
   (void)p->deregMr(sc, smh2);
   if (int r = p->closeSend(sc); r != 0) return fail("closeSend", r);
+  if (metrics != nullptr && !writeMetrics(".closed")) return fail("pact_plugin_metrics_write", -1);
   p.release();  // exit with the receive comm open (and the plugin loaded): PACT_DIAG's exit lines
   return 0;
 }

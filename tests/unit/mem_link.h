@@ -27,7 +27,9 @@ inline TimePoint& virtualTime() {
 }
 inline TimePoint virtualNow() { return virtualTime(); }
 
-enum class Fault : uint8_t { kNone, kDrop, kDuplicate, kReorder, kDelay };
+// kOutOfRange: a piece arrives with its offset moved past its block's end (a sender that lies,
+// or corrupt wire bytes the transport did not catch).
+enum class Fault : uint8_t { kNone, kDrop, kDuplicate, kReorder, kDelay, kOutOfRange };
 inline const char* faultName(Fault f) {
   switch (f) {
     case Fault::kNone: return "none";
@@ -35,6 +37,7 @@ inline const char* faultName(Fault f) {
     case Fault::kDuplicate: return "duplicate";
     case Fault::kReorder: return "reorder";
     case Fault::kDelay: return "delay";
+    case Fault::kOutOfRange: return "out of range";
   }
   return "?";
 }
@@ -201,6 +204,9 @@ class MemNet {
         case Fault::kDelay:
           delayed_.emplace_back(virtualTime() + std::chrono::milliseconds(50), std::move(q));
           return;
+        case Fault::kOutOfRange:
+          q.msg.header.offset += 1 << 30;
+          break;
       }
     }
     deliver(q.msg);

@@ -384,6 +384,28 @@ TEST(ProtocolEager, AReleaseBeforeTheExpectIsAnsweredAndEndsCanceled) {
   EXPECT_NE(run.log().find("B->A cancel"), std::string::npos) << run.log();
 }
 
+// A piece that lies outside what the receiver advertised is refused before a byte moves: the
+// transfer aborts with out-of-range on both sides, and the receiver counts it (out_of_range,
+// aborted), for eager pieces and rendezvous ones alike.
+TEST(ProtocolRange, APieceOutsideTheAdvertisedBlocksIsRefusedAndCounted) {
+  for (Mode mode : {Mode::kEagerPieces, Mode::kRendezvousPieces}) {
+    Exchange run(mode);
+    const uint64_t abortedBefore = run.a->counters().get(telemetry::kAborted);
+    // Two credit grants, the offer, the advertisement, then the pieces: the first is message 4.
+    run.net.setFault(4, Fault::kOutOfRange);
+    run.start();
+    const Result r = run.finish();
+    SCOPED_TRACE(r.log);
+    ASSERT_NE(r.log.find("#4 B->A piece"), std::string::npos) << "message 4 is not a piece";
+    EXPECT_EQ(r.commits, 0) << "a transfer with a piece out of range committed";
+    EXPECT_EQ(r.rx, Status::kOutOfRange) << statusName(r.rx);
+    EXPECT_NE(r.tx, Status::kOk);
+    EXPECT_EQ(run.a->counters().get(telemetry::kOutOfRange), 1u);
+    EXPECT_GT(run.a->counters().get(telemetry::kAborted), abortedBefore);
+    EXPECT_EQ(r.open, 0u);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Landing, ProtocolFaults,
                          ::testing::Values(Mode::kEagerPieces, Mode::kRendezvousPieces,
                                            Mode::kEagerOffer),
