@@ -19,14 +19,10 @@
 #   OUT=dir (keep the results; default a temporary directory)  STEP_TIMEOUT=900
 set -euo pipefail
 
-tls=${1:-${UCX_TLS:-tcp}}
-export UCX_TLS=$tls
-export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-export PACT_NET_DEVICES=${PACT_NET_DEVICES:-lo}
 here=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${BUILD:-$here/build}
-PACT_PERF=${PACT_PERF:-$BUILD/perf/pact-perf}
-UCP_BW=${UCP_BW:-$BUILD/perf/pact-ucp-bw}
+# shellcheck source=perf/ucx-lib.sh
+. "$here/perf/ucx-lib.sh"
+perf_env "${1:-}"
 RANKS=${RANKS:-8}
 ROUNDS=${ROUNDS:-2}
 OPS=${OPS:-allreduce alltoall}
@@ -53,8 +49,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-# shellcheck source=perf/ucx-lib.sh
-. "$here/perf/ucx-lib.sh"
 
 echo "lat_8 -t tag_lat -s 8 -n 20000 -w 2000" > "$out/batch-lat.txt"
 for (( round = 1; round <= ROUNDS; round++ )); do

@@ -24,14 +24,10 @@
 # UCP from 64K, 8-byte message rate >= ucx_perftest tag_bw, 8-byte latency <= 1.1x ucx_perftest.
 set -euo pipefail
 
-tls=${1:-${UCX_TLS:-tcp}}
-export UCX_TLS=$tls
-export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
-export PACT_NET_DEVICES=${PACT_NET_DEVICES:-lo}
 here=$(cd "$(dirname "$0")/.." && pwd)
-BUILD=${BUILD:-$here/build}
-PACT_PERF=${PACT_PERF:-$BUILD/perf/pact-perf}
-UCP_BW=${UCP_BW:-$BUILD/perf/pact-ucp-bw}
+# shellcheck source=perf/ucx-lib.sh
+. "$here/perf/ucx-lib.sh"
+perf_env "${1:-}"
 PLUGIN=${PLUGIN:-$BUILD/plugin/libnccl-net-pact.so}
 ROUNDS=${ROUNDS:-3}
 BUFFERS=${BUFFERS:-0}
@@ -87,9 +83,6 @@ for (( s = min; s <= max; s *= FACTOR )); do
   # matter at 8 bytes), the figure the earlier comparisons used.
   if (( s == 8 )); then echo "bw_8 -t tag_bw -s 8 -n $MAX_ITERS -w 1000" >> "$out/batch-$s.txt"; fi
 done
-
-# shellcheck source=perf/ucx-lib.sh
-. "$here/perf/ucx-lib.sh"
 
 run_ucx() {  # $1 = size, $2 = result csv: ucx_perftest tag_lat
   ucx_perftest_pair "$out/batch-$1.txt" "$out/ucx-server.log" "$2" "$STEP_TIMEOUT"

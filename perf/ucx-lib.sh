@@ -1,5 +1,18 @@
-# Shared by perf/compare-ucx.sh and perf/coll-baseline.sh (sourced): ucx_perftest on loopback.
-# The caller defines die() and kills "$server_pid" on exit if it is set.
+# Shared by perf/compare-ucx.sh and perf/coll-baseline.sh (sourced): the transport and binaries
+# they compare, and ucx_perftest on loopback. The caller defines die() and kills "$server_pid" on
+# exit if it is set.
+
+# perf_env TLS: exports UCX_TLS (TLS, else $UCX_TLS, else tcp) and the loopback device variables,
+# and sets tls, here (the tree), BUILD, PACT_PERF and UCP_BW (each overridable from outside).
+perf_env() {
+  tls=${1:-${UCX_TLS:-tcp}}
+  export UCX_TLS=$tls
+  export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo}
+  export PACT_NET_DEVICES=${PACT_NET_DEVICES:-lo}
+  BUILD=${BUILD:-$here/build}
+  PACT_PERF=${PACT_PERF:-$BUILD/perf/pact-perf}
+  UCP_BW=${UCP_BW:-$BUILD/perf/pact-ucp-bw}
+}
 
 free_port() {
   python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'

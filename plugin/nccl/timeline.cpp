@@ -3,7 +3,9 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <deque>
+#include <algorithm>
+#include <cstdio>
+#include <vector>
 #include <map>
 #include <mutex>
 
@@ -17,7 +19,7 @@ namespace {
 struct Span {
   uint64_t startNs = 0, endNs = 0;
   uintptr_t comm = 0;
-  std::string peer;
+  char peer[64] = "";  // "ip:port", cut to fit: no allocation per request
   bool send = false;
   uint64_t bytes = 0;
   uint32_t pieces = 0, laneMask = 0;
@@ -29,8 +31,8 @@ struct State {
   std::mutex mu;
   std::string path;
   size_t keep = 0;
-  std::deque<Span> spans;  // the newest `keep`
-  uint64_t dropped = 0;
+  std::vector<Span> ring;  // the newest `keep`, allocated at the first one
+  uint64_t recorded = 0;   // spans ever; ring[recorded % keep] is the next slot
   std::map<uint32_t, int> laneTracks;  // lane -> track
   ~State() {  // exit: the last write (the timeline's own state outlives this)
     std::string error;
@@ -68,7 +70,7 @@ void ended(const net::Ending& e, const int* sizes, ncclResult_t result) {
   sp.startNs = e.face.postedNs;
   sp.endNs = telemetry::monotonicNs();
   sp.comm = reinterpret_cast<uintptr_t>(e.comm);
-  sp.peer = e.peer != nullptr ? *e.peer : "";
+  if (e.peer != nullptr) std::snprintf(sp.peer, sizeof sp.peer, "%s", e.peer->c_str());
   sp.send = e.send;
   sp.bytes = e.face.bytes;
   if (!e.send && sizes != nullptr && result == ncclSuccess) {  // what arrived
@@ -80,11 +82,8 @@ void ended(const net::Ending& e, const int* sizes, ncclResult_t result) {
   sp.result = result;
   State& s = state();
   std::lock_guard lock(s.mu);
-  s.spans.push_back(std::move(sp));
-  while (s.spans.size() > s.keep) {
-    s.spans.pop_front();
-    ++s.dropped;
-  }
+  if (s.ring.empty()) s.ring.resize(s.keep);
+  s.ring[s.recorded++ % s.keep] = sp;
 }
 
 bool write(const std::string& path, std::string* error) {
@@ -100,7 +99,9 @@ bool write(const std::string& path, std::string* error) {
     target = path.empty() ? s.path : path;
     const std::string pid = std::to_string(getpid());
     uint64_t serial = 0;
-    for (const Span& sp : s.spans) {
+    const uint64_t kept = std::min<uint64_t>(s.recorded, s.keep);
+    for (uint64_t k = s.recorded - kept; k < s.recorded; ++k) {  // oldest first
+      const Span& sp = s.ring[k % s.keep];
       ++serial;
       for (uint32_t lane = 0; lane < 32; ++lane) {
         if ((sp.laneMask & (1u << lane)) == 0) continue;
@@ -124,9 +125,9 @@ bool write(const std::string& path, std::string* error) {
     for (const auto& [lane, track] : s.laneTracks)
       out.push_back("{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid + ",\"tid\":" + std::to_string(track) +
                     ",\"args\":{\"name\":\"plugin lane " + std::to_string(lane) + "\"}}");
-    if (s.dropped > 0)
+    if (s.recorded > kept)
       out.push_back("{\"ph\":\"M\",\"name\":\"plugin_requests_dropped\",\"pid\":" + pid + ",\"args\":{\"dropped\":" +
-                    std::to_string(s.dropped) + "}}");
+                    std::to_string(s.recorded - kept) + "}}");
   }
   // The plugin's requests replace what it handed in before (the spans are all still here).
   telemetry::addToTimeline(std::move(out), 4 * s.keep + 64, "plugin");

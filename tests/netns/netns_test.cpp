@@ -581,6 +581,19 @@ void checkTwoDevices(NetPlugin& plugin, const std::string& prefix) {
   EXPECT_NE(p[1].guid, 0u);
 }
 
+// A comm over each of the two pairs' devices: A (pa0, pa1) accepts, B (pb0, pb1) connects.
+void commsOnBothDevices(NetPlugin& plugin, PeerIo& io, bool accept, void* comms[2]) {
+  for (int i = 0; i < 2; ++i) {
+    const int dev = findDevice(plugin, (accept ? "pa" : "pb") + std::to_string(i));
+    ASSERT_GE(dev, 0);
+    if (accept) {
+      ASSERT_NO_FATAL_FAILURE(acceptPeer(plugin, *io.peer, &comms[i], dev));
+    } else {
+      ASSERT_NO_FATAL_FAILURE(connectPeer(plugin, *io.peer, &comms[i], dev));
+    }
+  }
+}
+
 TEST_F(Netns, TwoPairsTwoDevices) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2"}));
   PeerPair pair(
@@ -595,11 +608,7 @@ TEST_F(Netns, TwoPairsTwoDevices) {
         // Both comms first, then one transfer on each, then both closes: the peer keeps both
         // devices progressed until the end (see DISABLED_CloseWhilePeerDeviceIdle for why).
         void* comms[2] = {};
-        for (int i = 0; i < 2; ++i) {
-          const int dev = findDevice(*plugin, "pa" + std::to_string(i));
-          ASSERT_GE(dev, 0);
-          ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comms[i], dev));
-        }
+        ASSERT_NO_FATAL_FAILURE(commsOnBothDevices(*plugin, io, true, comms));
         HostBuffer buf(kPerDevice);
         for (int i = 0; i < 2; ++i) {
           const std::string link = "pa" + std::to_string(i), other = "pa" + std::to_string(1 - i);
@@ -632,11 +641,7 @@ TEST_F(Netns, TwoPairsTwoDevices) {
         ASSERT_TRUE(plugin);
         ASSERT_NO_FATAL_FAILURE(checkTwoDevices(*plugin, "pb"));
         void* comms[2] = {};
-        for (int i = 0; i < 2; ++i) {
-          const int dev = findDevice(*plugin, "pb" + std::to_string(i));
-          ASSERT_GE(dev, 0);
-          ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comms[i], dev));
-        }
+        ASSERT_NO_FATAL_FAILURE(commsOnBothDevices(*plugin, io, false, comms));
         HostBuffer buf(kPerDevice);
         for (int i = 0; i < 2; ++i) {
           MemReg mr(*plugin, comms[i], buf.data(), buf.size());
@@ -669,11 +674,7 @@ TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
         auto plugin = openIn(a, &env);
         ASSERT_TRUE(plugin);
         void* comms[2] = {};
-        for (int i = 0; i < 2; ++i) {
-          const int dev = findDevice(*plugin, "pa" + std::to_string(i));
-          ASSERT_GE(dev, 0);
-          ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comms[i], dev));
-        }
+        ASSERT_NO_FATAL_FAILURE(commsOnBothDevices(*plugin, io, true, comms));
         HostBuffer buf(kPerDevice);
         for (int i = 0; i < 2; ++i) {
           MemReg mr(*plugin, comms[i], buf.data(), buf.size());
@@ -693,11 +694,7 @@ TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
         auto plugin = openIn(b, &env);
         ASSERT_TRUE(plugin);
         void* comms[2] = {};
-        for (int i = 0; i < 2; ++i) {
-          const int dev = findDevice(*plugin, "pb" + std::to_string(i));
-          ASSERT_GE(dev, 0);
-          ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comms[i], dev));
-        }
+        ASSERT_NO_FATAL_FAILURE(commsOnBothDevices(*plugin, io, false, comms));
         HostBuffer buf(kPerDevice);
         fillPattern(buf.data(), kPerDevice, 5);
         for (int i = 0; i < 2; ++i) {
