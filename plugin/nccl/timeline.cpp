@@ -5,6 +5,7 @@
 #include <atomic>
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 #include <map>
 #include <mutex>
@@ -70,7 +71,11 @@ void ended(const net::Ending& e, const int* sizes, ncclResult_t result) {
   sp.startNs = e.face.postedNs;
   sp.endNs = telemetry::monotonicNs();
   sp.comm = reinterpret_cast<uintptr_t>(e.comm);
-  if (e.peer != nullptr) std::snprintf(sp.peer, sizeof sp.peer, "%s", e.peer->c_str());
+  if (e.peer != nullptr) {
+    const size_t n = std::min(e.peer->size(), sizeof sp.peer - 1);
+    std::memcpy(sp.peer, e.peer->data(), n);
+    sp.peer[n] = '\0';
+  }
   sp.send = e.send;
   sp.bytes = e.face.bytes;
   if (!e.send && sizes != nullptr && result == ncclSuccess) {  // what arrived
