@@ -21,7 +21,7 @@ class Hub {
   // tagSpaces: the receive tag-space indices of the context (PACT_TAG_SPACES).
   Hub(std::shared_ptr<DeviceCtx> dev, uint32_t tagSpaces)
       : dev_(std::move(dev)),
-        requests_(std::make_unique<RequestSlab>(dev_->ucxRequestSize())),
+        requests_(std::make_unique<RequestSlab>(dev_->ucxRequestSize(), &dev_->counters())),
         tags_(std::make_shared<TagSpaces>(tagSpaces)) {}
   // Requests UCX still holds go to the device context, which keeps them until UCX lets go.
   ~Hub() {

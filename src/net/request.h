@@ -116,8 +116,9 @@ struct Request {
 class RequestSlab final : public transport::Orphan {
  public:
   // ucxRequestSize: what UCX needs before each request handle (ucx::Context::requestSize).
-  explicit RequestSlab(size_t ucxRequestSize)
-      : ucxStride_((ucxRequestSize + Request::kUcxAlign - 1) & ~(Request::kUcxAlign - 1)) {}
+  // counters (may be null): the device context's, whose `requests` gauge follows the slab.
+  explicit RequestSlab(size_t ucxRequestSize, telemetry::CounterSet* counters = nullptr)
+      : ucxStride_((ucxRequestSize + Request::kUcxAlign - 1) & ~(Request::kUcxAlign - 1)), counters_(counters) {}
   RequestSlab(const RequestSlab&) = delete;
   RequestSlab& operator=(const RequestSlab&) = delete;
   // Requests UCX still holds (after the last comm is gone, the slab lives on until this is 0).
@@ -138,6 +139,7 @@ class RequestSlab final : public transport::Orphan {
     r->inUse = false;
     r->comm = nullptr;
     slots_.give(r);
+    if (counters_ != nullptr) counters_->sub(telemetry::kRequests);
   }
   size_t ucxStride() const { return ucxStride_; }
   size_t used() const { return slots_.live(); }
@@ -156,6 +158,7 @@ class RequestSlab final : public transport::Orphan {
  private:
   transport::Slab<Request> slots_;
   size_t ucxStride_;
+  telemetry::CounterSet* counters_;
   uint64_t posted_ = 0;
 };
 
@@ -166,6 +169,7 @@ inline void* Request::ucxHandle(const Part* p) {
 
 inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size_t nparts) {
   Request& r = *slots_.take();
+  if (counters_ != nullptr) counters_->add(telemetry::kRequests);
   r.inUse = true;
   r.isSend = isSend;
   r.flush = false;

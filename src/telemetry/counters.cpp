@@ -47,6 +47,7 @@ constexpr CounterInfo kDeviceInfo[] = {
     {"endpoints", "UCX endpoints to peer workers, shared by every comm to that peer", true},
     {"closing_endpoints", "endpoint closes UCX is carrying out in the background", true},
     {"closes_abandoned", "background closes given up past their bound (logged)"},
+    {"requests", "requests taken from the context's request slab: in flight on its comms, or orphans of closed comms UCX still holds", true},
 };
 static_assert(std::size(kDeviceInfo) == kDeviceCounters);
 

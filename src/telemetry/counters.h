@@ -112,7 +112,7 @@ extern const Catalog kCommCatalog;
 
 // A device context (one per device and service) of the plugin.
 enum DeviceCounter : size_t {
-  kLiveComms, kLiveMemHandles, kLiveEndpoints, kClosingEndpoints, kClosesAbandoned,
+  kLiveComms, kLiveMemHandles, kLiveEndpoints, kClosingEndpoints, kClosesAbandoned, kRequests,
   kDeviceCounters
 };
 extern const Catalog kDeviceCatalog;

@@ -243,7 +243,8 @@ with tempfile.TemporaryDirectory() as tmp:
 
 # The plugin's device, process and comm counters move with what a host does (plugin_probe: one
 # loopback pair, 3 registrations, one message, then the send comm closed), read in snapshots it
-# asks for with pact_plugin_metrics_write: with both comms open, 2 comms, 3 registrations, an
+# asks for with pact_plugin_metrics_write: 2 requests taken while the message's send and receive
+# are posted, none once they ended; with both comms open, 2 comms, 3 registrations, an
 # endpoint, a session and 2 channels, and one message and one piece on each comm; after the
 # send comm's close, 1 comm, 1 registration, fewer endpoints, and the send comm's series gone.
 with tempfile.TemporaryDirectory() as tmp:
@@ -251,7 +252,7 @@ with tempfile.TemporaryDirectory() as tmp:
     p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE=snap),
                        capture_output=True, text=True, timeout=120)
     try:
-        opened, closed = (parse_strict(open(snap + s).read()) for s in (".open", ".closed"))
+        posted, opened, closed = (parse_strict(open(snap + s).read()) for s in (".posted", ".open", ".closed"))
     except OSError as e:
         opened = closed = None
         fail("plugin_probe's snapshots: %s (exit %d)" % (e, p.returncode), p.stdout + p.stderr)
@@ -265,6 +266,9 @@ with tempfile.TemporaryDirectory() as tmp:
         want_open = {"pact_device_comms": 2, "pact_device_registrations": 3, "pact_process_channels": 2}
         errors += ["%s = %s with both comms open, want %s" % (f, one(opened, f), v) for f, v in want_open.items() if one(opened, f) != v]
         if not (one(opened, "pact_device_endpoints") or 0) >= 1: errors.append("no endpoint while the comms are open")
+        if one(posted, "pact_device_requests") != 2 or one(opened, "pact_device_requests") != 0:
+            errors.append("pact_device_requests %s with the send and receive posted, %s after both ended; want 2, 0" % (
+                one(posted, "pact_device_requests"), one(opened, "pact_device_requests")))
         if not (one(opened, "pact_process_sessions") or 0) >= 1: errors.append("no session while the comms are open")
         for fam in ("pact_comm_messages_total", "pact_comm_pieces_total"):
             if every(opened, fam) != [1, 1]: errors.append("%s %s, want 1 on each comm" % (fam, every(opened, fam)))

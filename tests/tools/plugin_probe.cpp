@@ -4,8 +4,8 @@
 // open, so PACT_DIAG's close line and exit lines both appear, and the trace is written at exit.
 // With PROBE_TRACE_WRITE=PATH it calls pact_plugin_trace_write(PATH) after the message (while
 // both comms are open; "-": NULL, PACT_TRACE_FILE) and prints its result; with
-// PROBE_METRICS_WRITE=PATH it calls pact_plugin_metrics_write(PATH.open) there and
-// pact_plugin_metrics_write(PATH.closed) after the send comm's close. Exit status 0 when every
+// PROBE_METRICS_WRITE=PATH it calls pact_plugin_metrics_write(PATH.posted) with the message's
+// two requests posted, PATH.open there and PATH.closed after the send comm's close. Exit status 0 when every
 // call succeeded. Usage: plugin_probe PLUGIN.so
 #include <chrono>
 #include <cstdio>
@@ -53,6 +53,11 @@ int main(int argc, char** argv) {
   if (int r = p->regMr(sc, src.data(), src.size(), pact::loader::kPtrHost, &smh); r != 0) return fail("regMr", r);
   if (int r = p->regMr(sc, src.data(), src.size(), pact::loader::kPtrHost, &smh2); r != 0) return fail("regMr", r);
   if (int r = p->regMr(rc, dst.data(), dst.size(), pact::loader::kPtrHost, &rmh); r != 0) return fail("regMr", r);
+  const char* metrics = std::getenv("PROBE_METRICS_WRITE");
+  auto writeMetrics = [&](const char* suffix) {
+    auto write = reinterpret_cast<pact_plugin_metrics_write_fn>(p->symbol("pact_plugin_metrics_write"));
+    return write != nullptr && write((std::string(metrics) + suffix).c_str()) == 0;
+  };
   void *rreq = nullptr, *sreq = nullptr;
   void* data[1] = {dst.data()};
   size_t sizes[1] = {dst.size()};
@@ -62,6 +67,7 @@ int main(int argc, char** argv) {
     if (int r = p->irecv(rc, 1, data, sizes, tags, mhs, &rreq); r != 0) return fail("irecv", r);
   while (sreq == nullptr && std::chrono::steady_clock::now() < deadline)
     if (int r = p->isend(sc, src.data(), src.size(), 1, smh, &sreq); r != 0) return fail("isend", r);
+  if (metrics != nullptr && !writeMetrics(".posted")) return fail("pact_plugin_metrics_write", -1);
   for (int sdone = 0, rdone = 0, got[1]; !(sdone && rdone);) {
     if (std::chrono::steady_clock::now() > deadline) return fail("test (timed out)", -1);
     if (!sdone)
@@ -70,11 +76,6 @@ int main(int argc, char** argv) {
       if (int r = p->test(rreq, &rdone, got); r != 0) return fail("test", r);
   }
   if (std::memcmp(src.data(), dst.data(), src.size()) != 0) return fail("the message's bytes", -1);
-  const char* metrics = std::getenv("PROBE_METRICS_WRITE");
-  auto writeMetrics = [&](const char* suffix) {
-    auto write = reinterpret_cast<pact_plugin_metrics_write_fn>(p->symbol("pact_plugin_metrics_write"));
-    return write != nullptr && write((std::string(metrics) + suffix).c_str()) == 0;
-  };
   if (metrics != nullptr && !writeMetrics(".open")) return fail("pact_plugin_metrics_write", -1);
   if (const char* path = std::getenv("PROBE_TRACE_WRITE")) {
     auto write = reinterpret_cast<pact_plugin_trace_write_fn>(p->symbol("pact_plugin_trace_write"));
