@@ -2,13 +2,14 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <vector>
 #include <map>
 #include <mutex>
+#include <vector>
 
 #include "common/log.h"
 #include "telemetry/timeline.h"
@@ -35,14 +36,18 @@ struct State {
   std::vector<Span> ring;  // the newest `keep`, allocated at the first one
   uint64_t recorded = 0;   // spans ever; ring[recorded % keep] is the next slot
   std::map<uint32_t, int> laneTracks;  // lane -> track
-  ~State() {  // exit: the last write (the timeline's own state outlives this)
-    std::string error;
-    if (on.load() && !write("", &error)) PACT_WARN("PACT_TRACE_FILE at exit: %s", error.c_str());
-  }
 };
+// Never destroyed: a request may end after static destructors ran (NCCL's proxy thread).
 State& state() {
-  static State s;
-  return s;
+  static State* s = new State;
+  return *s;
+}
+
+// The last write, at exit (or when the plugin is unloaded: a shared object's atexit runs at its
+// dlclose).
+void atExit() {
+  std::string error;
+  if (state().on.load() && !write("", &error)) PACT_WARN("PACT_TRACE_FILE at exit: %s", error.c_str());
 }
 
 }  // namespace
@@ -54,6 +59,7 @@ void configure(const std::string& path, size_t keep) {
   s.path = path;
   s.keep = keep;
   s.on.store(true);
+  std::atexit(atExit);
 }
 
 bool active() { return state().on.load(std::memory_order_relaxed); }

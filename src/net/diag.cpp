@@ -1,6 +1,7 @@
 #include "net/diag.h"
 
 #include <atomic>
+#include <cstdlib>
 #include <mutex>
 #include <set>
 
@@ -13,30 +14,35 @@ std::atomic<bool> gEnabled{false};
 
 double ms(Duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
-// The comms open now, for the exit lines; opened and closed counts.
+// The comms open now, for the exit lines; opened and closed counts. Never destroyed: a comm may
+// close after static destructors ran (another thread, another library's destructor).
 struct Registry {
   std::mutex mu;
   std::set<const Comm*> open;
   uint64_t opened = 0, closed = 0;
-  ~Registry() {  // process exit (or the plugin unloaded)
-    if (!gEnabled.load()) return;
-    std::lock_guard lock(mu);
-    for (const Comm* c : open) std::fprintf(stderr, "%s\n", line(*c, "open at exit").c_str());
-    std::fprintf(stderr, "pact diag: exit: %llu comms opened, %llu closed, %zu still open\n",
-                 static_cast<unsigned long long>(opened), static_cast<unsigned long long>(closed),
-                 open.size());
-  }
 };
 Registry& registry() {
-  static Registry r;
-  return r;
+  static Registry* r = new Registry;
+  return *r;
+}
+
+// At exit (or when the plugin is unloaded: a shared object's atexit runs at its dlclose).
+void atExit() {
+  if (!gEnabled.load()) return;
+  Registry& r = registry();
+  std::lock_guard lock(r.mu);
+  for (const Comm* c : r.open) std::fprintf(stderr, "%s\n", line(*c, "open at exit").c_str());
+  std::fprintf(stderr, "pact diag: exit: %llu comms opened, %llu closed, %zu still open\n",
+               static_cast<unsigned long long>(r.opened), static_cast<unsigned long long>(r.closed),
+               r.open.size());
 }
 
 }  // namespace
 
 void enable(bool on) {
   gEnabled.store(on);
-  if (on) (void)registry();  // constructed now, so destroyed after anything that uses it
+  static std::once_flag once;
+  if (on) std::call_once(once, [] { std::atexit(atExit); });
 }
 bool enabled() { return gEnabled.load(std::memory_order_relaxed); }
 
