@@ -41,14 +41,7 @@ die() { echo "coll-baseline: $*" >&2; exit 1; }
 [[ -x $UCP_BW ]] || die "no pact-ucp-bw at $UCP_BW (set BUILD or UCP_BW)"
 command -v ucx_perftest >/dev/null || die "ucx_perftest not found"
 
-if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT"; out=$OUT; else out=$(mktemp -d); fi
-server_pid=
-cleanup() {
-  if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  [[ -n ${OUT:-} ]] || rm -rf "$out"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
+perf_workdir
 
 echo "lat_8 -t tag_lat -s 8 -n 20000 -w 2000" > "$out/batch-lat.txt"
 for (( round = 1; round <= ROUNDS; round++ )); do

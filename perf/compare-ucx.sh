@@ -60,15 +60,8 @@ bytes() {  # 4K -> 4096
 min=$(bytes "$MIN_SIZE"); max=$(bytes "$MAX_SIZE"); budget=$(bytes "$BUDGET")
 bw_min=$(bytes "${BW_MIN_SIZE:-$MIN_SIZE}"); lat_max=$(bytes "$LAT_MAX_SIZE")
 
-if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT"; out=$OUT; else out=$(mktemp -d); fi
+perf_workdir
 rm -f "$out"/pact-* "$out"/ucx-* "$out"/raw-* "$out"/batch-*
-server_pid=
-cleanup() {
-  if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
-  [[ -n ${OUT:-} ]] || rm -rf "$out"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
 
 # One ucx_perftest batch file per latency size, with the iteration counts pact-perf uses for that
 # size (see perf/p2p_bench.cpp: latIters).

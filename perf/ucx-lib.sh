@@ -1,6 +1,5 @@
 # Shared by perf/compare-ucx.sh and perf/coll-baseline.sh (sourced): the transport and binaries
-# they compare, and ucx_perftest on loopback. The caller defines die() and kills "$server_pid" on
-# exit if it is set.
+# they compare, their work directory, and ucx_perftest on loopback. The caller defines die().
 
 # perf_env TLS: exports UCX_TLS (TLS, else $UCX_TLS, else tcp) and the loopback device variables,
 # and sets tls, here (the tree), BUILD, PACT_PERF and UCP_BW (each overridable from outside).
@@ -12,6 +11,19 @@ perf_env() {
   BUILD=${BUILD:-$here/build}
   PACT_PERF=${PACT_PERF:-$BUILD/perf/pact-perf}
   UCP_BW=${UCP_BW:-$BUILD/perf/pact-ucp-bw}
+}
+
+# perf_workdir: out = $OUT (kept) or a temporary directory (removed at exit); a started
+# ucx_perftest server is killed at exit.
+perf_workdir() {
+  if [[ -n ${OUT:-} ]]; then mkdir -p "$OUT"; out=$OUT; else out=$(mktemp -d); fi
+  server_pid=
+  trap perf_cleanup EXIT
+  trap 'exit 130' INT TERM
+}
+perf_cleanup() {
+  if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  [[ -n ${OUT:-} ]] || rm -rf "$out"
 }
 
 free_port() {
