@@ -581,6 +581,13 @@ void checkTwoDevices(NetPlugin& plugin, const std::string& prefix) {
   EXPECT_NE(p[1].guid, 0u);
 }
 
+// The plugin of side A (pa0, pa1) or B (pb0, pb1) on both pairs' devices, UCX left to choose.
+std::unique_ptr<NetPlugin> openOnBothDevices(bool isA, ScopedEnv* env) {
+  Side side = isA ? sideA("pa0,pa1") : sideB("pb0,pb1");
+  side.pinUcx = false;
+  return openIn(side, env);
+}
+
 // A comm over each of the two pairs' devices: A (pa0, pa1) accepts, B (pb0, pb1) connects.
 void commsOnBothDevices(NetPlugin& plugin, PeerIo& io, bool accept, void* comms[2]) {
   for (int i = 0; i < 2; ++i) {
@@ -599,10 +606,8 @@ TEST_F(Netns, TwoPairsTwoDevices) {
   PeerPair pair(
       kVersion,
       [&](PeerIo& io) {
-        Side a = sideA("pa0,pa1");
-        a.pinUcx = false;
         ScopedEnv env;
-        auto plugin = openIn(a, &env);
+        auto plugin = openOnBothDevices(true, &env);
         ASSERT_TRUE(plugin);
         ASSERT_NO_FATAL_FAILURE(checkTwoDevices(*plugin, "pa"));
         // Both comms first, then one transfer on each, then both closes: the peer keeps both
@@ -634,10 +639,8 @@ TEST_F(Netns, TwoPairsTwoDevices) {
         for (void* c : comms) EXPECT_EQ(plugin->closeRecv(c), loader::kSuccess) << "closeRecv";
       },
       [&](PeerIo& io) {
-        Side b = sideB("pb0,pb1");
-        b.pinUcx = false;
         ScopedEnv env;
-        auto plugin = openIn(b, &env);
+        auto plugin = openOnBothDevices(false, &env);
         ASSERT_TRUE(plugin);
         ASSERT_NO_FATAL_FAILURE(checkTwoDevices(*plugin, "pb"));
         void* comms[2] = {};
@@ -668,10 +671,8 @@ TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
   PeerPair pair(
       kVersion,
       [&](PeerIo& io) {
-        Side a = sideA("pa0,pa1");
-        a.pinUcx = false;
         ScopedEnv env;
-        auto plugin = openIn(a, &env);
+        auto plugin = openOnBothDevices(true, &env);
         ASSERT_TRUE(plugin);
         void* comms[2] = {};
         ASSERT_NO_FATAL_FAILURE(commsOnBothDevices(*plugin, io, true, comms));
@@ -686,12 +687,10 @@ TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
         for (void* c : comms) EXPECT_EQ(plugin->closeRecv(c), loader::kSuccess) << "closeRecv";
       },
       [&](PeerIo& io) {
-        Side b = sideB("pb0,pb1");
-        b.pinUcx = false;
         ScopedEnv env;
         env.set("PACT_METRICS_FILE", file);
         env.set("PACT_METRICS_INTERVAL", "50ms");
-        auto plugin = openIn(b, &env);
+        auto plugin = openOnBothDevices(false, &env);
         ASSERT_TRUE(plugin);
         void* comms[2] = {};
         ASSERT_NO_FATAL_FAILURE(commsOnBothDevices(*plugin, io, false, comms));
