@@ -41,6 +41,12 @@ constexpr CounterInfo kCommInfo[] = {
 };
 static_assert(std::size(kCommInfo) == kCommCounters);
 
+constexpr CounterInfo kLaneInfo[] = {
+    {"pieces", "pieces of the send comm given to this lane"},
+    {"bytes", "bytes of the send comm given to this lane"},
+};
+static_assert(std::size(kLaneInfo) == kLaneCounters);
+
 constexpr CounterInfo kDeviceInfo[] = {
     {"comms", "open comms on this device context", true},
     {"registrations", "open memory registrations on this device context", true},
@@ -62,6 +68,7 @@ static_assert(std::size(kProcessInfo) == kProcessCounters);
 
 const Catalog kEngineCatalog{Scope::kEngine, kEngineInfo};
 const Catalog kCommCatalog{Scope::kComm, kCommInfo};
+const Catalog kLaneCatalog{Scope::kLane, kLaneInfo};
 const Catalog kDeviceCatalog{Scope::kDevice, kDeviceInfo};
 const Catalog kProcessCatalog{Scope::kProcess, kProcessInfo};
 
@@ -73,6 +80,7 @@ const char* scopeName(Scope s) {
     case Scope::kComm: return "comm";
     case Scope::kPeer: return "peer";
     case Scope::kEngine: return "engine";
+    case Scope::kLane: return "lane";
   }
   return "?";
 }
@@ -137,7 +145,7 @@ uint64_t Registry::total(Scope scope, size_t i) const {
 
 std::span<const Catalog* const> Registry::catalogs() {
   static const Catalog* const all[] = {&kProcessCatalog, &kDeviceCatalog, &kCommCatalog,
-                                       &kEngineCatalog};
+                                       &kLaneCatalog, &kEngineCatalog};
   return all;
 }
 

@@ -22,7 +22,7 @@
 
 namespace pact::telemetry {
 
-enum class Scope : uint8_t { kProcess, kDevice, kClass, kComm, kPeer, kEngine };
+enum class Scope : uint8_t { kProcess, kDevice, kClass, kComm, kPeer, kEngine, kLane };
 const char* scopeName(Scope s);
 
 struct CounterInfo {
@@ -109,6 +109,10 @@ enum CommCounter : size_t {
   kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kCommCounters
 };
 extern const Catalog kCommCatalog;
+
+// A lane of a plugin send comm that stripes over several (an unordered class): its share.
+enum LaneCounter : size_t { kLanePieces, kLaneBytes, kLaneCounters };
+extern const Catalog kLaneCatalog;
 
 // A device context (one per device and service) of the plugin.
 enum DeviceCounter : size_t {

@@ -61,6 +61,13 @@ void Lanes::closeAll() {
   }
 }
 
+void Lanes::countAs(const std::string& owner) {
+  if (lanes_.size() < 2) return;
+  for (size_t i = 0; i < lanes_.size(); ++i)
+    lanes_[i].counters = std::make_unique<telemetry::CounterSet>(
+        telemetry::kLaneCatalog, "lane " + std::to_string(i) + " of " + owner);
+}
+
 LaneStats Lanes::stats(size_t i) const {
   const Lane& l = lanes_[i];
   return LaneStats{l.pieces, l.bytes, l.bytesPerUs};

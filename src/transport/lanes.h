@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "telemetry/counters.h"
 #include "transport/channel.h"
 #include "transport/endpoint.h"
 #include "transport/ring.h"
@@ -81,6 +82,9 @@ class Lanes {
   // Closes the endpoints, forced, for every user: what UCX still holds on them fails now.
   void closeAll();
   LaneStats stats(size_t i) const;
+  // With several lanes: each counts its share in the registry as "lane N of OWNER" (the
+  // metrics' pact_lane_pieces_total and pact_lane_bytes_total). One lane: nothing to share.
+  void countAs(const std::string& owner);
 
  private:
   struct Lane {
@@ -93,6 +97,7 @@ class Lanes {
     Ring<LanePiece*> delayed;
     uint64_t pieces = 0;
     uint64_t bytes = 0;
+    std::unique_ptr<telemetry::CounterSet> counters;  // countAs()
   };
   // The lane for a piece of `bytes` among lanes with room, or lanes_.size() when all are full.
   size_t choose(size_t bytes);
@@ -125,6 +130,10 @@ void Lanes::bind(LanePiece* p, size_t i, Post&& post) {
   l.inflight += p->size;
   ++l.pieces;
   l.bytes += p->size;
+  if (l.counters) {
+    l.counters->add(telemetry::kLanePieces);
+    l.counters->add(telemetry::kLaneBytes, p->size);
+  }
   if (delayed)
     l.delayed.push_back(p);
   else

@@ -285,6 +285,24 @@ with tempfile.TemporaryDirectory() as tmp:
         else:
             print("ok: pact_plugin_metrics_write snapshots: device, process and comm counters follow the host's "
                   "comms, registrations and message", flush=True)
+        if any(k.startswith("pact_lane_") for k in opened):
+            fail("lane series for an ordered (one-lane) send comm")
+    # An unordered class with two lanes: the send comm's share per lane, adding up to its pieces
+    # and bytes (one 4 KiB piece).
+    p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE=snap + ".lanes",
+                                                 PACT_TC_DEFAULT="unordered,lanes=2,chunk=4K"),
+                       capture_output=True, text=True, timeout=120)
+    try:
+        lanes = parse_strict(open(snap + ".lanes.open").read())
+        pieces = {re.search(r'"lane (\d+) of send comm', k).group(1): v for k, v in lanes.items() if k.startswith("pact_lane_pieces_total{")}
+        nbytes = {re.search(r'"lane (\d+) of send comm', k).group(1): v for k, v in lanes.items() if k.startswith("pact_lane_bytes_total{")}
+        if sorted(pieces) != ["0", "1"] or sum(pieces.values()) != 1 or sum(nbytes.values()) != 4096:
+            fail("two lanes: pieces %s, bytes %s (want lanes 0 and 1, one 4096-byte piece in all)" % (pieces, nbytes),
+                 p.stdout + p.stderr)
+        else:
+            print("ok: an unordered two-lane send comm's share per lane: pieces %s, bytes %s" % (pieces, nbytes), flush=True)
+    except OSError as e:
+        fail("the two-lane snapshot: %s" % e, p.stdout + p.stderr)
     p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE="/nonexistent-dir/m"),
                        capture_output=True, text=True, timeout=120)
     if p.returncode == 0 or "pact_plugin_metrics_write" not in p.stdout + p.stderr:

@@ -22,7 +22,7 @@ using pact::loader::NetPlugin;
 
 namespace {
 int fail(const char* what, int rc) {
-  std::fprintf(stderr, "diag_probe: %s returned %d %s\n", what, rc, NetPlugin::takeLastWarning().c_str());
+  std::fprintf(stderr, "plugin_probe: %s returned %d %s\n", what, rc, NetPlugin::takeLastWarning().c_str());
   return 1;
 }
 }  // namespace
@@ -32,7 +32,7 @@ int main(int argc, char** argv) {
   std::string error;
   auto p = NetPlugin::open(argv[1], 0, &error);
   if (!p) {
-    std::fprintf(stderr, "diag_probe: %s\n", error.c_str());
+    std::fprintf(stderr, "plugin_probe: %s\n", error.c_str());
     return 1;
   }
   if (int rc = p->init(-1, false); rc != 0) return fail("init", rc);
