@@ -82,20 +82,27 @@ void connectAll(Shared& s) {
   }
 }
 
-// Every event an engine's trace ring still holds (pact_trace_read).
-std::vector<pact_event_t> readTrace(Engine& e) {
-  std::vector<pact_event_t> all, ev(4096);
-  uint64_t cursor = 0;
-  for (size_t n; (n = e.readTrace(ev, &cursor)) > 0;) all.insert(all.end(), ev.begin(), ev.begin() + static_cast<long>(n));
-  return all;
+// Every engine's name and the events its trace ring still holds (pact_trace_read), read once.
+using Rings = std::vector<std::pair<std::string, std::vector<pact_event_t>>>;
+Rings readTraces(Shared& s) {
+  Rings rings;
+  auto read = [&](Engine& e, std::string name) {
+    std::vector<pact_event_t> all, ev(4096);
+    uint64_t cursor = 0;
+    for (size_t n; (n = e.readTrace(ev, &cursor)) > 0;) all.insert(all.end(), ev.begin(), ev.begin() + static_cast<long>(n));
+    rings.emplace_back(std::move(name), std::move(all));
+  };
+  for (auto& d : s.decodes) read(d->eng, "decode-" + std::to_string(d->idx));
+  for (auto& p : s.prefills) read(p->eng, "prefill-" + std::to_string(p->idx));
+  return rings;
 }
 
-// Appends every engine's trace ring to path, one JSON object a line.
-void dumpTrace(Shared& s, const std::string& path) {
+// Writes the rings to path, one JSON object an event.
+void dumpTrace(const Rings& rings, const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) die("kv: cannot open --trace file " + path);
-  auto dump = [&](Engine& e, const std::string& name) {
-    for (const pact_event_t& x : readTrace(e)) {
+  for (const auto& [name, events] : rings) {
+    for (const pact_event_t& x : events) {
       std::fprintf(f,
                    "{\"engine\":\"%s\",\"t_ns\":%llu,\"request\":%llu,\"transfer\":%llu,"
                    "\"epoch\":%llu,\"generation\":%u,\"peer\":%llu,\"role\":%u,"
@@ -106,9 +113,7 @@ void dumpTrace(Shared& s, const std::string& path) {
                    static_cast<unsigned long long>(x.key.model_epoch), x.key.generation,
                    static_cast<unsigned long long>(x.peer), x.role, x.state, x.event);
     }
-  };
-  for (auto& d : s.decodes) dump(d->eng, "decode-" + std::to_string(d->idx));
-  for (auto& p : s.prefills) dump(p->eng, "prefill-" + std::to_string(p->idx));
+  }
   std::fclose(f);
 }
 
@@ -251,11 +256,12 @@ int runKv(Options opt) {
   receiver_aborted = rx.aborted;
   for (auto& p : s.prefills)
     if (auto st = p->eng.stats()) add(tx, *st);
-  if (!opt.trace.empty()) dumpTrace(s, opt.trace);
-  std::vector<pact_event_t> traced;  // --breakdown: every engine's trace, read before teardown
-  if (opt.breakdown) {
-    for (auto& d : s.decodes) for (const pact_event_t& e : readTrace(d->eng)) traced.push_back(e);
-    for (auto& p : s.prefills) for (const pact_event_t& e : readTrace(p->eng)) traced.push_back(e);
+  std::vector<pact_event_t> traced;  // --breakdown: every engine's events, read before teardown
+  if (!opt.trace.empty() || opt.breakdown) {
+    const Rings rings = readTraces(s);
+    if (!opt.trace.empty()) dumpTrace(rings, opt.trace);
+    if (opt.breakdown)
+      for (const auto& [name, events] : rings) traced.insert(traced.end(), events.begin(), events.end());
   }
   const uint64_t leaked = teardown(s);
   watchdog(0, "kv: done");

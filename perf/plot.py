@@ -22,6 +22,7 @@ Writes OUT.svg; exits 1 with a message when a file is not a pact-perf result or 
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -31,8 +32,9 @@ COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e3
 W, H, L, R, T, B = 760, 440, 70, 190, 40, 60  # size and margins
 
 
+@functools.lru_cache(maxsize=None)
 def load(path: str):
-    """(tool, document) of one result file."""
+    """(tool, document) of one result file (read once)."""
     try:
         doc = json.load(open(path))
         tool = doc["meta"]["tool"]

@@ -158,8 +158,8 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
   // The fd is checked and not kept (NCCL closes it when this returns); UCP registers the range by
   // address with its memory type (docs/gpu.md: what UCX does with dmabuf).
   const TimePoint entered = now();
-  const size_t hitsBefore = diag::enabled() ? comm->dev().rail(0).cache->stats().hits : 0;
-  auto regions = comm->dev().registerOnRails({data, size, type}, dmabufFd, dmabufOffset);
+  bool hit = false;
+  auto regions = comm->dev().registerOnRails({data, size, type}, dmabufFd, dmabufOffset, &hit);
   if (!regions.ok()) {
     PACT_WARN("%s %p+%zu on %s: %s", dmabufFd >= 0 ? "regMrDmaBuf" : "regMr", data, size,
               comm->dev().info().name.c_str(), regions.error().message.c_str());
@@ -173,7 +173,7 @@ Status Net::regMr(Comm* comm, void* data, size_t size, ucx::MemoryType type, int
     ++d.registrations;
     d.regBytes += size;
     d.regTime += now() - entered;
-    d.regCacheHits += comm->dev().rail(0).cache->stats().hits > hitsBefore ? 1 : 0;
+    d.regCacheHits += hit ? 1 : 0;
   }
   *out = mh;
   return Status::kOk;

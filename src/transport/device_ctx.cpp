@@ -35,7 +35,8 @@ Result<std::shared_ptr<DeviceCtx>> DeviceCtx::open(const ucx::DeviceInfo& info, 
 
 Result<std::vector<std::shared_ptr<ucx::Region>>> DeviceCtx::registerOnRails(const ucx::RegRequest& req,
                                                                              int dmabufFd,
-                                                                             uint64_t dmabufOffset) {
+                                                                             uint64_t dmabufOffset,
+                                                                             bool* hit) {
   if (dmabufFd >= 0) {
     std::string why;
     if (Status s = checkDmabuf(dmabufFd, dmabufOffset, req.length, &why); s != Status::kOk)
@@ -43,7 +44,7 @@ Result<std::vector<std::shared_ptr<ucx::Region>>> DeviceCtx::registerOnRails(con
   }
   std::vector<std::shared_ptr<ucx::Region>> regions;
   for (auto& rail : rails_) {
-    auto region = rail->cache->acquire(req);
+    auto region = rail->cache->acquire(req, regions.empty() ? hit : nullptr);
     if (!region.ok()) return region.error();
     regions.push_back(std::move(region.value()));
   }

@@ -69,10 +69,12 @@ class DeviceCtx {
   size_t rails() const { return rails_.size(); }
   const cuda::Driver& driver() const { return driver_; }
   // Registers req on every rail (one region each, in rail order), for both faces. A dmabuf fd
-  // (>= 0) is checked first (transport::checkDmabuf) and never kept. Thread-safe (the caches are).
+  // (>= 0) is checked first (transport::checkDmabuf) and never kept. hit (may be null): whether
+  // the first rail's cache served it from a region already mapped. Thread-safe (the caches are).
   Result<std::vector<std::shared_ptr<ucx::Region>>> registerOnRails(const ucx::RegRequest& req,
                                                                     int dmabufFd = -1,
-                                                                    uint64_t dmabufOffset = 0);
+                                                                    uint64_t dmabufOffset = 0,
+                                                                    bool* hit = nullptr);
   Rail& rail(size_t i) { return *rails_[i]; }
   ucx::Worker& worker(size_t railIndex = 0) { return rails_[railIndex]->worker; }
   // The request memory UCX needs per operation on any rail (ucx::Context::requestSize).

@@ -42,7 +42,8 @@ bool RegCache::cudaMemory(std::string* why) const {
   return no == nullptr;
 }
 
-Result<std::shared_ptr<Region>> RegCache::acquire(const RegRequest& req) {
+Result<std::shared_ptr<Region>> RegCache::acquire(const RegRequest& req, bool* hit) {
+  if (hit != nullptr) *hit = false;
   const auto page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
   const auto addr = reinterpret_cast<uintptr_t>(req.addr);
   if (req.addr == nullptr && req.length != 0)
@@ -82,6 +83,7 @@ Result<std::shared_ptr<Region>> RegCache::acquire(const RegRequest& req) {
     --it;
     if (auto region = it->second.lock(); region && region->covers(addr, len, req.type)) {
       ++hits_;
+      if (hit != nullptr) *hit = true;
       return region;
     }
   }

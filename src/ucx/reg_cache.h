@@ -69,7 +69,8 @@ class RegCache {
   RegCache(const RegCache&) = delete;
   RegCache& operator=(const RegCache&) = delete;
 
-  Result<std::shared_ptr<Region>> acquire(const RegRequest& req);
+  // hit (may be null): set to whether a region already mapped served the request.
+  Result<std::shared_ptr<Region>> acquire(const RegRequest& req, bool* hit = nullptr);
 
   struct Stats {
     size_t live = 0;    // regions currently mapped
