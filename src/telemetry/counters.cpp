@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/shrink.h"
+#include "telemetry/shared.h"
 
 namespace pact::telemetry {
 
@@ -86,10 +87,8 @@ const char* scopeName(Scope s) {
 }
 
 CounterSet::CounterSet(const Catalog& catalog, std::string object)
-    : catalog_(catalog), object_(std::move(object)),
+    : catalog_(sharedCatalog(catalog)), object_(std::move(object)),
       values_(std::make_unique<std::atomic<uint64_t>[]>(catalog.counters.size())) {
-  static std::atomic<uint64_t> next{1};
-  id_ = next.fetch_add(1, std::memory_order_relaxed);
   for (size_t i = 0; i < catalog.counters.size(); ++i) values_[i].store(0, std::memory_order_relaxed);
   Registry::process().add(this);
 }
@@ -109,14 +108,15 @@ std::vector<uint64_t> CounterSet::values() const {
 }
 
 Registry& Registry::process() {
-  // Never destroyed: sets owned by static objects (the plugin's Net, its device contexts) are
-  // destroyed at exit in an order the registry cannot know, and each unregisters itself then.
-  static Registry* const r = new Registry;
-  return *r;
+  // Never destroyed (shared.h): sets owned by static objects (the plugin's Net, its device
+  // contexts) are destroyed at exit in an order the registry cannot know, and each unregisters
+  // itself then.
+  return shared().registry;
 }
 
 void Registry::add(CounterSet* s) {
   std::lock_guard lock(mu_);
+  s->id_ = nextId_++;
   s->slot_ = sets_.size();
   sets_.push_back(s);
 }
@@ -151,7 +151,8 @@ std::span<const Catalog* const> Registry::catalogs() {
 
 CounterSet& processCounters() {
   // Never destroyed: the plugin's Net (a static) counts its sessions while it is destroyed at exit.
-  static CounterSet* const s = new CounterSet(kProcessCatalog, "process");
+  // One per copy of pact (shared.h), named by the object that holds it.
+  static CounterSet* const s = new CounterSet(kProcessCatalog, "process (" + copyName() + ")");
   return *s;
 }
 

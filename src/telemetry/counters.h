@@ -8,7 +8,9 @@
 // pact_comm_stats, pact_plugin_resources, pact-info, the exporters to come) find live sets by
 // scope and read them by index or name. Catalogs are the documentation: pact-info prints them.
 //
-// Thread-safe. The process registry is never destroyed, so a set may be owned by a static.
+// Thread-safe. The process registry is never destroyed, so a set may be owned by a static. It is
+// one per process, shared by every copy of pact loaded in it (telemetry/shared.h): the plugin's
+// and the engine library's sets are in one registry.
 #pragma once
 
 #include <atomic>
@@ -40,6 +42,8 @@ struct Catalog {
 class CounterSet {
  public:
   // object: what it counts ("engine prefill-0", "comm 0x55.. to 10.0.0.2", "device mlx5_0").
+  // catalog() is then the process's shared copy of catalog (the same counters, in heap memory
+  // that outlives the copy of pact that created the set).
   CounterSet(const Catalog& catalog, std::string object);
   ~CounterSet();
   CounterSet(const CounterSet&) = delete;
@@ -60,7 +64,8 @@ class CounterSet {
 
   const Catalog& catalog() const { return catalog_; }
   const std::string& object() const { return object_; }
-  // Unique in the process for its whole life (1, 2, ...): tells two sets of one object name apart.
+  // Unique in the process for its whole life (1, 2, ...), across copies of pact: tells two sets of
+  // one object name apart.
   uint64_t id() const { return id_; }
 
  private:
@@ -68,7 +73,7 @@ class CounterSet {
   const Catalog& catalog_;
   std::string object_;
   std::unique_ptr<std::atomic<uint64_t>[]> values_;
-  uint64_t id_;
+  uint64_t id_ = 0;
   size_t slot_ = 0;  // its index in the registry
 };
 
@@ -91,6 +96,7 @@ class Registry {
 
   mutable std::mutex mu_;
   std::vector<CounterSet*> sets_;
+  uint64_t nextId_ = 1;
 };
 
 // ---- the catalogs of the scopes that count today ------------------------------------------------

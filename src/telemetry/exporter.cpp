@@ -18,6 +18,7 @@
 #include "common/replace_file.h"
 #include "common/scoped_fd.h"
 #include "telemetry/exposition.h"
+#include "telemetry/shared.h"
 
 namespace pact::telemetry {
 
@@ -159,14 +160,20 @@ class Exporter {
   std::thread thread_;
 };
 
-std::mutex gMu;
-std::unique_ptr<Exporter> gExporter;  // stopped (and the file written) by static destruction
+// This copy's exporter, if it started the process's one (shared().claim says whether one runs in
+// any copy). Stopped, and the claim given up, by static destruction: at exit, or when this copy
+// is unloaded.
+struct Owned {
+  std::unique_ptr<Exporter> exporter;
+  ~Owned() { stopExporter(); }
+} gOwned;
 
 }  // namespace
 
 void startExporter(const ExportConfig& config) {
-  std::lock_guard lock(gMu);
-  if (gExporter || (config.listen.empty() && config.file.empty())) return;
+  ExportClaim& claim = shared().claim;
+  std::lock_guard lock(claim.mu);
+  if (claim.running || (config.listen.empty() && config.file.empty())) return;
   ScopedFd listener;
   std::string bound, error;
   if (!config.listen.empty()) {
@@ -178,32 +185,40 @@ void startExporter(const ExportConfig& config) {
       PACT_INFO("metrics: http://%s/metrics", bound.c_str());
   }
   if (!listener.valid() && config.file.empty()) return;
-  gExporter = std::make_unique<Exporter>(config, std::move(listener), bound);
+  gOwned.exporter = std::make_unique<Exporter>(config, std::move(listener), bound);
+  claim.running = true;
+  claim.address = bound;
+  claim.file = config.file;
 }
 
 void stopExporter() {
   std::unique_ptr<Exporter> e;
   {
-    std::lock_guard lock(gMu);
-    e = std::move(gExporter);
+    ExportClaim& claim = shared().claim;
+    std::lock_guard lock(claim.mu);
+    if (!gOwned.exporter) return;  // none, or another copy's
+    e = std::move(gOwned.exporter);
+    claim.running = false;
+    claim.address.clear();
+    claim.file.clear();
   }
 }
 
+namespace {
+std::string claimedFile() {
+  ExportClaim& claim = shared().claim;
+  std::lock_guard lock(claim.mu);
+  return claim.file;
+}
+}  // namespace
+
 void flushMetricsFile() {
-  std::string file;
-  {
-    std::lock_guard lock(gMu);
-    if (gExporter) file = gExporter->file();
-  }
+  const std::string file = claimedFile();
   if (!file.empty()) writeFile(file);
 }
 
 bool writeMetricsFile(const std::string& path, std::string* error) {
-  std::string target = path;
-  if (target.empty()) {
-    std::lock_guard lock(gMu);
-    if (gExporter) target = gExporter->file();
-  }
+  const std::string target = path.empty() ? claimedFile() : path;
   if (target.empty()) {
     *error = "no file: PACT_METRICS_FILE is not set and no path was given";
     return false;
@@ -214,8 +229,9 @@ bool writeMetricsFile(const std::string& path, std::string* error) {
 }
 
 std::string exporterAddress() {
-  std::lock_guard lock(gMu);
-  return gExporter ? gExporter->address() : std::string();
+  ExportClaim& claim = shared().claim;
+  std::lock_guard lock(claim.mu);
+  return claim.address;
 }
 
 }  // namespace pact::telemetry

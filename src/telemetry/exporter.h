@@ -1,7 +1,8 @@
 // The process's metrics exporter (PACT_METRICS_PORT, PACT_METRICS_FILE): one thread that serves
 // GET /metrics over HTTP/1.0 on its listening socket and rewrites the metrics file every interval
 // and once more when the exporter stops (at exit). The body is prometheusText() of the process
-// registry. Started once per process by the first plugin init or engine; later starts keep it.
+// registry. Started once per process by the first plugin init or engine, in whichever copy of pact
+// that is (telemetry/shared.h: the plugin and the engine library share one); later starts keep it.
 #pragma once
 
 #include <chrono>

@@ -115,23 +115,27 @@ std::string nicText(const std::vector<std::string>& devices, const std::string& 
 std::string prometheusText(const Registry& registry) {
   // Read everything under the registry's lock first, then format: samples grouped by catalog and
   // counter, in the catalogs' documented order.
-  std::map<const Catalog*, std::vector<std::pair<std::string, std::vector<uint64_t>>>> byCatalog;
+  // By scope: every set of a scope has the process's one shared catalog of it (shared.h).
+  std::map<Scope, std::pair<const Catalog*, std::vector<std::pair<std::string, std::vector<uint64_t>>>>> byScope;
   std::vector<std::string> devices;  // what the device sets name: "device NAME"
   registry.forEach(nullptr, [&](const CounterSet& s) {
     if (s.catalog().scope == Scope::kDevice && s.object().rfind("device ", 0) == 0) devices.push_back(s.object().substr(7));
     std::string labels = "{object=\"" + escapeLabelValue(s.object()) + "\",set=\"" + std::to_string(s.id()) + "\"}";
-    byCatalog[&s.catalog()].emplace_back(std::move(labels), s.values());
+    auto& entry = byScope[s.catalog().scope];
+    entry.first = &s.catalog();
+    entry.second.emplace_back(std::move(labels), s.values());
   });
   std::string out;
-  for (const Catalog* c : Registry::catalogs()) {
-    auto it = byCatalog.find(c);
-    if (it == byCatalog.end()) continue;
+  for (const Catalog* documented : Registry::catalogs()) {
+    auto it = byScope.find(documented->scope);
+    if (it == byScope.end()) continue;
+    const Catalog* c = it->second.first;
     for (size_t i = 0; i < c->counters.size(); ++i) {
       const CounterInfo& info = c->counters[i];
       const std::string name = std::string("pact_") + scopeName(c->scope) + "_" + info.name + (info.gauge ? "" : "_total");
       out += "# HELP " + name + " " + escapeHelp(info.doc) + "\n";
       out += "# TYPE " + name + (info.gauge ? " gauge\n" : " counter\n");
-      for (const auto& [labels, values] : it->second) out += name + labels + " " + std::to_string(values[i]) + "\n";
+      for (const auto& [labels, values] : it->second.second) out += name + labels + " " + std::to_string(values[i]) + "\n";
     }
   }
   return out + nicText(devices) + tcpText(devices);

@@ -6,24 +6,15 @@
 #include <utility>
 
 #include "common/replace_file.h"
+#include "telemetry/shared.h"
 
 namespace pact::telemetry {
 namespace {
 
-struct Source {
-  std::string key;
-  std::vector<std::string> objects;
-};
-struct State {
-  std::mutex mu;
-  std::deque<Source> sources;  // oldest first
-  size_t kept = 0, dropped = 0;
-  int tracks = 0;
-};
-State& state() {
-  static State* s = new State;  // never destroyed: see the header
-  return *s;
-}
+using State = TimelineState;
+using Source = TimelineState::Source;
+// Never destroyed, one per process (shared.h): see the header.
+State& state() { return shared().timeline; }
 
 }  // namespace
 

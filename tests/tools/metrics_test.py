@@ -117,8 +117,13 @@ with tempfile.TemporaryDirectory() as tmp:
     prom = None
     try:
         url = "http://127.0.0.1:%d/metrics" % port
-        first = wait_for("the endpoint answering with both engines' counters",
-                         lambda: (lambda s: s if len(engine_committed(s)) == 2 else None)(parse_strict(get(url)[2])), 20)
+        # The engines (libpact.so) and the plugin's comms (libnccl-net-pact.so, dlopened): two copies
+        # of pact in one process, one registry and one endpoint (telemetry/shared.h).
+        def engines_and_comms(s):
+            comms = [k for k in s if k.startswith("pact_comm_messages_total{")]
+            return s if len(engine_committed(s)) == 2 and len(comms) == 2 else None
+        first = wait_for("the endpoint answering with both engines' counters and the plugin's comms",
+                         lambda: engines_and_comms(parse_strict(get(url)[2])), 20)
         if first:
             status, ctype, _ = get(url)
             if status != 200 or not ctype.startswith("text/plain; version=0.0.4"):
@@ -126,6 +131,12 @@ with tempfile.TemporaryDirectory() as tmp:
             labels = sorted(re.search(r'object="([^"]*)"', k).group(1) for k in engine_committed(first))
             if labels != ["engine soak-rx", "engine soak-tx"]:
                 fail("engine series %s" % labels)
+            copies = sorted(re.search(r'object="([^"]*)"', k).group(1) for k in first
+                            if k.startswith("pact_process_sessions{"))
+            if copies != ["process (libnccl-net-pact.so)", "process (libpact.so.0)"]:
+                fail("the process sets of the two copies of pact: %s" % copies)
+            else:
+                print("ok: one endpoint serves both copies of pact: " + ", ".join(copies))
             for fam in ("pact_engine_bytes_sent_total", "pact_engine_open_registrations", "pact_device_comms",
                         "pact_netdev_rx_bytes_total"):
                 if not any(k.startswith(fam + "{") for k in first):
@@ -204,6 +215,8 @@ with tempfile.TemporaryDirectory() as tmp:
             out, _ = soak.communicate()
     if soak.returncode != 0 or "PASS" not in out:
         fail("soak with metrics on exited %s" % soak.returncode, out)
+    if "cannot listen" in out:
+        fail("a second exporter in the process: the copies of pact did not share one", out)
     try:
         parse_strict(open(mfile).read())
         print("ok: the file is whole after the process left")

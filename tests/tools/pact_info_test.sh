@@ -45,7 +45,7 @@ done
 # The counter registry: every scope's catalog, documented, and the process set live.
 out=$("$info" --counters 2>&1); rc=$?
 for want in "engine:" "committed " "credit_stall_ns" "comm:" "retransmits" "device:" "process:" \
-    "live process process: plugin_faults_injected=0" "sessions" "endpoints" "closes_abandoned"; do
+    "live process process (pact-info): plugin_faults_injected=0" "sessions" "endpoints" "closes_abandoned"; do
   case "$out" in *"$want"*) ;; *) echo "FAIL: --counters: missing '$want' (rc=$rc)"; fail=1 ;; esac
 done
 
