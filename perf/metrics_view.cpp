@@ -130,6 +130,8 @@ int printMetrics(const std::string& source, std::FILE* out) {
     const long id = counter ? std::strtol(line.c_str() + set + 5, nullptr, 10) : 0;
     std::string name = line.substr(5, brace - 5);           // past "pact_"
     if (counter) name = name.substr(name.find('_') + 1);    // past the scope
+    if (const size_t kind = line.find(",kind=\""); counter && kind != std::string::npos && kind < close)
+      name += "{" + line.substr(kind + 7, line.find('"', kind + 7) - kind - 7) + "}";  // errors by kind
     byObject[{object, id}].push_back({name, line.substr(space + 1)});
     ++series;
   }

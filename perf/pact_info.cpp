@@ -87,12 +87,15 @@ void printCounters() {
   for (const Catalog* c : Registry::catalogs()) {
     std::printf("  %s:\n", scopeName(c->scope));
     for (const CounterInfo& i : c->counters)
-      std::printf("    %-24s %-5s %s\n", i.name, i.gauge ? "gauge" : "count", i.doc);
+      std::printf("    %-24s %-5s %s\n", (i.kind != nullptr ? std::string(i.name) + "{" + i.kind + "}" : std::string(i.name)).c_str(),
+                  i.gauge ? "gauge" : "count", i.doc);
   }
   Registry::process().forEach(nullptr, [](const CounterSet& s) {
     std::printf("  live %s %s:", scopeName(s.catalog().scope), s.object().c_str());
     for (size_t i = 0; i < s.catalog().counters.size(); ++i)
-      std::printf(" %s=%llu", s.catalog().counters[i].name, static_cast<unsigned long long>(s.get(i)));
+      std::printf(" %s%s%s=%llu", s.catalog().counters[i].name, s.catalog().counters[i].kind != nullptr ? "/" : "",
+                  s.catalog().counters[i].kind != nullptr ? s.catalog().counters[i].kind : "",
+                  static_cast<unsigned long long>(s.get(i)));
     std::printf("\n");
   });
 }

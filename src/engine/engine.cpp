@@ -58,7 +58,10 @@ Status Engine::init() {
   pc.name = config_.name;
   pc.epoch = config_.modelEpoch;
   pc.creditBudget = config_.creditBudget;
-  for (const Route& r : routes_) pc.routes.push_back(r.profile);
+  for (const Route& r : routes_) {
+    pc.routes.push_back(r.profile);
+    pc.routeNames.push_back(r.name);
+  }
   pc.traceEvents = params_.trace_events;
   pc.exactlyOnceWindow = config_.exactlyOnceWindow;
   pc.fault = params_.fault;

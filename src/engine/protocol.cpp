@@ -16,6 +16,9 @@ Protocol::Protocol(const ProtocolConfig& config, Link& link)
       fault_(config.fault) {
   creditSet_ = config.creditBudget != 0;
   syncCredit();
+  for (size_t r = 0; r < std::max<size_t>(config.routes.size(), 1); ++r)
+    classes_.push_back(&telemetry::classCounters(
+        "engine", r < config.routeNames.size() ? config.routeNames[r] : r == 0 ? "DEFAULT" : std::to_string(r)));
   if (fault_.active()) {
     static uint64_t protocols = 0;  // each engine of a process draws its own sequence
     dice_ = FaultDice(fault_.seed, ++protocols);
@@ -198,6 +201,30 @@ bool Protocol::step(Transfer& x, Event e) {
   return true;
 }
 
+namespace {
+// The class scope's kind of an aborted transfer's result.
+telemetry::ErrorKind errorKindOf(Status s) {
+  using K = telemetry::ErrorKind;
+  switch (s) {
+    case Status::kRemoteError:  // the peer is gone, or a piece could not reach it
+    case Status::kPeerStale: return K::kPeerLost;
+    case Status::kDeadline:
+    case Status::kTimeout: return K::kDeadline;
+    case Status::kChecksum:
+    case Status::kIncomplete: return K::kRetries;
+    case Status::kRejected:
+    case Status::kEpochMismatch:
+    case Status::kStale:
+    case Status::kDuplicate:
+    case Status::kRefused: return K::kRefused;
+    case Status::kOutOfRange:
+    case Status::kTruncated: return K::kOutOfRange;
+    case Status::kCanceled: return K::kCanceled;
+    default: return K::kOther;
+  }
+}
+}  // namespace
+
 // Ends the transfer: COMMITTED (e == kCommit) or ABORTED with result. Gives back the sender's
 // credit view; the receiver's credit goes back in releaseCredit.
 void Protocol::settle(Transfer& x, Event e, Status result) {
@@ -208,10 +235,15 @@ void Protocol::settle(Transfer& x, Event e, Status result) {
   }
   x.settled = true;
   x.result = result;
+  telemetry::CounterSet& cls = *classes_[std::min(x.route, classes_.size() - 1)];
   if (result == Status::kOk) {
     counters_.add(telemetry::kCommitted);
+    const bool sent = x.role == Role::kSender;
+    cls.addShared(sent ? telemetry::kClassMessagesSent : telemetry::kClassMessagesReceived);
+    cls.addShared(sent ? telemetry::kClassBytesSent : telemetry::kClassBytesReceived, x.bytes);
   } else {
     counters_.add(telemetry::kAborted);
+    cls.addShared(telemetry::classError(errorKindOf(result)));
   }
   if (x.role == Role::kSender) {
     sending_.erase({x.peer, x.key});

@@ -49,6 +49,8 @@ struct ProtocolConfig {
   // The CUDA driver for blocks in GPU memory (eager pieces copied in, checksums read through
   // staging); null: host blocks only (registration refuses CUDA memory without a driver).
   const cuda::Driver* cudaDriver = nullptr;
+  // The routes' names, for the class counters ("DEFAULT", "KV"); missing: DEFAULT, then numbers.
+  std::vector<std::string> routeNames = {};
 };
 
 // Host staging per engine for checksums over GPU blocks: each driver copy moves at most this.
@@ -152,9 +154,12 @@ class Protocol {
     return Checksum::kNone;
   }
   // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
-  bool inject(double p) {
+  // route: the class of the traffic it hits, counted there too (kNoRoute: not known).
+  static constexpr size_t kNoRoute = SIZE_MAX;
+  bool inject(double p, size_t route) {
     if (!fault_.active() || !dice_.roll(p)) return false;
     counters_.add(telemetry::kFaultsInjected);
+    if (route < classes_.size()) classes_[route]->addShared(telemetry::kClassFaultsInjected);
     return true;
   }
   // A connected peer, or nullptr (unknown or lost).
@@ -280,6 +285,8 @@ class Protocol {
   std::pmr::map<std::pair<uint64_t, TransferKey>, uint64_t, BySendIdentity> sending_{&pool_};
 
   telemetry::CounterSet counters_;
+  // Each route's class set ("engine class KV"), shared by the process's engines (addShared).
+  std::vector<telemetry::CounterSet*> classes_;
   telemetry::TraceRing trace_;
   FaultSpec fault_;
   FaultDice dice_{1, 0};

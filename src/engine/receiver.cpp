@@ -293,7 +293,7 @@ void Protocol::releaseCredit(Transfer& x) {
 }
 
 void Protocol::sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reason r, uint32_t attempt) {
-  if (o == Outcome::kCommitted && inject(fault_.loseRemoteDone)) return;
+  if (o == Outcome::kCommitted && inject(fault_.loseRemoteDone, kNoRoute)) return;
   if (peer(to) != nullptr) link_.sendControl(to, Verdict{key, o, r, attempt});
 }
 
@@ -388,7 +388,7 @@ void Protocol::landed(Transfer& x, uint8_t* dst, uint64_t length) {
 }
 
 void Protocol::maybeCorrupt(Transfer& x, uint8_t* dst, uint64_t length) {
-  if (inject(fault_.corrupt)) {
+  if (inject(fault_.corrupt, x.route)) {
     uint8_t* at = dst + dice_.next() % length;
     // A GPU block is never touched by the CPU: the flip goes through the driver's copies.
     const Extent* b = &x.blocks.front();
@@ -411,6 +411,7 @@ bool Protocol::retryAttempt(Transfer& x, Event why, Reason reason) {
   --x.retriesLeft;
   ++x.retries;
   counters_.add(telemetry::kRetried);
+  classes_[std::min(x.route, classes_.size() - 1)]->addShared(telemetry::kClassRetransmits);
   step(x, why);
   step(x, Event::kRetry);
   x.landed.clear();
@@ -511,7 +512,7 @@ void Protocol::tryComplete(Transfer& x) {
   std::vector<BlockRef>& table = commitTable_;
   table.clear();
   for (const Extent& b : x.blocks) table.push_back({b.mr, b.offset, b.length});
-  const bool refused = inject(fault_.reject);
+  const bool refused = inject(fault_.reject, x.route);
   const bool accepted = !refused && (x.groupChunk || !hook_ || hook_(id, x.key, x.peer, table));
   if (!accepted) {
     if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, Reason::kRejected);

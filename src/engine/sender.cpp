@@ -48,6 +48,7 @@ Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const Block
   if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
     k.modelEpoch += fault_.epochSkew;
     counters_.add(telemetry::kFaultsInjected);
+    classes_[std::min(route, classes_.size() - 1)]->addShared(telemetry::kClassFaultsInjected);
   }
   Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
   sending_[{to, k}] = x.id;
@@ -83,7 +84,7 @@ void Protocol::sendEager(Transfer& x) {
   x.doneSent = true;
   x.doneSentAt = now();
   // Faults as for a piece: not delivered (the repeated offer recovers it), or delivered twice.
-  const int copies = inject(fault_.drop) ? 0 : inject(fault_.dup) ? 2 : 1;
+  const int copies = inject(fault_.drop, x.route) ? 0 : inject(fault_.dup, x.route) ? 2 : 1;
   for (int c = 0; c < copies; ++c) {
     ++x.pendingOps;
     counters_.add(telemetry::kBytesSent, x.bytes);
@@ -162,7 +163,7 @@ void Protocol::postPieces(Transfer& x) {
   while (src < x.blocks.size() && dst < x.remoteBlocks.size()) {
     const uint64_t n = std::min({x.blocks[src].length - srcOff, x.remoteBlocks[dst] - dstOff, chunk});
     // Faults: a piece not delivered, or delivered twice.
-    const int copies = inject(fault_.drop) ? 0 : inject(fault_.dup) ? 2 : 1;
+    const int copies = inject(fault_.drop, x.route) ? 0 : inject(fault_.dup, x.route) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       ++x.pendingOps;
       counters_.add(telemetry::kBytesSent, n);
@@ -218,7 +219,7 @@ bool Protocol::senderChecksum(Transfer& x, uint64_t* out) {
 
 void Protocol::sendDone(Transfer& x) {
   if (peer(x.peer) == nullptr) return;
-  const bool lost = inject(fault_.loseRemoteDone);
+  const bool lost = inject(fault_.loseRemoteDone, x.route);
   Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
   if (!senderChecksum(x, &d.checksum)) return;
   // On the class's first lane, behind the pieces it carried (the others may still be landing:
@@ -270,6 +271,7 @@ void Protocol::onVerdict(uint64_t from, const Verdict& m) {
       x.doneSent = false;
       ++x.retries;
       counters_.add(telemetry::kRetried);
+      classes_[std::min(x.route, classes_.size() - 1)]->addShared(telemetry::kClassRetransmits);
       postPieces(x);
       return;
     case Outcome::kAborted: {

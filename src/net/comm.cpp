@@ -40,6 +40,21 @@ void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
 
 }  // namespace
 
+namespace {
+// What a UCX error on an endpoint or operation says of the peer: gone, or a transport fault.
+telemetry::ErrorKind ucxErrorKind(ucs_status_t st) {
+  switch (st) {
+    case UCS_ERR_CONNECTION_RESET:
+    case UCS_ERR_ENDPOINT_TIMEOUT:
+    case UCS_ERR_UNREACHABLE:
+    case UCS_ERR_NOT_CONNECTED:
+      return telemetry::ErrorKind::kPeerLost;
+    default:
+      return telemetry::ErrorKind::kTransport;
+  }
+}
+}  // namespace
+
 void completePart(Part* p, ucs_status_t st, size_t length) {
   p->ucxRequest = nullptr;
   p->done = true;
@@ -53,7 +68,7 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
   }
   r->comm->partDone(p);
   if (p->status != Status::kOk && p->status != Status::kCanceled)  // the endpoint failed
-    r->comm->failPeer(p->status, std::string(r->isSend ? "send" : r->flush ? "GPU flush read" : "receive") +
+    r->comm->failPeer(p->status, ucxErrorKind(st), std::string(r->isSend ? "send" : r->flush ? "GPU flush read" : "receive") +
                                      " failed: " + ucs_status_string(st));
 }
 
@@ -86,27 +101,30 @@ Comm::Comm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_
            size_t maxInFlight, bool isSend, std::string peer, const ChannelConfig& cfg)
     : hub_(std::move(hub)), sessions_(std::move(sessions)), channel_(channel),
       maxInFlight_(maxInFlight), isSend_(isSend), peer_(std::move(peer)), cfg_(cfg),
-      counters_(telemetry::kCommCatalog, std::string(isSend ? "send" : "recv") + " comm to " + peer_) {
+      counters_(telemetry::kCommCatalog, std::string(isSend ? "send" : "recv") + " comm to " + peer_),
+      class_(telemetry::classCounters("plugin", cfg_.className)) {
   dev().counters().addShared(telemetry::kLiveComms);
   if (cfg_.fault.onPieces()) dice_.emplace(cfg_.fault.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));
   diag::opened(*this);
 }
 
 Comm::~Comm() {
+  countError();  // a failure nobody tested for
   diag::closed(*this);  // PACT_DIAG: its line
   magic = 0;
   dev().counters().subShared(telemetry::kLiveComms);
 }
 
-void Comm::failPeer(Status s, const std::string& why) {
+void Comm::failPeer(Status s, telemetry::ErrorKind kind, const std::string& why) {
   if (error_ != Status::kOk) return;
   peerLost_ = true;
-  fail(s, why);
+  fail(s, kind, why);
 }
 
-void Comm::fail(Status s, const std::string& why) {
+void Comm::fail(Status s, telemetry::ErrorKind kind, const std::string& why) {
   if (error_ != Status::kOk) return;
   error_ = s;
+  errorKind_ = kind;  // counted in the class's errors once the comm is withdrawn (countError)
   // A lost peer process fails every comm to it at once: one warning a second says so, the
   // other comms are logged at INFO, so 1,000 comms do not print 1,000 warnings.
   static std::atomic<int64_t> lastPeerWarning{0};
@@ -116,9 +134,9 @@ void Comm::fail(Status s, const std::string& why) {
               static_cast<void*>(this), peer_.c_str(), dev().info().name.c_str(), why.c_str());
 }
 
-void Comm::abort(Status s, const std::string& why) {
+void Comm::abort(Status s, telemetry::ErrorKind kind, const std::string& why) {
   if (error_ != Status::kOk) return;
-  fail(s, why);
+  fail(s, kind, why);
   sessions_->abort(channel_, why);
 }
 
@@ -128,21 +146,22 @@ void Comm::checkPeer() {
   nextLivenessCheck_ = t + dev().params().liveness_interval;
   if (byeReceived_) {
     if (t - byeAt_ > dev().params().peer_timeout)
-      fail(Status::kRemoteError, "peer closed the comm with this request unmatched");
+      fail(Status::kRemoteError, telemetry::ErrorKind::kPeerAbort, "peer closed the comm with this request unmatched");
     return;
   }
   readPeer(sessions_->view(channel_));
 }
 
 void Comm::readPeer(const transport::ChannelView& v) {
-  if (!v.abortReason.empty()) fail(Status::kRemoteError, "the peer failed the comm: " + v.abortReason);
+  if (!v.abortReason.empty())
+    fail(Status::kRemoteError, telemetry::ErrorKind::kPeerAbort, "the peer failed the comm: " + v.abortReason);
   if (v.peerClosed && !byeReceived_) {
     byeReceived_ = true;
     byeAt_ = v.peerClosedAt;
   }
   if (!byeReceived_ && !v.lostReason.empty() && error_ == Status::kOk) {
     dev().progress();  // drain what UCX already delivered before declaring the loss
-    failPeer(Status::kRemoteError, v.lostReason + " without goodbye (peer process died?)");
+    failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, v.lostReason + " without goodbye (peer process died?)");
   }
 }
 
@@ -214,6 +233,12 @@ Status Comm::test(Request* r, bool* done, int* sizes, Ending* ending) {
   }
   if (!cfg_.ordered && earlierInFlight(r)) counters_.add(telemetry::kMessagesOutOfOrder);
   Status result = finish(r, sizes);
+  const bool flush = r->flush;
+  uint64_t bytes = 0;  // for the class's counters
+  if (isSend_)
+    for (const Part& p : r->parts) bytes += p.size;
+  else
+    for (int b = 0; b < r->nbuffers; ++b) bytes += r->landedBytes[static_cast<size_t>(b)];
   endRequest(r, ending);
   release(r);
   if (result != Status::kOk) {
@@ -221,6 +246,10 @@ Status Comm::test(Request* r, bool* done, int* sizes, Ending* ending) {
     return result == Status::kCanceled ? Status::kRemoteError : result;
   }
   counters_.add(telemetry::kMessages);
+  if (!flush) {
+    class_.addShared(isSend_ ? telemetry::kClassMessagesSent : telemetry::kClassMessagesReceived);
+    class_.addShared(isSend_ ? telemetry::kClassBytesSent : telemetry::kClassBytesReceived, bytes);
+  }
   *done = true;
   return Status::kOk;
 }
@@ -237,9 +266,21 @@ void Comm::pollPeer() {
   if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
 }
 
+void Comm::countError() {
+  if (errorCounted_ || error_ == Status::kOk) return;
+  errorCounted_ = true;
+  // A UCX error on an operation to a peer whose process died: when the session has seen the loss
+  // already, that is the better cause. (Shared memory's cma read from a killed process fails with
+  // an I/O error before the kernel closes its socket: that one stays a transport error.)
+  if (errorKind_ == telemetry::ErrorKind::kTransport && !sessions_->view(channel_, false).lostReason.empty())
+    errorKind_ = telemetry::ErrorKind::kPeerLost;
+  class_.addShared(telemetry::classError(errorKind_));
+}
+
 Status Comm::failure() {
   if (error_ != Status::kOk && !aborted_) {
     aborted_ = true;
+    countError();
     if (peerLost_) {
       const auto t = now();
       for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) {
@@ -279,7 +320,7 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
     const size_t r = static_cast<size_t>(i) % rails;
     auto ep = dev().endpoint(r, static_cast<size_t>(i), remoteRails[r]);
     if (!ep.ok()) {
-      fail(ep.status(), ep.error().message);
+      fail(ep.status(), telemetry::ErrorKind::kTransport, ep.error().message);
       return ep.status();
     }
     lanes_.add(std::move(ep.value()), static_cast<uint8_t>(r));
@@ -293,7 +334,7 @@ void SendComm::checkLinks() {
   if (const ucs_status_t st = lanes_.failure(); st != UCS_OK) {
     // The endpoint is shared: a lost session (the peer process died) is the better reason.
     readPeer(sessions_->view(channel_, false));
-    failPeer(Status::kRemoteError, std::string("ucx endpoint error: ") + ucs_status_string(st));
+    failPeer(Status::kRemoteError, ucxErrorKind(st), std::string("ucx endpoint error: ") + ucs_status_string(st));
   }
 }
 
@@ -307,7 +348,7 @@ bool SendComm::lostAttempt(Part* p) {
                                         : nullptr;
   if (how == nullptr) return false;
   if (++p->attempts > cfg_.retries) {
-    abort(Status::kRemoteError,
+    abort(Status::kRemoteError, telemetry::ErrorKind::kRetries,
           "piece " + std::to_string(p->piece) + " of a message was " + how + " on each of " +
               std::to_string(p->attempts) + " attempts (PACT_FAULT; the class allows retries=" +
               std::to_string(cfg_.retries) + ")");
@@ -315,6 +356,7 @@ bool SendComm::lostAttempt(Part* p) {
     return true;
   }
   counters_.add(telemetry::kRetransmits);
+  class_.addShared(telemetry::kClassRetransmits);
   // 2, 4, 8 ... ms, at most about 2 s (retries may be up to 100).
   retransmit_.emplace_back(now() + kRetransmitBackoff * (1 << std::min(p->attempts - 1, 10)), p);
   return true;
@@ -510,7 +552,7 @@ void RecvComm::partDone(Part* p) {
   if (p->last) r->lastPiece[p->buffer] = p->piece;
   // PACT_FAULT reject: this side refuses the message, as a target refusing an access would.
   if (dice_ && inject(cfg_.fault.reject))
-    abort(Status::kRemoteError, "the receiver refused piece " + std::to_string(p->piece) +
+    abort(Status::kRemoteError, telemetry::ErrorKind::kRefused, "the receiver refused piece " + std::to_string(p->piece) +
                                     " of a message (PACT_FAULT reject)");
 }
 
@@ -562,7 +604,7 @@ Status RecvComm::finish(Request* r, int* sizes) {
     if (sizes) sizes[b] = static_cast<int>(std::min<uint64_t>(r->landedBytes[b], INT32_MAX));
   }
   if (result == Status::kTruncated)
-    abort(result, "a message is larger than the posted receive buffer");
+    abort(result, telemetry::ErrorKind::kOutOfRange, "a message is larger than the posted receive buffer");
   return result;
 }
 

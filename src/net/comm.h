@@ -73,14 +73,15 @@ class Comm {
   const ChannelConfig& channel() const { return cfg_; }
   // The comm's counters (telemetry::kCommCatalog), in the process registry while it lives.
   const telemetry::CounterSet& counters() const { return counters_; }
-  // Records the first failure (sticky) and logs it once, naming the peer. Safe inside UCX callbacks.
-  void fail(Status s, const std::string& why);
+  // Records the first failure (sticky) and its kind for the class's errors, and logs it once,
+  // naming the peer. Safe inside UCX callbacks.
+  void fail(Status s, telemetry::ErrorKind kind, const std::string& why);
   // fail() for a cause that is the peer's (its process or an endpoint to it), which every comm
   // to it shares: what UCX holds for the comm is ended with the endpoints.
-  void failPeer(Status s, const std::string& why);
+  void failPeer(Status s, telemetry::ErrorKind kind, const std::string& why);
   // fail() for a reason the peer cannot see, and tells the peer (an abort frame), so that both
   // sides fail instead of one waiting for data that will never come.
-  void abort(Status s, const std::string& why);
+  void abort(Status s, telemetry::ErrorKind kind, const std::string& why);
   // Test one request: progress, liveness, completion; ending: see Net::test. Device mutex must be
   // held.
   Status test(Request* r, bool* done, int* sizes, Ending* ending = nullptr);
@@ -139,6 +140,8 @@ class Comm {
   void readPeer(const transport::ChannelView& v);
   // Whether the peer has closed (its goodbye), died, or the comm failed.
   bool peerGone();
+  // The failure into the class's errors, once (outside UCX callbacks: it reads the session).
+  void countError();
   // Hands the comm's requests to the slab: done ones go back, ones UCX still holds stay there
   // without a comm (the Reaper progresses them), so a late callback never touches the comm.
   // Whether any stayed with UCX.
@@ -151,6 +154,7 @@ class Comm {
   bool inject(double p) {
     if (!dice_ || !dice_->roll(p)) return false;
     counters_.add(telemetry::kCommFaultsInjected);
+    class_.addShared(telemetry::kClassFaultsInjected);
     // The process counts too: a lost goodbye happens at close, when the comm's own are gone.
     telemetry::processCounters().addShared(telemetry::kPluginFaultsInjected);
     return true;
@@ -165,7 +169,10 @@ class Comm {
   std::string peer_;
   ChannelConfig cfg_;
   telemetry::CounterSet counters_;
+  telemetry::CounterSet& class_;  // the traffic class's, shared by its comms (telemetry::kClassCatalog)
   Status error_ = Status::kOk;
+  telemetry::ErrorKind errorKind_ = telemetry::ErrorKind::kOther;
+  bool errorCounted_ = false;
   bool aborted_ = false;
   bool peerLost_ = false;  // the failure is the peer's (its process, an endpoint): not this comm's
   bool byeReceived_ = false;

@@ -38,7 +38,7 @@ Status RecvComm::iflush(int n, void* const* data, const int* sizes, MemHandle* c
   if (facts.ok() && facts->gdrRdma && facts->hostFlush() && driver.canFlush()) {
     // One call covers every earlier write into memory of the owning context.
     if (Status s = driver.flushRdmaWrites(data[first]); s != Status::kOk) {
-      fail(s, "the CUDA driver's GPUDirect RDMA flush failed");
+      fail(s, telemetry::ErrorKind::kTransport, "the CUDA driver's GPUDirect RDMA flush failed");
       return s;
     }
     counters_.add(telemetry::kGpuFlushes);
@@ -55,7 +55,7 @@ Status RecvComm::flushByRead(int n, void* const* data,
   if (!flushEp_ || flushEp_->failed()) {
     auto ep = dev().endpoint(0, kFlushLane, dev().addresses()[0]);
     if (!ep.ok()) {
-      fail(ep.status(), "the loopback endpoint for GPU flush reads: " + ep.error().message);
+      fail(ep.status(), telemetry::ErrorKind::kTransport, "the loopback endpoint for GPU flush reads: " + ep.error().message);
       return ep.status();
     }
     flushEp_ = std::move(ep.value());

@@ -28,6 +28,7 @@ class ListenComm {
   std::shared_ptr<Hub> hub;
   std::shared_ptr<Sessions> sessions;
   uint64_t listenId = 0;
+  int trafficClass = -1;  // the class listen was called with: its receive comms count there
   SetupClock clock;  // PACT_DIAG: the accept calls since the last comm it gave
   ~ListenComm() { magic = 0; }
 };
@@ -63,6 +64,7 @@ Status Net::listen(int dev, int trafficClass, void* handle, ListenComm** out) {
   lc->hub = *h;
   lc->sessions = sessions_;
   lc->listenId = lh->listenId;
+  lc->trafficClass = trafficClass;
   wire::encodeHandle(*lh, static_cast<uint8_t*>(handle));
   PACT_DEBUG("listen on %s: %s port %u, listen id %#llx", info.name.c_str(),
              info.ipAddress.c_str(), lh->port, static_cast<unsigned long long>(lh->listenId));
@@ -190,6 +192,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   }
   // The sender's channel, with this process's PACT_FAULT (reject, lose_remote_done).
   ChannelConfig cfg = channelFor(-1);
+  cfg.className = channelFor(lc->trafficClass).className;
   cfg.ordered = shape->unordered == 0;
   cfg.lanes = shape->lanes;
   cfg.chunk = shape->chunk;

@@ -117,6 +117,7 @@ CommLimits Net::limits() const {
 ChannelConfig Net::channelFor(int trafficClass) const {
   const Profile& p = params_.classes.forNccl(trafficClass);
   ChannelConfig c;
+  c.className = trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass);
   c.ordered = p.order == Order::kOrdered;
   c.lanes = p.lanes;
   c.chunk = p.chunk;

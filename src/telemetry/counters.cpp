@@ -1,6 +1,7 @@
 #include "telemetry/counters.h"
 
 #include <algorithm>
+#include <map>
 
 #include "common/shrink.h"
 #include "telemetry/shared.h"
@@ -58,6 +59,27 @@ constexpr CounterInfo kDeviceInfo[] = {
 };
 static_assert(std::size(kDeviceInfo) == kDeviceCounters);
 
+constexpr const char* kErrorsDoc =
+    "comms of the class that failed (plugin) or transfers that aborted (engines), by kind";
+constexpr CounterInfo kClassInfo[] = {
+    {"messages_sent", "plugin: send requests completed; engines: transfers sent and committed"},
+    {"messages_received", "plugin: receive requests completed; engines: transfers received and committed"},
+    {"bytes_sent", "payload bytes of those sends"},
+    {"bytes_received", "payload bytes of those receives"},
+    {"retransmits", "plugin: lost attempts sent again; engines: attempts started again (checksum, missing pieces)"},
+    {"faults_injected", "PACT_FAULT decisions applied to the class's traffic"},
+    {"errors", kErrorsDoc, false, "peer_lost"},
+    {"errors", kErrorsDoc, false, "peer_abort"},
+    {"errors", kErrorsDoc, false, "transport"},
+    {"errors", kErrorsDoc, false, "retries"},
+    {"errors", kErrorsDoc, false, "refused"},
+    {"errors", kErrorsDoc, false, "deadline"},
+    {"errors", kErrorsDoc, false, "out_of_range"},
+    {"errors", kErrorsDoc, false, "canceled"},
+    {"errors", kErrorsDoc, false, "other"},
+};
+static_assert(std::size(kClassInfo) == kClassCounters);
+
 constexpr CounterInfo kProcessInfo[] = {
     {"plugin_faults_injected", "PACT_FAULT decisions the plugin applied, closed comms included"},
     {"sessions", "control connections to peer processes (one per peer, every comm multiplexed)", true},
@@ -72,6 +94,22 @@ const Catalog kCommCatalog{Scope::kComm, kCommInfo};
 const Catalog kLaneCatalog{Scope::kLane, kLaneInfo};
 const Catalog kDeviceCatalog{Scope::kDevice, kDeviceInfo};
 const Catalog kProcessCatalog{Scope::kProcess, kProcessInfo};
+const Catalog kClassCatalog{Scope::kClass, kClassInfo};
+
+const char* errorKindName(ErrorKind k) {
+  return kClassInfo[classError(k)].kind;
+}
+
+CounterSet& classCounters(std::string_view face, std::string_view name) {
+  // Never destroyed, like processCounters: the plugin's comms count into them while statics go.
+  static auto* const mu = new std::mutex;
+  static auto* const sets = new std::map<std::string, CounterSet*, std::less<>>;
+  const std::string object = std::string(face) + " class " + std::string(name);
+  std::lock_guard lock(*mu);
+  auto& s = (*sets)[object];
+  if (s == nullptr) s = new CounterSet(kClassCatalog, object);
+  return *s;
+}
 
 const char* scopeName(Scope s) {
   switch (s) {
@@ -144,8 +182,8 @@ uint64_t Registry::total(Scope scope, size_t i) const {
 }
 
 std::span<const Catalog* const> Registry::catalogs() {
-  static const Catalog* const all[] = {&kProcessCatalog, &kDeviceCatalog, &kCommCatalog,
-                                       &kLaneCatalog, &kEngineCatalog};
+  static const Catalog* const all[] = {&kProcessCatalog, &kDeviceCatalog, &kClassCatalog,
+                                       &kCommCatalog, &kLaneCatalog, &kEngineCatalog};
   return all;
 }
 

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace pact::telemetry {
@@ -31,6 +32,9 @@ struct CounterInfo {
   const char* name;  // snake_case, as the C structs and exporters name it
   const char* doc;
   bool gauge = false;  // a level that goes up and down (else a count that only grows)
+  // Non-null: one series of a family whose counters share name and doc, told apart by the label
+  // kind="<kind>" (the class scope's errors by kind); they stand next to each other in a catalog.
+  const char* kind = nullptr;
 };
 
 // The counters of one scope, in the order of that scope's index enum.
@@ -126,6 +130,35 @@ enum DeviceCounter : size_t {
   kDeviceCounters
 };
 extern const Catalog kDeviceCatalog;
+
+// Why a plugin comm failed, or an engine transfer aborted: the kind label of the class scope's
+// errors family (docs/observability.md).
+enum class ErrorKind : uint8_t {
+  kPeerLost,    // the peer process died or was declared gone (no goodbye, PACT_ERR_PEER_STALE)
+  kPeerAbort,   // the peer failed or closed the comm, or its engine aborted the transfer
+  kTransport,   // UCX reported an error on an endpoint or operation
+  kRetries,     // attempts spent: lost pieces past the class's retries, checksum, incomplete
+  kRefused,     // the receiver refused it: a piece, the commit hook, another epoch, stale, duplicate
+  kDeadline,    // a deadline or timeout passed
+  kOutOfRange,  // larger than the posted buffer, or outside a registration or its advertised range
+  kCanceled,    // the application released or closed it first
+  kOther,
+};
+inline constexpr size_t kErrorKinds = 9;
+const char* errorKindName(ErrorKind k);
+
+// A traffic class of the plugin (NCCL's trafficClass: "plugin class 3") or of the engines of this
+// copy ("engine class KV"), over its life in the process: every comm or transfer of the class.
+enum ClassCounter : size_t {
+  kClassMessagesSent, kClassMessagesReceived, kClassBytesSent, kClassBytesReceived,
+  kClassRetransmits, kClassFaultsInjected, kClassErrors,  // kClassErrors + ErrorKind: one per kind
+  kClassCounters = kClassErrors + kErrorKinds
+};
+extern const Catalog kClassCatalog;
+// The set of a class ("plugin" or "engine", the class's name), created on first use and never
+// destroyed; its writers are on many threads (addShared).
+CounterSet& classCounters(std::string_view face, std::string_view name);
+inline size_t classError(ErrorKind k) { return kClassErrors + static_cast<size_t>(k); }
 
 // The plugin's process-wide counters.
 enum ProcessCounter : size_t { kPluginFaultsInjected, kSessions, kChannels, kProcessCounters };

@@ -133,9 +133,15 @@ std::string prometheusText(const Registry& registry) {
     for (size_t i = 0; i < c->counters.size(); ++i) {
       const CounterInfo& info = c->counters[i];
       const std::string name = std::string("pact_") + scopeName(c->scope) + "_" + info.name + (info.gauge ? "" : "_total");
-      out += "# HELP " + name + " " + escapeHelp(info.doc) + "\n";
-      out += "# TYPE " + name + (info.gauge ? " gauge\n" : " counter\n");
-      for (const auto& [labels, values] : it->second.second) out += name + labels + " " + std::to_string(values[i]) + "\n";
+      // A family's counters told apart by kind stand together: HELP and TYPE before the first.
+      const bool continues = info.kind != nullptr && i > 0 && std::string(c->counters[i - 1].name) == info.name;
+      if (!continues) {
+        out += "# HELP " + name + " " + escapeHelp(info.doc) + "\n";
+        out += "# TYPE " + name + (info.gauge ? " gauge\n" : " counter\n");
+      }
+      const std::string kind = info.kind != nullptr ? std::string(",kind=\"") + info.kind + "\"}" : "}";
+      for (const auto& [labels, values] : it->second.second)
+        out += name + labels.substr(0, labels.size() - 1) + kind + " " + std::to_string(values[i]) + "\n";
     }
   }
   return out + nicText(devices) + tcpText(devices);

@@ -22,7 +22,8 @@ const std::string& fingerprint() {
       s += std::to_string(n) + " ";
     for (const Catalog* c : Registry::catalogs()) {
       s += std::string("; ") + scopeName(c->scope);
-      for (const CounterInfo& i : c->counters) s += std::string(",") + i.name + (i.gauge ? "~" : "");
+      for (const CounterInfo& i : c->counters)
+        s += std::string(",") + i.name + (i.gauge ? "~" : "") + (i.kind != nullptr ? std::string("/") + i.kind : "");
     }
     return s;
   }();
@@ -80,7 +81,8 @@ Shared* create() {
     for (const CounterInfo& i : c->counters) {
       const char* name = s->texts.emplace_back(i.name).c_str();
       const char* doc = s->texts.emplace_back(i.doc).c_str();
-      infos.push_back(CounterInfo{name, doc, i.gauge});
+      const char* kind = i.kind != nullptr ? s->texts.emplace_back(i.kind).c_str() : nullptr;
+      infos.push_back(CounterInfo{name, doc, i.gauge, kind});
     }
     s->catalogs[static_cast<size_t>(c->scope)] = Catalog{c->scope, infos};
   }

@@ -19,6 +19,8 @@ namespace pact::transport {
 enum class Steering : uint8_t { kAdaptive, kRoundRobin };
 
 struct ChannelConfig {
+  // The traffic class's name ("DEFAULT", NCCL's "3", an engine class's "KV"): its counters.
+  std::string className = "DEFAULT";
   bool ordered = true;
   int lanes = 1;
   // Receive side: the rails a piece may arrive on (min of the sender's lanes and both sides'

@@ -15,7 +15,9 @@
 // - the fault really happened (F's comm counters), registrations deregister, comms close, and
 //   no process holds a comm, registration or request afterwards (pact_plugin_resources; see
 //   ucxEndsFailedOperations for the one exception);
-// - with kill_after, F dies by SIGKILL and S's comm fails within kill_after + kAgreeBound.
+// - with kill_after, F dies by SIGKILL and S's comm fails within kill_after + kAgreeBound;
+// - the class counters (pact_class_*, read from each process's metrics snapshot) say the same:
+//   messages, retransmits and faults of the class, and a failed comm's errors by kind on each side.
 // Every wait is bounded; nothing sleeps.
 #include <dlfcn.h>
 #include <gtest/gtest.h>
@@ -23,6 +25,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -52,6 +55,49 @@ int64_t nowUs() {
       .count();
 }
 
+// The plugin's class counters in this process (every "plugin class" set summed), from its metrics
+// snapshot (pact_plugin_metrics_write): what the exposition says, not a struct beside it.
+struct ClassStats {
+  uint64_t messagesSent = 0, messagesReceived = 0, retransmits = 0, faults = 0;
+  uint64_t errors[9] = {};  // by kind, telemetry::ErrorKind's order
+  uint64_t errorsOf(const char* kind) const {
+    static constexpr const char* kKinds[] = {"peer_lost", "peer_abort", "transport", "retries", "refused",
+                                             "deadline", "out_of_range", "canceled", "other"};
+    for (size_t k = 0; k < 9; ++k)
+      if (std::strcmp(kKinds[k], kind) == 0) return errors[k];
+    return ~uint64_t{0};
+  }
+  uint64_t allErrors() const {
+    uint64_t n = 0;
+    for (uint64_t e : errors) n += e;
+    return n;
+  }
+};
+
+ClassStats readClassStats(NetPlugin& plugin) {
+  static constexpr const char* kKinds[] = {"peer_lost", "peer_abort", "transport", "retries", "refused",
+                                           "deadline", "out_of_range", "canceled", "other"};
+  ClassStats c;
+  const std::string path = "/tmp/pact-fault-class-" + std::to_string(::getpid()) + ".prom";
+  auto write = reinterpret_cast<pact_plugin_metrics_write_fn>(plugin.symbol("pact_plugin_metrics_write"));
+  EXPECT_TRUE(write != nullptr && write(path.c_str()) == 0) << "pact_plugin_metrics_write";
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("pact_class_", 0) != 0 || line.find("object=\"plugin class ") == std::string::npos) continue;
+    const std::string name = line.substr(11, line.find('{') - 11);
+    const uint64_t v = std::strtoull(line.c_str() + line.rfind(' ') + 1, nullptr, 10);
+    if (name == "messages_sent_total") c.messagesSent += v;
+    if (name == "messages_received_total") c.messagesReceived += v;
+    if (name == "retransmits_total") c.retransmits += v;
+    if (name == "faults_injected_total") c.faults += v;
+    if (name == "errors_total")
+      for (size_t k = 0; k < 9; ++k)
+        if (line.find(std::string("kind=\"") + kKinds[k] + "\"") != std::string::npos) c.errors[k] += v;
+  }
+  std::remove(path.c_str());
+  return c;
+}
+
 // What one side saw on one comm, sent to the gtest parent.
 struct Outcome {
   int completed = 0;      // messages completed (receivers: and verified byte-exact)
@@ -59,6 +105,7 @@ struct Outcome {
   int64_t failedAtUs = 0; // steady clock of that error
   int corrupt = 0;        // receivers: completed messages that were not byte-exact
   pact_comm_stats_t stats{};
+  ClassStats cls;  // the process's plugin classes when the stream ended
 };
 
 // One comm's stream of messages: keeps kWindow requests in flight, tests them oldest first,
@@ -119,6 +166,7 @@ class Stream {
   Outcome outcome() {
     auto fn = reinterpret_cast<pact_comm_stats_fn>(plugin_.symbol("pact_comm_stats"));
     EXPECT_TRUE(fn != nullptr && fn(comm_, &out_.stats) == 0) << "pact_comm_stats";
+    out_.cls = readClassStats(plugin_);
     return out_;
   }
 
@@ -359,6 +407,31 @@ TEST_P(PluginFault, CompletesExactlyOrFailsOnBothSides) {
   const std::string name = c.name;
   if (name == "drop" || name == "corrupt") {
     EXPECT_GT(atF.stats.retransmits, 0u);
+  }
+  // The class counters: F's one comm is its whole class; C's clean comm counts no error.
+  if (fReports) {
+    EXPECT_EQ(atF.cls.retransmits, atF.stats.retransmits) << "class retransmits";
+    EXPECT_EQ(atF.cls.faults, atF.stats.faults_injected) << "class faults";
+    EXPECT_EQ(faultySends ? atF.cls.messagesSent : atF.cls.messagesReceived, static_cast<uint64_t>(atF.completed));
+    EXPECT_EQ(atF.cls.allErrors(), atF.rc != 0 ? 1u : 0u) << "F's errors: one failed comm, or none";
+  }
+  EXPECT_EQ(atC.cls.allErrors(), 0u) << "the clean process counted errors";
+  EXPECT_EQ(faultySends ? atC.cls.messagesSent : atC.cls.messagesReceived, static_cast<uint64_t>(kMessages));
+  // S has the comm with F and the clean one: the failed comm's error, of the kind each side saw.
+  EXPECT_EQ(sWithF.cls.allErrors(), sWithF.rc != 0 ? 1u : 0u) << "S's errors";
+  if (name == "drop_exhausted") {
+    EXPECT_EQ(atF.cls.errorsOf("retries"), 1u) << "F spent its retries";
+    EXPECT_EQ(sWithF.cls.errorsOf("peer_abort"), 1u) << "S: the peer failed the comm";
+  }
+  if (name == "reject") {
+    EXPECT_EQ(atF.cls.errorsOf("refused"), 1u) << "F refused a piece";
+    EXPECT_EQ(sWithF.cls.errorsOf("peer_abort"), 1u) << "S: the peer failed the comm";
+  }
+  if (name == "kill_after") {
+    // Seen as the session's loss or UCX's error on an operation to the dead process (over shared
+    // memory a cma read fails with an I/O error before the kernel closes the dead one's socket).
+    EXPECT_EQ(sWithF.cls.errorsOf("peer_lost") + sWithF.cls.errorsOf("transport"), 1u)
+        << "S: the peer process died (peer_abort " << sWithF.cls.errorsOf("peer_abort") << ")";
   }
   if (name == "dup") {
     EXPECT_GT(atF.stats.duplicates_filtered, 0u);

@@ -7,6 +7,7 @@
 
 #include <chrono>
 
+#include "telemetry/counters.h"
 #include "tests/integration/engine_pair.h"
 
 namespace pact::engine {
@@ -70,6 +71,38 @@ TEST(EngineAborts, ReceiverReleaseBeforeTheOfferIsCanceledAtTheSender) {
   EXPECT_LT(ms, kBound.count());
   pact::ignore(p.tx->release(tx));
   expectStillWorks(p, 2);
+}
+
+// The class counters ("engine class KV", shared by the process's engines) see the same: the
+// canceled transfers as errors of kind canceled, the working transfer after them as one message
+// each way with its bytes.
+TEST(EngineAborts, TheClassCountsTheCanceledTransfersByKindAndTheNextOneByBytes) {
+  using namespace telemetry;
+  CounterSet& kv = classCounters("engine", "KV");
+  const auto before = kv.values();
+  const uint64_t defaultSent = classCounters("engine", "DEFAULT").get(kClassMessagesSent);
+  auto delta = [&](size_t i) { return kv.get(i) - before[i]; };
+  Pair p({}, {}, 1 << 20);
+  ASSERT_TRUE(p.rx && p.tx);
+  const uint64_t rx = expectWhole(p, 1, 1 << 20);
+  EXPECT_EQ(p.rx->release(rx), Status::kOk);
+  const uint64_t tx = sendWhole(p, 1, 1 << 20);
+  EXPECT_EQ(waitFinal(*p.tx, tx).result, Status::kCanceled);
+  pact::ignore(p.tx->release(tx));
+  EXPECT_GE(delta(classError(ErrorKind::kCanceled)), 1u) << "the sender's transfer, canceled by the receiver";
+  const uint64_t canceled = delta(classError(ErrorKind::kCanceled));
+  expectStillWorks(p, 2);
+  EXPECT_EQ(delta(kClassMessagesSent), 1u);
+  EXPECT_EQ(delta(kClassMessagesReceived), 1u);
+  EXPECT_EQ(delta(kClassBytesSent), 1u << 20);
+  EXPECT_EQ(delta(kClassBytesReceived), 1u << 20);
+  EXPECT_EQ(delta(classError(ErrorKind::kCanceled)), canceled) << "the working transfer is no error";
+  for (size_t k = 0; k < kErrorKinds; ++k) {
+    if (k != static_cast<size_t>(ErrorKind::kCanceled)) {
+      EXPECT_EQ(delta(kClassErrors + k), 0u) << errorKindName(static_cast<ErrorKind>(k));
+    }
+  }
+  EXPECT_EQ(classCounters("engine", "DEFAULT").get(kClassMessagesSent), defaultSent) << "KV traffic counted on DEFAULT";
 }
 
 // A transfer matched but waiting for credit (the receiver grants nothing); one side releases it:

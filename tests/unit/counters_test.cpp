@@ -48,13 +48,21 @@ TEST(Counters, EveryCatalogNamesAndDocumentsEachCounterOnce) {
   for (const Catalog* c : Registry::catalogs()) {
     std::set<std::string> names;
     for (const CounterInfo& i : c->counters) {
-      EXPECT_TRUE(names.insert(i.name).second) << scopeName(c->scope) << ": " << i.name << " twice";
+      const std::string key = std::string(i.name) + (i.kind != nullptr ? std::string("/") + i.kind : "");
+      EXPECT_TRUE(names.insert(key).second) << scopeName(c->scope) << ": " << key << " twice";
       EXPECT_GT(std::string(i.doc).size(), 5u) << i.name;
     }
   }
   EXPECT_EQ(kEngineCatalog.counters.size(), static_cast<size_t>(kEngineCounters));
   EXPECT_STREQ(kEngineCatalog.counters[kCreditStallNs].name, "credit_stall_ns");
   EXPECT_STREQ(kCommCatalog.counters[kRetransmits].name, "retransmits");
+  for (size_t k = 0; k < kErrorKinds; ++k) {  // errors by kind: one family, one series per kind
+    const CounterInfo& i = kClassCatalog.counters[classError(static_cast<ErrorKind>(k))];
+    EXPECT_STREQ(i.name, "errors");
+    EXPECT_STREQ(i.kind, errorKindName(static_cast<ErrorKind>(k)));
+  }
+  EXPECT_STREQ(errorKindName(ErrorKind::kPeerLost), "peer_lost");
+  EXPECT_STREQ(errorKindName(ErrorKind::kOther), "other");
 }
 
 }  // namespace

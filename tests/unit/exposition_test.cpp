@@ -90,6 +90,16 @@ TEST(Exposition, EverySetAndCounterIsThereAndParses) {
   EXPECT_EQ(samples.at("pact_engine_open_transfers" + la), 3) << "a gauge has no _total";
   EXPECT_EQ(samples.at("pact_engine_bytes_sent_total" + lb), 1u << 20);
   EXPECT_EQ(samples.at("pact_comm_messages_total" + lc), 11);
+  // Errors by kind: one family, a kind label per series.
+  CounterSet& cls = classCounters("plugin", "exposition-test");
+  cls.addShared(classError(ErrorKind::kPeerLost), 2);
+  cls.addShared(classError(ErrorKind::kRetries));
+  const auto withClass = parseStrict(prometheusText(Registry::process()));
+  const std::string lk = "{object=\"plugin class exposition-test\",set=\"" + std::to_string(cls.id()) + "\",kind=\"";
+  EXPECT_EQ(withClass.at("pact_class_errors_total" + lk + "peer_lost\"}"), 2);
+  EXPECT_EQ(withClass.at("pact_class_errors_total" + lk + "retries\"}"), 1);
+  EXPECT_EQ(withClass.at("pact_class_errors_total" + lk + "other\"}"), 0);
+  EXPECT_EQ(&classCounters("plugin", "exposition-test"), &cls) << "one set per class";
   // Every counter of each live set's catalog, once.
   for (const CounterSet* s : {&a, &c}) {
     const std::string l = s == &a ? la : lc;

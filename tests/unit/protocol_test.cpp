@@ -269,6 +269,8 @@ TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
 // for the next attempt; after `retries` attempts it gives up (INCOMPLETE on both sides).
 TEST(ProtocolPacing, EachRetryWaitsTheStragglerGraceOnce) {
   constexpr int kRetries = 30;  // past 200 ms: the sender repeats its Done meanwhile
+  telemetry::CounterSet& cls = telemetry::classCounters("engine", "DEFAULT");  // both protocols' route 0
+  const auto before = cls.values();
   Exchange run(Mode::kEagerPieces, kRetries, "drop=1,seed=1");
   run.net.setLatency(std::chrono::microseconds(700));  // so the repeats fall between attempts
   std::vector<TimePoint> verdicts;  // when the receiver's verdicts (retry, then abort) arrived
@@ -283,6 +285,12 @@ TEST(ProtocolPacing, EachRetryWaitsTheStragglerGraceOnce) {
   EXPECT_EQ(r.commits, 0);
   EXPECT_EQ(r.open, 0u);
   EXPECT_EQ(run.a->counters().get(telemetry::kRetried), static_cast<uint64_t>(kRetries));
+  // The class counts them too: the attempts, the dropped pieces, both ends' error of kind retries.
+  auto delta = [&](size_t i) { return cls.get(i) - before[i]; };
+  EXPECT_EQ(delta(telemetry::kClassRetransmits), 2u * kRetries) << "each end counts each attempt";
+  EXPECT_GE(delta(telemetry::kClassFaultsInjected), static_cast<uint64_t>(kRetries));
+  EXPECT_EQ(delta(telemetry::classError(telemetry::ErrorKind::kRetries)), 2u);
+  EXPECT_EQ(delta(telemetry::kClassMessagesSent) + delta(telemetry::kClassMessagesReceived), 0u);
   ASSERT_EQ(verdicts.size(), static_cast<size_t>(kRetries + 1)) << r.log;
   // One grace per attempt: no timer of an earlier attempt cuts one short.
   TimePoint previous = t0;
