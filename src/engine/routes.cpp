@@ -180,6 +180,7 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
     }
     lanes->add(transport::SharedEndpoint::own(std::move(ep.value())), static_cast<uint8_t>(k));
   }
+  lanes->countAs("class " + route.name + " of engine " + config_.name + " to " + p.name);  // >1 lane: a set each
   p.lanes[r] = std::move(lanes);
   return p.lanes[r].get();
 }

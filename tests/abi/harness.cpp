@@ -1,9 +1,13 @@
 // Plugin opening, request and connection helpers, and the two-process runner (see harness.h).
 #include "tests/abi/harness.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <utility>
 
 namespace pact::abi_test {
@@ -306,6 +310,24 @@ void PeerPair::expectSuccess(std::chrono::milliseconds timeout) {
   wait(timeout);
   EXPECT_TRUE(a_->outcome().ok()) << "peer " << a_->name() << " " << a_->outcome().describe();
   EXPECT_TRUE(b_->outcome().ok()) << "peer " << b_->name() << " " << b_->outcome().describe();
+}
+
+MetricsSnapshot::MetricsSnapshot(NetPlugin& plugin) {
+  const std::string path = "/tmp/pact-abi-metrics-" + std::to_string(::getpid()) + ".prom";
+  auto write = reinterpret_cast<int (*)(const char*)>(plugin.symbol("pact_plugin_metrics_write"));
+  EXPECT_TRUE(write != nullptr && write(path.c_str()) == 0) << "pact_plugin_metrics_write";
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line[0] != '#') lines_.push_back(line);
+  std::remove(path.c_str());
+}
+
+uint64_t MetricsSnapshot::total(const std::string& family, const std::string& filter) const {
+  uint64_t sum = 0;
+  for (const std::string& l : lines_)
+    if (l.rfind(family + "{", 0) == 0 && l.find(filter) != std::string::npos)
+      sum += std::strtoull(l.c_str() + l.rfind(' ') + 1, nullptr, 10);
+  return sum;
 }
 
 void killBWhenBothReady(PeerPair& pair) {

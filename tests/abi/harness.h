@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "plugin/loader/net_plugin.h"
 #include "tests/common/channel.h"
@@ -121,6 +122,19 @@ void recvOne(NetPlugin& plugin, void* comm, void* data, size_t capacity, void* m
 // alternately until done, verify size, contents and the guard after the message.
 void transferInOneThread(NetPlugin& plugin, void* sendComm, void* recvComm, size_t size,
                          uint64_t seed);
+
+// ---- metrics ----------------------------------------------------------------------------------
+// The plugin's metrics now: pact_plugin_metrics_write into a file of this process, read back
+// (what the exposition says, as a scraper would see it).
+class MetricsSnapshot {
+ public:
+  explicit MetricsSnapshot(NetPlugin& plugin);
+  // The sum of family's samples ("pact_device_closes_abandoned_total") whose line holds filter.
+  uint64_t total(const std::string& family, const std::string& filter = "") const;
+
+ private:
+  std::vector<std::string> lines_;
+};
 
 // ---- connections ----------------------------------------------------------------------------
 // Receiver side: listen(dev), send the handle over ch, accept until the comm exists, closeListen.

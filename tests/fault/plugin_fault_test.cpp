@@ -25,7 +25,6 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,16 +54,18 @@ int64_t nowUs() {
       .count();
 }
 
+// pact_class_errors_total's kinds, in telemetry::ErrorKind's order.
+constexpr const char* kErrorKinds[] = {"peer_lost", "peer_abort", "transport", "retries", "refused",
+                                       "deadline", "out_of_range", "canceled", "other"};
+
 // The plugin's class counters in this process (every "plugin class" set summed), from its metrics
 // snapshot (pact_plugin_metrics_write): what the exposition says, not a struct beside it.
 struct ClassStats {
   uint64_t messagesSent = 0, messagesReceived = 0, retransmits = 0, faults = 0;
   uint64_t errors[9] = {};  // by kind, telemetry::ErrorKind's order
   uint64_t errorsOf(const char* kind) const {
-    static constexpr const char* kKinds[] = {"peer_lost", "peer_abort", "transport", "retries", "refused",
-                                             "deadline", "out_of_range", "canceled", "other"};
     for (size_t k = 0; k < 9; ++k)
-      if (std::strcmp(kKinds[k], kind) == 0) return errors[k];
+      if (std::strcmp(kErrorKinds[k], kind) == 0) return errors[k];
     return ~uint64_t{0};
   }
   uint64_t allErrors() const {
@@ -75,26 +76,15 @@ struct ClassStats {
 };
 
 ClassStats readClassStats(NetPlugin& plugin) {
-  static constexpr const char* kKinds[] = {"peer_lost", "peer_abort", "transport", "retries", "refused",
-                                           "deadline", "out_of_range", "canceled", "other"};
+  const MetricsSnapshot m(plugin);
+  const std::string plugin_ = "object=\"plugin class ";
   ClassStats c;
-  const std::string path = "/tmp/pact-fault-class-" + std::to_string(::getpid()) + ".prom";
-  auto write = reinterpret_cast<pact_plugin_metrics_write_fn>(plugin.symbol("pact_plugin_metrics_write"));
-  EXPECT_TRUE(write != nullptr && write(path.c_str()) == 0) << "pact_plugin_metrics_write";
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("pact_class_", 0) != 0 || line.find("object=\"plugin class ") == std::string::npos) continue;
-    const std::string name = line.substr(11, line.find('{') - 11);
-    const uint64_t v = std::strtoull(line.c_str() + line.rfind(' ') + 1, nullptr, 10);
-    if (name == "messages_sent_total") c.messagesSent += v;
-    if (name == "messages_received_total") c.messagesReceived += v;
-    if (name == "retransmits_total") c.retransmits += v;
-    if (name == "faults_injected_total") c.faults += v;
-    if (name == "errors_total")
-      for (size_t k = 0; k < 9; ++k)
-        if (line.find(std::string("kind=\"") + kKinds[k] + "\"") != std::string::npos) c.errors[k] += v;
-  }
-  std::remove(path.c_str());
+  c.messagesSent = m.total("pact_class_messages_sent_total", plugin_);
+  c.messagesReceived = m.total("pact_class_messages_received_total", plugin_);
+  c.retransmits = m.total("pact_class_retransmits_total", plugin_);
+  c.faults = m.total("pact_class_faults_injected_total", plugin_);
+  for (size_t k = 0; k < 9; ++k)
+    c.errors[k] = m.total("pact_class_errors_total", std::string("kind=\"") + kErrorKinds[k] + "\"");
   return c;
 }
 

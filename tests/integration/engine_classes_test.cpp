@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "telemetry/counters.h"
 #include "pact/pact.hpp"  // the public C++ API beside the internal one: no name collides
 #include "tests/integration/engine_pair.h"
 
@@ -84,6 +85,19 @@ TEST(EngineClasses, UnorderedClassSpreadsItsPiecesOverItsLanes) {
   EXPECT_GT(lanes[0].pieces, 0u);
   EXPECT_GT(lanes[1].pieces, 0u);
   EXPECT_EQ(lanes[0].bytes + lanes[1].bytes, 8u << 20);
+  // The metrics' lane scope says the same: a set per lane of the class, with its share.
+  uint64_t pieces = 0, bytes = 0;
+  int sets = 0;
+  const telemetry::Scope lane = telemetry::Scope::kLane;
+  telemetry::Registry::process().forEach(&lane, [&](const telemetry::CounterSet& s) {
+    if (s.object().find(" of class KV of engine tx to ") == std::string::npos) return;
+    ++sets;
+    pieces += s.get(telemetry::kLanePieces);
+    bytes += s.get(telemetry::kLaneBytes);
+  });
+  EXPECT_EQ(sets, 2);
+  EXPECT_EQ(pieces, lanes[0].pieces + lanes[1].pieces);
+  EXPECT_EQ(bytes, 8u << 20);
   // DEFAULT stays ordered on the control endpoint: one lane.
   EXPECT_EQ(p.move("DEFAULT", 2, 0, 1 << 20), std::make_pair(Status::kOk, Status::kOk));
   EXPECT_EQ(p.tx->laneStats(p.peer, "DEFAULT").size(), 1u);
