@@ -38,9 +38,6 @@ void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p) {
   }
 }
 
-}  // namespace
-
-namespace {
 // What a UCX error on an endpoint or operation says of the peer: gone, or a transport fault.
 telemetry::ErrorKind ucxErrorKind(ucs_status_t st) {
   switch (st) {
@@ -109,7 +106,7 @@ Comm::Comm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_
 }
 
 Comm::~Comm() {
-  countError();  // a failure nobody tested for
+  countError(false);  // a failure nobody tested for
   diag::closed(*this);  // PACT_DIAG: its line
   magic = 0;
   dev().counters().subShared(telemetry::kLiveComms);
@@ -266,13 +263,14 @@ void Comm::pollPeer() {
   if (error_ == Status::kOk && (++livenessCalls_ & 31u) == 0) checkPeer();
 }
 
-void Comm::countError() {
+void Comm::countError(bool askSession) {
   if (errorCounted_ || error_ == Status::kOk) return;
   errorCounted_ = true;
   // A UCX error on an operation to a peer whose process died: when the session has seen the loss
   // already, that is the better cause. (Shared memory's cma read from a killed process fails with
   // an I/O error before the kernel closes its socket: that one stays a transport error.)
-  if (errorKind_ == telemetry::ErrorKind::kTransport && !sessions_->view(channel_, false).lostReason.empty())
+  if (askSession && errorKind_ == telemetry::ErrorKind::kTransport &&
+      !sessions_->view(channel_, false).lostReason.empty())
     errorKind_ = telemetry::ErrorKind::kPeerLost;
   class_.addShared(telemetry::classError(errorKind_));
 }
@@ -280,7 +278,7 @@ void Comm::countError() {
 Status Comm::failure() {
   if (error_ != Status::kOk && !aborted_) {
     aborted_ = true;
-    countError();
+    countError(true);
     if (peerLost_) {
       const auto t = now();
       for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) {

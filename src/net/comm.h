@@ -140,8 +140,9 @@ class Comm {
   void readPeer(const transport::ChannelView& v);
   // Whether the peer has closed (its goodbye), died, or the comm failed.
   bool peerGone();
-  // The failure into the class's errors, once (outside UCX callbacks: it reads the session).
-  void countError();
+  // The failure into the class's errors, once; askSession: refine a transport error by what the
+  // session saw (outside UCX callbacks and closes).
+  void countError(bool askSession);
   // Hands the comm's requests to the slab: done ones go back, ones UCX still holds stay there
   // without a comm (the Reaper progresses them), so a late callback never touches the comm.
   // Whether any stayed with UCX.
