@@ -39,6 +39,15 @@ struct Two {
     b = *cb;
   }
   uint64_t closing() { return a->counters().get(telemetry::kClosingEndpoints); }
+  // An endpoint from a to b, released at once: its background close starts. Whether one runs.
+  bool openAndRelease() {
+    std::lock_guard lock(a->mutex());
+    auto ep = a->endpoint(0, 0, b->addresses()[0]);
+    EXPECT_TRUE(ep.ok()) << ep.error().message;
+    if (!ep.ok()) return false;
+    ep.value().reset();  // the last reference
+    return a->closing() == 1;
+  }
   uint64_t abandoned() { return a->counters().get(telemetry::kClosesAbandoned); }
 };
 
@@ -59,13 +68,7 @@ TEST(DeviceClose, ACloseThePeerNeverAnswersIsGivenUpAfterTheBoundAndCounted) {
   Two t;
   ASSERT_TRUE(t.a && t.b);
   const uint64_t abandonedBefore = t.abandoned();
-  {
-    std::lock_guard lock(t.a->mutex());
-    auto ep = t.a->endpoint(0, 0, t.b->addresses()[0]);
-    ASSERT_TRUE(ep.ok()) << ep.error().message;
-    ep.value().reset();  // the last reference: the background close starts
-    EXPECT_EQ(t.a->closing(), 1u) << "closed at once: the test needs a close that waits";
-  }
+  ASSERT_TRUE(t.openAndRelease()) << "closed at once: the test needs a close that waits";
   EXPECT_EQ(t.closing(), 1u);
   const auto t0 = Clock::now();
   ASSERT_TRUE(progressUntil(t, false, std::chrono::seconds(10), [&] { return t.abandoned() > abandonedBefore; }))
@@ -82,12 +85,7 @@ TEST(DeviceClose, AClosePeerAnsweringEndsWithNothingAbandoned) {
   Two t;
   ASSERT_TRUE(t.a && t.b);
   const uint64_t abandonedBefore = t.abandoned();
-  {
-    std::lock_guard lock(t.a->mutex());
-    auto ep = t.a->endpoint(0, 0, t.b->addresses()[0]);
-    ASSERT_TRUE(ep.ok()) << ep.error().message;
-    ep.value().reset();
-  }
+  t.openAndRelease();
   ASSERT_TRUE(progressUntil(t, true, std::chrono::seconds(10), [&] { return t.closing() == 0; }));
   EXPECT_EQ(t.abandoned(), abandonedBefore);
 }
