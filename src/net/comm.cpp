@@ -244,6 +244,7 @@ Status Comm::test(Request* r, bool* done, int* sizes, Ending* ending) {
   }
   counters_.add(telemetry::kMessages);
   if (!flush) {
+    counters_.add(telemetry::kCommBytes, bytes);
     class_.addShared(isSend_ ? telemetry::kClassMessagesSent : telemetry::kClassMessagesReceived);
     class_.addShared(isSend_ ? telemetry::kClassBytesSent : telemetry::kClassBytesReceived, bytes);
   }

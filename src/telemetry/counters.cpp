@@ -32,6 +32,7 @@ static_assert(std::size(kEngineInfo) == kEngineCounters);
 
 constexpr CounterInfo kCommInfo[] = {
     {"messages", "requests completed"},
+    {"bytes", "payload bytes of those requests: sent (send comm) or received (receive comm)"},
     {"pieces", "UCX operations completed"},
     {"pieces_out_of_order", "receive: a piece landed before a lower piece of its message"},
     {"messages_out_of_order", "a message completed while an earlier one was in flight"},

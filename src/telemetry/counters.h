@@ -115,7 +115,7 @@ extern const Catalog kEngineCatalog;
 
 // A comm of the NCCL plugin.
 enum CommCounter : size_t {
-  kMessages, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
+  kMessages, kCommBytes, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
   kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kCommCounters
 };
 extern const Catalog kCommCatalog;

@@ -2,8 +2,8 @@
 // linked into every object that uses it (the NCCL plugin, libpact.so, the Python extension, pact's
 // executables), so a process that loads NCCL's pact plugin and the engine library holds two copies
 // of the core, each with its own statics. The counter registry, the exporter's claim (who serves
-// PACT_METRICS_PORT and writes PACT_METRICS_FILE) and the timeline (PACT_TRACE_FILE) are meant to
-// be one per process: the first copy that needs them creates them on the heap, never destroyed,
+// PACT_METRICS_PORT and writes PACT_METRICS_FILE), the timeline (PACT_TRACE_FILE) and what the
+// TCP connections retransmitted are meant to be one per process: the first copy that needs them creates them on the heap, never destroyed,
 // and publishes them through its exported pact_telemetry_join_v1; a later copy of the same build
 // looks through the loaded objects for that symbol and adopts what another copy published. A copy
 // of another build (a different layout or catalogue: the fingerprint differs) keeps its own state
@@ -15,6 +15,7 @@
 #pragma once
 
 #include <deque>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -35,6 +36,14 @@ struct TimelineState {
   int tracks = 0;
 };
 
+// What the TCP connections of the process retransmitted (telemetry/tcp_info.cpp): the totals must
+// not depend on which copy writes the text.
+struct TcpSeen {
+  std::mutex mu;
+  std::map<std::string, uint64_t> closedRetransmits;                // per device
+  std::map<unsigned long, std::pair<std::string, uint64_t>> open;  // inode -> device, retransmits
+};
+
 // Whether an exporter runs in the process and where (telemetry/exporter.cpp). The exporter itself
 // (its thread) belongs to the copy that started it.
 struct ExportClaim {
@@ -47,6 +56,7 @@ struct Shared {
   Registry registry;
   TimelineState timeline;
   ExportClaim claim;
+  TcpSeen tcp;
   // The catalogs every set points at, copied onto the heap by the copy that created the state, so
   // that no set refers to a copy's text (which goes when that copy is unloaded). Indexed by Scope.
   std::deque<std::string> texts;

@@ -14,6 +14,7 @@
 #include <set>
 
 #include "telemetry/exposition.h"
+#include "telemetry/shared.h"
 
 namespace pact::telemetry {
 namespace {
@@ -103,16 +104,10 @@ std::map<unsigned long, Conn> connections(const std::set<std::string>& devices) 
 }
 
 // What connections no longer open had retransmitted, per device, and the last look at the open
-// ones. Never destroyed: the last metrics file is written at exit, after static destructors ran.
-struct Seen {
-  std::mutex mu;
-  std::map<std::string, uint64_t> closedRetransmits;
-  std::map<unsigned long, std::pair<std::string, uint64_t>> open;  // inode -> device, retransmits
-};
-Seen& seen() {
-  static Seen* s = new Seen;
-  return *s;
-}
+// ones: the process's (shared.h), never destroyed, as the last metrics file is written at exit,
+// after static destructors ran.
+using Seen = TcpSeen;
+Seen& seen() { return shared().tcp; }
 
 }  // namespace
 

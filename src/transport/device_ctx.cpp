@@ -105,7 +105,7 @@ void DeviceCtx::reapClosing() {
       counters_.add(telemetry::kClosesAbandoned);
       PACT_INFO("device %s: an endpoint close did not finish within %lld ms; left to UCX",
                 info_.name.c_str(), static_cast<long long>(std::chrono::milliseconds(kCloseBound).count()));
-      (void)c.ep.release();  // UCX may still call its error callback
+      abandoned_.push_back(std::move(c.ep));  // UCX may still call its error callback
     }
     counters_.sub(telemetry::kClosingEndpoints);
     return true;

@@ -128,6 +128,9 @@ class DeviceCtx {
   telemetry::CounterSet counters_;
   std::mutex mu_;
   std::vector<std::unique_ptr<Orphan>> orphans_;  // outlives the workers (declared first)
+  // Endpoints whose close was given up: UCX may still call their error callback, so they live
+  // until the workers are gone (declared before the rails).
+  std::vector<std::unique_ptr<SharedEndpoint>> abandoned_;
   struct Closing {
     std::unique_ptr<SharedEndpoint> ep;  // UCX's error callback may still name it
     ucx::PendingClose close;

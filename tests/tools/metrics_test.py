@@ -258,7 +258,8 @@ with tempfile.TemporaryDirectory() as tmp:
 # loopback pair, 3 registrations, one message, then the send comm closed), read in snapshots it
 # asks for with pact_plugin_metrics_write: 2 requests taken while the message's send and receive
 # are posted, none once they ended; with both comms open, 2 comms, 3 registrations, an
-# endpoint, a session and 2 channels, and one message and one piece on each comm; after the
+# endpoint, a session and 2 channels, one message, one piece and its 4096 bytes on each comm and
+# in the class DEFAULT each way; after the
 # send comm's close, 1 comm, 1 registration, fewer endpoints, and the send comm's series gone.
 with tempfile.TemporaryDirectory() as tmp:
     snap = os.path.join(tmp, "snap")
@@ -285,6 +286,11 @@ with tempfile.TemporaryDirectory() as tmp:
         if not (one(opened, "pact_process_sessions") or 0) >= 1: errors.append("no session while the comms are open")
         for fam in ("pact_comm_messages_total", "pact_comm_pieces_total"):
             if every(opened, fam) != [1, 1]: errors.append("%s %s, want 1 on each comm" % (fam, every(opened, fam)))
+        if every(opened, "pact_comm_bytes_total") != [4096, 4096]:
+            errors.append("pact_comm_bytes_total %s, want the message's 4096 on each comm" % every(opened, "pact_comm_bytes_total"))
+        for fam, want in (("pact_class_messages_sent_total", 1), ("pact_class_messages_received_total", 1),
+                          ("pact_class_bytes_sent_total", 4096), ("pact_class_bytes_received_total", 4096)):
+            if every(opened, fam) != [want]: errors.append("%s %s, want [%d] (class DEFAULT)" % (fam, every(opened, fam), want))
         if one(closed, "pact_device_comms") != 1 or one(closed, "pact_device_registrations") != 1:
             errors.append("after closeSend: comms %s, registrations %s, want 1 and 1" % (
                 one(closed, "pact_device_comms"), one(closed, "pact_device_registrations")))
