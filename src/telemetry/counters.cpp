@@ -1,7 +1,6 @@
 #include "telemetry/counters.h"
 
 #include <algorithm>
-#include <map>
 
 #include "common/shrink.h"
 #include "telemetry/shared.h"
@@ -102,12 +101,13 @@ const char* errorKindName(ErrorKind k) {
 }
 
 CounterSet& classCounters(std::string_view face, std::string_view name) {
-  // Never destroyed, like processCounters: the plugin's comms count into them while statics go.
-  static auto* const mu = new std::mutex;
-  static auto* const sets = new std::map<std::string, CounterSet*, std::less<>>;
+  // Never destroyed, like processCounters (the plugin's comms count into them while statics go),
+  // and one per process (shared.h): the engines of libpact.so and of the Python extension share
+  // "engine class KV".
+  Shared& sh = shared();
   const std::string object = std::string(face) + " class " + std::string(name);
-  std::lock_guard lock(*mu);
-  auto& s = (*sets)[object];
+  std::lock_guard lock(sh.classMu);
+  auto& s = sh.classes[object];
   if (s == nullptr) s = new CounterSet(kClassCatalog, object);
   return *s;
 }

@@ -147,8 +147,8 @@ enum class ErrorKind : uint8_t {
 inline constexpr size_t kErrorKinds = 9;
 const char* errorKindName(ErrorKind k);
 
-// A traffic class of the plugin (NCCL's trafficClass: "plugin class 3") or of the engines of this
-// copy ("engine class KV"), over its life in the process: every comm or transfer of the class.
+// A traffic class of the plugin (NCCL's trafficClass: "plugin class 3") or of the process's engines
+// ("engine class KV"), over its life in the process: every comm or transfer of the class.
 enum ClassCounter : size_t {
   kClassMessagesSent, kClassMessagesReceived, kClassBytesSent, kClassBytesReceived,
   kClassRetransmits, kClassFaultsInjected, kClassErrors,  // kClassErrors + ErrorKind: one per kind

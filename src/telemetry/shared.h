@@ -57,6 +57,10 @@ struct Shared {
   TimelineState timeline;
   ExportClaim claim;
   TcpSeen tcp;
+  // The class sets by object ("plugin class 3", "engine class KV"): one per process, whichever
+  // copy counts into it (telemetry::classCounters).
+  std::mutex classMu;
+  std::map<std::string, CounterSet*, std::less<>> classes;
   // The catalogs every set points at, copied onto the heap by the copy that created the state, so
   // that no set refers to a copy's text (which goes when that copy is unloaded). Indexed by Scope.
   std::deque<std::string> texts;
