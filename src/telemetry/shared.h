@@ -1,17 +1,19 @@
 // The telemetry state a process shares between its copies of pact. The core is a static library
 // linked into every object that uses it (the NCCL plugin, libpact.so, the Python extension, pact's
 // executables), so a process that loads NCCL's pact plugin and the engine library holds two copies
-// of the core, each with its own statics. The counter registry, the exporter's claim (who serves
-// PACT_METRICS_PORT and writes PACT_METRICS_FILE), the timeline (PACT_TRACE_FILE) and what the
-// TCP connections retransmitted are meant to be one per process: the first copy that needs them creates them on the heap, never destroyed,
-// and publishes them through its exported pact_telemetry_join_v1; a later copy of the same build
-// looks through the loaded objects for that symbol and adopts what another copy published. A copy
-// of another build (a different layout or catalogue: the fingerprint differs) keeps its own state
-// and says so at INFO.
+// of the core, each with its own statics. The counter registry, the class sets, the exporter's
+// claim (who serves PACT_METRICS_PORT and writes PACT_METRICS_FILE), the timeline
+// (PACT_TRACE_FILE) and what the TCP connections retransmitted are meant to be one per process:
+// the first copy that needs them creates them on the heap, never destroyed, and publishes them
+// through its exported pact_telemetry_join_v1; a later copy of the same build looks through the
+// loaded objects for that symbol and adopts what another copy published. A copy of another build
+// (a different layout or catalogue: the fingerprint differs) keeps its own state and says so at
+// INFO.
 //
 // Nothing shared points into a copy's own memory: the catalogs are copied onto the heap, so a copy
-// may leave the process (NCCL's dlclose of the plugin) while the others go on; its sets are gone
-// with it, and an exporter it ran stops then (the next copy to start one serves again).
+// may leave the process (NCCL's dlclose of the plugin) while the others go on; the sets it
+// destroyed are gone with it, those never destroyed (its process set, class sets) stay readable,
+// and an exporter it ran stops then (the next copy to start one serves again).
 #pragma once
 
 #include <deque>
