@@ -55,7 +55,7 @@ struct Engine::ControlOp : ucx::Op {
   Engine* engine = nullptr;
   std::vector<uint8_t> bytes;
   uint64_t xfer = 0;
-  std::vector<ucp_dt_iov_t> iov;
+  std::vector<ucx::Iov> iov;
 };
 
 // What an active message handler knows of where the message arrived.

@@ -189,16 +189,14 @@ Status Engine::onHello(Peer& p, const Hello& hello) {
 }
 
 Status Engine::connectEndpoint(Peer& p) {
-  auto& rail = contexts_[routes_[ctrlRoute_].context].dev->rail(0);
-  auto ep = ucx::Endpoint::create(rail.worker.get(), p.peerWorker, &Engine::onEndpointError,
-                                  &p, &rail.peerFailureSupported);
+  auto ep = contexts_[routes_[ctrlRoute_].context].dev->ownEndpoint(0, p.peerWorker, &Engine::onEndpointError, &p);
   if (!ep.ok()) {
     peerLost(p, ep.error().message);
     return Status::kRemoteError;
   }
   p.ctrl = std::make_shared<transport::Lanes>();
   p.ctrl->configure(routes_[ctrlRoute_].channel);
-  p.ctrl->add(transport::SharedEndpoint::own(std::move(*ep)), 0);
+  p.ctrl->add(std::move(*ep), 0);
   --handshaking_;
   p.phase = Peer::Phase::kReady;
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),

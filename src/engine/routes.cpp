@@ -170,15 +170,13 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
   const size_t rails = std::min(dev.rails(), remote->rails.size());
   for (int i = 0; i < route.channel.lanes; ++i) {
     const size_t k = static_cast<size_t>(i) % rails;
-    auto& rail = dev.rail(k);
-    auto ep = ucx::Endpoint::create(rail.worker.get(), remote->rails[k], &Engine::onEndpointError,
-                                    &p, &rail.peerFailureSupported);
+    auto ep = dev.ownEndpoint(k, remote->rails[k], &Engine::onEndpointError, &p);
     if (!ep.ok()) {
       ignore(fail(ep.status(), "class " + route.name + " lane " + std::to_string(i) + " to " +
                                    p.name + ": " + ep.error().message));
       return nullptr;
     }
-    lanes->add(transport::SharedEndpoint::own(std::move(ep.value())), static_cast<uint8_t>(k));
+    lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));
   }
   lanes->countAs("class " + route.name + " of engine " + config_.name + " to " + p.name);  // >1 lane: a set each
   p.lanes[r] = std::move(lanes);
@@ -257,9 +255,7 @@ void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<co
                    reinterpret_cast<const uint8_t*>(&p->remoteToken) + sizeof p->remoteToken);
   op->iov.clear();
   for (const Extent& b : src) op->iov.push_back({b.addr, b.length});
-  const ucs_status_t st =
-      lanes->endpoint(0).amSend(kAmEager, op->bytes.data(), op->bytes.size(), op->iov.data(),
-                                op->iov.size(), true, op, UCS_MEMORY_TYPE_HOST, ucp_dt_make_iov());
+  const ucs_status_t st = lanes->endpoint(0).amSendIov(kAmEager, op->bytes.data(), op->bytes.size(), op->iov, true, op);
   if (st != UCS_INPROGRESS) onEagerSent(op, st);
 }
 

@@ -1,13 +1,17 @@
 // The completion plumbing of a request's parts (request.h), shared by the comms' data path
-// (comm.cpp) and the GPU flush reads (flush.cpp). Device mutex held, as for every part.
+// (comm.cpp, recv_comm.cpp) and the GPU flush reads (flush.cpp); parts.cpp. Device mutex held, as for every part.
 #pragma once
 
 #include <ucp/api/ucp.h>
 
 #include "net/request.h"
+#include "telemetry/counters.h"
 
 namespace pact::net {
 
+// What a UCX error on an endpoint or operation says of the peer: gone (connection reset, endpoint
+// timeout, unreachable, not connected), or a transport fault.
+telemetry::ErrorKind ucxErrorKind(ucs_status_t st);
 // A part's UCX operation ended with st, having moved length bytes: the request's bookkeeping, the
 // comm's partDone, and a failure of the peer's endpoint failing the comm.
 void completePart(Part* p, ucs_status_t st, size_t length);
@@ -21,5 +25,10 @@ void track(Part* p, void* ret);
 ucp_request_param_t partParam(Part* p);
 // The parameters of a send-like operation (send, get) completing into onDone(part).
 ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p);
+struct MemHandle;
+// Part p's registration and memory type into param when mh's region on p's rail covers it (UCX
+// would otherwise look the address up in its memory-type cache, which takes memory it did not
+// see allocated for host).
+void setMemh(ucp_request_param_t* param, const MemHandle* mh, const Part* p);
 
 }  // namespace pact::net

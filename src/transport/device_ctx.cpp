@@ -85,6 +85,14 @@ Result<std::shared_ptr<SharedEndpoint>> DeviceCtx::endpoint(size_t rail, size_t 
   return shared;
 }
 
+Result<std::shared_ptr<SharedEndpoint>> DeviceCtx::ownEndpoint(size_t rail, const std::vector<uint8_t>& remote,
+                                                               ucx::Endpoint::ErrorHandler onError, void* arg) {
+  auto& r = this->rail(rail);
+  auto ep = ucx::Endpoint::create(r.worker.get(), remote, onError, arg, &r.peerFailureSupported);
+  if (!ep.ok()) return ep.error();
+  return SharedEndpoint::own(std::move(ep.value()));
+}
+
 void DeviceCtx::retire(SharedEndpoint* ep, const std::string& key) {
   counters_.sub(telemetry::kLiveEndpoints);
   if (auto it = endpoints_.find(key); it != endpoints_.end() && it->second.expired())

@@ -104,6 +104,11 @@ class DeviceCtx {
   // the bound are given up (counted, logged). Device mutex must be held, also for the release.
   Result<std::shared_ptr<SharedEndpoint>> endpoint(size_t rail, size_t lane,
                                                    const std::vector<uint8_t>& remote);
+  // An endpoint from `rail` to the peer worker at `remote` with one owner (the engine's lanes to a
+  // peer), onError(arg) its UCX error callback: not shared, closed forced and bounded when its
+  // last reference goes. Peer-failure handling as the rail's transports allow (Rail).
+  Result<std::shared_ptr<SharedEndpoint>> ownEndpoint(size_t rail, const std::vector<uint8_t>& remote,
+                                                      ucx::Endpoint::ErrorHandler onError, void* arg);
   // Endpoint closes still under way. Device mutex must be held.
   size_t closing() const { return closing_.size(); }
 

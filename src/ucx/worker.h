@@ -102,6 +102,9 @@ ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::millis
 
 // An endpoint close UCX is still carrying out (Endpoint::closeLater). done() polls it without
 // progressing; destroying an unfinished one hands the request to UCX, which frees it when it ends.
+// One extent of a gathered send (amSendIov).
+using Iov = ucp_dt_iov_t;
+
 class PendingClose {
  public:
   PendingClose() = default;
@@ -141,6 +144,12 @@ class Endpoint {
                       size_t length, bool eager, Op* op,
                       ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN,
                       ucp_datatype_t datatype = ucp_dt_make_contig(1));
+  // amSend of host memory gathered from iov (kept alive by the caller until op completes).
+  ucs_status_t amSendIov(unsigned id, const void* header, size_t headerLength, const std::vector<Iov>& iov,
+                         bool eager, Op* op) {
+    return amSend(id, header, headerLength, iov.data(), iov.size(), eager, op, UCS_MEMORY_TYPE_HOST,
+                  ucp_dt_make_iov());
+  }
   // Flushes (force=false: outstanding sends complete first) or aborts (force=true) the endpoint;
   // progresses the worker for a bounded time. Outstanding requests complete (with an error
   // when forced) before this returns.
