@@ -235,7 +235,7 @@ void Protocol::settle(Transfer& x, Event e, Status result) {
   }
   x.settled = true;
   x.result = result;
-  telemetry::CounterSet& cls = *classes_[std::min(x.route, classes_.size() - 1)];
+  telemetry::CounterSet& cls = classOf(x.route);
   if (result == Status::kOk) {
     counters_.add(telemetry::kCommitted);
     const bool sent = x.role == Role::kSender;

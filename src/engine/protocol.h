@@ -9,6 +9,7 @@
 // with it held). Files: protocol.cpp (transfers, timers, queries), receiver.cpp, sender.cpp.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <list>
 #include <map>
@@ -159,7 +160,7 @@ class Protocol {
   bool inject(double p, size_t route) {
     if (!fault_.active() || !dice_.roll(p)) return false;
     counters_.add(telemetry::kFaultsInjected);
-    if (route < classes_.size()) classes_[route]->addShared(telemetry::kClassFaultsInjected);
+    if (route != kNoRoute) classOf(route).addShared(telemetry::kClassFaultsInjected);
     return true;
   }
   // A connected peer, or nullptr (unknown or lost).
@@ -287,6 +288,7 @@ class Protocol {
   telemetry::CounterSet counters_;
   // Each route's class set ("engine class KV"), shared by the process's engines (addShared).
   std::vector<telemetry::CounterSet*> classes_;
+  telemetry::CounterSet& classOf(size_t route) { return *classes_[std::min(route, classes_.size() - 1)]; }
   telemetry::TraceRing trace_;
   FaultSpec fault_;
   FaultDice dice_{1, 0};

@@ -411,7 +411,7 @@ bool Protocol::retryAttempt(Transfer& x, Event why, Reason reason) {
   --x.retriesLeft;
   ++x.retries;
   counters_.add(telemetry::kRetried);
-  classes_[std::min(x.route, classes_.size() - 1)]->addShared(telemetry::kClassRetransmits);
+  classOf(x.route).addShared(telemetry::kClassRetransmits);
   step(x, why);
   step(x, Event::kRetry);
   x.landed.clear();

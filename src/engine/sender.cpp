@@ -48,7 +48,7 @@ Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const Block
   if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
     k.modelEpoch += fault_.epochSkew;
     counters_.add(telemetry::kFaultsInjected);
-    classes_[std::min(route, classes_.size() - 1)]->addShared(telemetry::kClassFaultsInjected);
+    classOf(route).addShared(telemetry::kClassFaultsInjected);
   }
   Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
   sending_[{to, k}] = x.id;
@@ -271,7 +271,7 @@ void Protocol::onVerdict(uint64_t from, const Verdict& m) {
       x.doneSent = false;
       ++x.retries;
       counters_.add(telemetry::kRetried);
-      classes_[std::min(x.route, classes_.size() - 1)]->addShared(telemetry::kClassRetransmits);
+      classOf(x.route).addShared(telemetry::kClassRetransmits);
       postPieces(x);
       return;
     case Outcome::kAborted: {

@@ -98,7 +98,7 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     }
     const ChannelConfig cfg = channelFor(trafficClass);
     PACT_DEBUG("connect on %s: traffic class %s, profile %s", (*hb)->dev().info().name.c_str(),
-               trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass).c_str(),
+               cfg.className.c_str(),
                params_.classes.forNccl(trafficClass).describe().c_str());
     wire::CommShape shape;
     shape.unordered = cfg.ordered ? 0 : 1;
@@ -192,7 +192,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   }
   // The sender's channel, with this process's PACT_FAULT (reject, lose_remote_done).
   ChannelConfig cfg = channelFor(-1);
-  cfg.className = channelFor(lc->trafficClass).className;
+  cfg.className = className(lc->trafficClass);
   cfg.ordered = shape->unordered == 0;
   cfg.lanes = shape->lanes;
   cfg.chunk = shape->chunk;

@@ -69,8 +69,7 @@ Status Net::makeVDevice(const std::vector<int>& members, int* dev) {
 }
 
 Result<std::shared_ptr<Hub>> Net::hub(int dev, int trafficClass) {
-  const std::string cls = trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass);
-  auto d = fabric_->open(dev, params_.classes.forNccl(trafficClass), cls);
+  auto d = fabric_->open(dev, params_.classes.forNccl(trafficClass), className(trafficClass));
   if (!d.ok()) return d.error();
   std::lock_guard lock(hubsMu_);
   auto& h = hubs_[d->get()];
@@ -117,7 +116,7 @@ CommLimits Net::limits() const {
 ChannelConfig Net::channelFor(int trafficClass) const {
   const Profile& p = params_.classes.forNccl(trafficClass);
   ChannelConfig c;
-  c.className = trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass);
+  c.className = className(trafficClass);
   c.ordered = p.order == Order::kOrdered;
   c.lanes = p.lanes;
   c.chunk = p.chunk;

@@ -114,6 +114,8 @@ class Net {
   Result<std::shared_ptr<Hub>> hub(int dev, int trafficClass);
   // The channel a class's send comms use (profile + the PACT_FAULT lane delay).
   ChannelConfig channelFor(int trafficClass) const;
+  // NCCL's trafficClass as the class's name: "DEFAULT" (-1) or the number ("3").
+  static std::string className(int trafficClass) { return trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass); }
 
   Params params_;
   std::unique_ptr<transport::Fabric> fabric_;
