@@ -6,6 +6,9 @@
 # Layout:
 #   .gpu-bundle/lib/libnccl-net-pact.so   the plugin (debug info stripped, symbol table kept)
 #   .gpu-bundle/bin/pact-gpu-memory-check the GPU memory check (tests/gpu/gpu_memory_check.cpp)
+#   .gpu-bundle/bin/{pact-perf,pact-ucp-bw,ucx_perftest}  the benchmarks ci/device-perf.sh runs on
+#                                         a machine with more cores (when the build has perf/;
+#                                         ucx_perftest is the one of the UCX the plugin links)
 #   .gpu-bundle/lib/<soname>              UCX (libucp, libuct, libucs, libucm), libsodium, libnuma...
 #   .gpu-bundle/lib/ucx/lib{uct,ucm}_<m>.so.0  UCX's loadable modules for TCP, shared memory and
 #                                         CUDA (tcp, posix and sysv live inside libuct in most
@@ -77,6 +80,16 @@ deps() {
 put "$plugin" "$bundle/lib/libnccl-net-pact.so" --strip-debug
 put "$check_bin" "$bundle/bin/pact-gpu-memory-check"
 
+# The benchmarks, where this build has them (-Dperf=true), with the UCX's own ucx_perftest.
+tools=()
+perftest=$(dirname "$ucx_src")/../bin/ucx_perftest
+[ -x "$perftest" ] || perftest=$(command -v ucx_perftest || true)
+for t in "$build/perf/pact-perf" "$build/perf/pact-ucp-bw" "$perftest"; do
+  [ -n "$t" ] && [ -x "$t" ] || continue
+  put "$t" "$bundle/bin/$(basename "$t")"
+  tools+=("$t")
+done
+
 modules=()
 for m in "${ucx_modules[@]}"; do
   for kind in uct ucm; do
@@ -89,7 +102,7 @@ done
 
 # First resolution wins: the plugin's own (its rpath names the UCX it was built with), then the
 # check's, then the modules' (a CUDA module's build-machine rpath may resolve another UCX).
-deplist=$(deps "$plugin" "$check_bin" "${modules[@]}" | awk '!seen[$1]++') || exit 1
+deplist=$(deps "$plugin" "$check_bin" "${tools[@]}" "${modules[@]}" | awk '!seen[$1]++') || exit 1
 declare -A copied=()
 while read -r soname path; do
   [ -n "$soname" ] || continue
@@ -137,7 +150,7 @@ cxxabi_need=$(max_version CXXABI "${shipped[@]}")
 } > "$bundle/MANIFEST"
 
 # Self-sufficiency: with only the bundle on the search path, nothing may be missing.
-check=$(env -i LD_LIBRARY_PATH="$bundle/lib" ldd "$bundle/lib/libnccl-net-pact.so" "$bundle/bin/pact-gpu-memory-check" \
+check=$(env -i LD_LIBRARY_PATH="$bundle/lib" ldd "$bundle/lib/libnccl-net-pact.so" "$bundle"/bin/* \
   "$bundle"/lib/ucx/*.so.0 2>&1 | grep -Ev '^\s*(libcuda|libnvidia-ml)\.so[.0-9]* => not found' || true)
 if grep -q 'not found' <<< "$check"; then
   echo "$check" >&2

@@ -12,7 +12,7 @@
 #
 # usage: perf/coll-baseline.sh [TLS]       TLS defaults to $UCX_TLS, then tcp
 # environment (all optional):
-#   BUILD=build  RANKS=8  ROUNDS=2  OPS="allreduce alltoall"  MIN_SIZE=1M  MAX_SIZE=64M  FACTOR=4
+#   BUILD=build (or PACT_PERF, UCP_BW, PLUGIN one by one)  RANKS=8  ROUNDS=2  OPS="allreduce alltoall"  MIN_SIZE=1M  MAX_SIZE=64M  FACTOR=4
 #   ITERS=5  BUDGET=128M (raw bytes per size and pair)  RAW_ARGS="--peer-errors --yield" over tcp,
 #   "--yield" otherwise (pact's UCX error mode; yielding when idle, as pact-perf coll's ranks do:
 #   N pairs share the cores)
@@ -39,6 +39,7 @@ STEP_TIMEOUT=${STEP_TIMEOUT:-900}
 die() { echo "coll-baseline: $*" >&2; exit 1; }
 [[ -x $PACT_PERF ]] || die "no pact-perf at $PACT_PERF (set BUILD or PACT_PERF)"
 [[ -x $UCP_BW ]] || die "no pact-ucp-bw at $UCP_BW (set BUILD or UCP_BW)"
+[[ -r $PLUGIN ]] || die "no plugin at $PLUGIN (set BUILD or PLUGIN)"
 command -v ucx_perftest >/dev/null || die "ucx_perftest not found"
 
 perf_workdir
@@ -60,11 +61,11 @@ for (( round = 1; round <= ROUNDS; round++ )); do
       ucx_perftest_pair "$out/batch-lat.txt" "$out/ucx-server.log" "$out/lat-$round.txt" "$STEP_TIMEOUT"
     else
       for op in $OPS; do
-        timeout "$STEP_TIMEOUT" "$PACT_PERF" coll -np "$RANKS" --op "$op" -b "$MIN_SIZE" -e "$MAX_SIZE" -f "$FACTOR" \
+        timeout "$STEP_TIMEOUT" "$PACT_PERF" coll --plugin "$PLUGIN" -np "$RANKS" --op "$op" -b "$MIN_SIZE" -e "$MAX_SIZE" -f "$FACTOR" \
           -n "$ITERS" -w 1 --json "$out/pact-$round-$op.json" > "$out/pact-$round-$op.log" 2>&1 ||
           die "pact-perf coll $op failed (see $out/pact-$round-$op.log)"
       done
-      timeout "$STEP_TIMEOUT" "$PACT_PERF" coll -np "$RANKS" --op allreduce -b 8 -e 8 -n 200 -w 20 \
+      timeout "$STEP_TIMEOUT" "$PACT_PERF" coll --plugin "$PLUGIN" -np "$RANKS" --op allreduce -b 8 -e 8 -n 200 -w 20 \
         --json "$out/pact-$round-lat.json" > "$out/pact-$round-lat.log" 2>&1 ||
         die "pact-perf coll 8 B allreduce failed (see $out/pact-$round-lat.log)"
     fi

@@ -28,7 +28,6 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=perf/ucx-lib.sh
 . "$here/perf/ucx-lib.sh"
 perf_env "${1:-}"
-PLUGIN=${PLUGIN:-$BUILD/plugin/libnccl-net-pact.so}
 ROUNDS=${ROUNDS:-3}
 BUFFERS=${BUFFERS:-0}
 RAW_ARGS=${RAW_ARGS:-}
