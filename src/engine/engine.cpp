@@ -85,6 +85,9 @@ Status Engine::init() {
     listenHandle_ = *h;
     listening_ = true;
   }
+  // A caller that meets a progress round polls for the lock as long as the engine would spin
+  // anyway, at most kLockSpin (engine_mutex.h); PACT_PROGRESS_SPIN=0 sleeps at once.
+  mu_.setSpin(std::min<std::chrono::microseconds>(params_.progress_spin, kLockSpin));
   if (config_.progressThread) thread_ = std::thread([this] { runProgressThread(); });
   return Status::kOk;
 }
@@ -193,7 +196,7 @@ void Engine::wake() {
 }
 
 // Sleeps until the worker, a socket or wake() has something, or the next timer, at most timeoutMs.
-void Engine::sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs) {
+void Engine::sleepLocked(EngineLock& lock, int timeoutMs) {
   if (!armWorkers()) return;  // busy: events are pending already
   thread_local std::vector<pollfd> fds;  // keeps its capacity: no allocation per sleep
   fds.assign(1, pollfd{wakeFd_.get(), POLLIN, 0});
@@ -215,8 +218,12 @@ void Engine::sleepLocked(std::unique_lock<std::mutex>& lock, int timeoutMs) {
 }
 
 void Engine::runProgressThread() {
-  std::unique_lock lock(mu_);
+  EngineLock lock(mu_);
   while (!stop_) {
+    if (mu_.contended()) {  // an application call waits for the lock: it goes first
+      yieldLocked(lock);
+      continue;
+    }
     if (pollingWaiters_ > 0) {
       waitersDone_.wait(lock, [this] { return pollingWaiters_ == 0 || stop_; });
       continue;
@@ -248,16 +255,18 @@ bool Engine::spinning() const {
 }
 
 // Lets the other threads in (the application's calls, the other engines' progress) between two
-// polls of a spin.
-void Engine::yieldLocked(std::unique_lock<std::mutex>& lock) {
+// polls of a spin; a thread blocked on the lock gets it before this one takes it back (a bounded
+// wait: it may be descheduled).
+void Engine::yieldLocked(EngineLock& lock) {
   lock.unlock();
   sched_yield();
+  for (int i = 0; i < 64 && mu_.contended(); ++i) sched_yield();
   lock.lock();
 }
 
 // While the engine is busy (PACT_PROGRESS_SPIN) a waiter progresses it itself, so the event it
 // waits for is seen on its own thread, without a hand-over through the condition variable.
-bool Engine::waitFor(std::unique_lock<std::mutex>& lock, int timeoutMs, FunctionRef<bool()> pred) {
+bool Engine::waitFor(EngineLock& lock, int timeoutMs, FunctionRef<bool()> pred) {
   const auto limit = now() + std::chrono::milliseconds(std::max(timeoutMs, 0));
   // While this wait polls, the progress thread stands aside (a third polling thread on two
   // cores took the core the peer's progress needed).
