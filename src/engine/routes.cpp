@@ -30,7 +30,7 @@ transport::ChannelConfig channelOf(const Profile& p) {
 
 Status Engine::openContexts() {
   auto fabric = transport::Fabric::create(params_, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
-                                          "engine " + config_.name);
+                                          "engine " + config_.name, /*eagerWhole=*/true);
   if (!fabric.ok()) return fail(fabric.status(), fabric.error().message);
   fabric_ = std::move(fabric.value());
   // One device: several are fused into a virtual one, a rail each (an unordered class spreads

@@ -7,8 +7,8 @@
 namespace pact::transport {
 
 Result<std::unique_ptr<Fabric>> Fabric::create(const Params& params, uint64_t features,
-                                               std::string face) {
-  std::unique_ptr<Fabric> f(new Fabric(params, features, std::move(face)));
+                                               std::string face, bool eagerWhole) {
+  std::unique_ptr<Fabric> f(new Fabric(params, features, std::move(face), eagerWhole));
   auto devs = ucx::discoverDevices(params.net_devices);
   if (!devs.ok()) return devs.error();
   f->devices_ = std::move(devs.value());
@@ -64,7 +64,7 @@ Result<std::shared_ptr<DeviceCtx>> Fabric::open(int dev, const Profile& profile,
   if (dev != kAnyDevice && (dev < 0 || static_cast<size_t>(dev) >= devices_.size()))
     return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
   const ucx::DeviceInfo& info = infoLocked(dev);
-  auto svc = serviceFor(profile, info, className);
+  auto svc = serviceFor(profile, info, className, eagerWhole_ ? profile.eager : 0);
   if (!svc.ok()) return svc.error();
   if (!svc->fallbackWarning.empty() &&
       warned_.insert(std::string(className) + "/" + info.name).second)

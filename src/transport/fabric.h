@@ -34,8 +34,10 @@ class Fabric {
   // (a class with fallback=fail on a device without its service is the error, naming both).
   // features: the UCP_FEATURE_* bits of every context this fabric opens (the plugin uses tags;
   // the engine active messages and wakeup). face names it in logs ("plugin", "engine e1").
+  // eagerWhole: a class's contexts carry its `eager` offers as whole active messages (the
+  // engine; serviceFor's wholeMessage).
   static Result<std::unique_ptr<Fabric>> create(const Params& params, uint64_t features,
-                                                std::string face);
+                                                std::string face, bool eagerWhole = false);
   Fabric(const Fabric&) = delete;
   Fabric& operator=(const Fabric&) = delete;
 
@@ -53,13 +55,14 @@ class Fabric {
   std::vector<std::shared_ptr<DeviceCtx>> opened() const;
 
  private:
-  Fabric(const Params& params, uint64_t features, std::string face)
-      : params_(params), features_(features), face_(std::move(face)) {}
+  Fabric(const Params& params, uint64_t features, std::string face, bool eagerWhole)
+      : params_(params), features_(features), face_(std::move(face)), eagerWhole_(eagerWhole) {}
   const ucx::DeviceInfo& infoLocked(int dev) const;
 
   Params params_;
   uint64_t features_;
   std::string face_;
+  bool eagerWhole_ = false;
   ucx::DeviceInfo any_;  // kAnyDevice
   mutable std::mutex mu_;  // guards devices_ growth, opened_ and warned_
   std::vector<ucx::DeviceInfo> devices_;

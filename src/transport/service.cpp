@@ -41,10 +41,23 @@ constexpr const char* kFallbackTls = "tcp,sm,self";
 // its tcp bandwidth and 1.13 up to a third in NCCL's slot pattern. Socket buffers stay the
 // kernel's: fixed 4 MiB ones were faster on loopback but hid a slow rail's speed from the lane
 // steering behind seconds of buffered bytes. Measured in docs/performance.md; latency unchanged.
-constexpr std::pair<const char*, const char*> kTcpBulk[] = {
-    {"TCP_TX_SEG_SIZE", "32K"},
-    {"TCP_RX_SEG_SIZE", "256K"},
-};
+constexpr uint64_t kTcpTxSeg = 32 << 10;
+constexpr uint64_t kTcpRxSeg = 256 << 10;
+// Room for the headers beside a whole message in one segment (UCX's and the engine's offer
+// frame: well under a KiB; a round figure keeps the settings few and readable).
+constexpr uint64_t kWholeHeadroom = 64 << 10;
+
+// The tcp segments of a context: the bulk sizes above, grown so that an active message of
+// `whole` bytes (an engine's eager offer: its class's `eager`) travels in one send segment and
+// lands in one receive segment. UCX sends a larger message in fragments that the receiver copies
+// into a buffer of its own before the handler sees them (a second copy of every byte and an
+// allocation per message); whole, the handler copies straight from the receive segment.
+// pact-kv-c-bench, 6 interleaved rounds (docs/performance.md): 256 KiB single blocks 1.2x, 16 x
+// 256 KiB 1.34x, 2 MiB 1.07x, 16 x 2 MiB 1.2x goodput.
+std::pair<uint64_t, uint64_t> tcpSegments(uint64_t whole) {
+  const uint64_t tx = whole == 0 ? kTcpTxSeg : std::max(kTcpTxSeg, whole + kWholeHeadroom);
+  return {tx, std::max(kTcpRxSeg, 2 * tx)};
+}
 
 // Transports probeTransports leaves out for its "remote" view.
 constexpr std::string_view kLocalOnly[] = {"sm",   "shm",   "mm",   "posix", "sysv",
@@ -105,7 +118,7 @@ std::string contextKey(const Profile& profile, const ServiceConfig& config) {
 }
 
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
-                                 std::string_view className) {
+                                 std::string_view className, uint64_t wholeMessage) {
   ServiceConfig c;
   std::vector<std::string> notes;
   const ServiceRow& row = rowFor(profile.service);
@@ -157,8 +170,11 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
   // tcp carries data unless the TLS list (set here, else the user's UCX_TLS) leaves it out. A
   // tcp key on a context without tcp is one UCX warns about ("invalid configurations") at every
   // worker creation, and UCX 1.13's warning crashes after a plugin reload.
-  if (hasFamily(device, "tcp") && tlsHasTcp(effectiveTls(c)))
-    for (const auto& [key, value] : kTcpBulk) addSetting(c, notes, key, value);
+  if (hasFamily(device, "tcp") && tlsHasTcp(effectiveTls(c))) {
+    const auto [tx, rx] = tcpSegments(wholeMessage);
+    addSetting(c, notes, "TCP_TX_SEG_SIZE", formatSize(tx));
+    addSetting(c, notes, "TCP_RX_SEG_SIZE", formatSize(rx));
+  }
 
   std::vector<std::string> keyParts;
   for (const auto& [k, v] : c.ucxSettings) keyParts.push_back(k + "=" + v);

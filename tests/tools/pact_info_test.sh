@@ -28,8 +28,10 @@ done
 
 # Engine classes on different services resolve to different contexts (as the engine opens them).
 out=$(PACT_TC_KV="service=rc" PACT_TC_A2A="service=ud" "$info" --no-probe 2>&1); rc=$?
-ctx() { printf '%s\n' "$out" | awk -v c="  $1 (" 'index($0, c) == 1 {f=1} f && /context/ {print $2; exit}'; }
-kv=$(ctx KV); a2a=$(ctx A2A); def=$(ctx DEFAULT); ctrl=$(ctx CTRL)
+# DEFAULT's context as the engine opens it (its eager offers whole: larger tcp segments) is
+# its "engine" line; the plugin's is the "context" line.
+ctx() { printf '%s\n' "$out" | awk -v c="  $1 (" -v k="${2:-context}" 'index($0, c) == 1 {f=1} f && $1 == k {print $2; exit}'; }
+kv=$(ctx KV); a2a=$(ctx A2A); def=$(ctx DEFAULT engine); ctrl=$(ctx CTRL)
 if [ $rc -ne 0 ] || [ -z "$kv" ] || [ "$kv" = "$a2a" ] || [ "$kv" = "$def" ] || [ "$ctrl" != "$def" ]; then
   echo "FAIL: engine class contexts: KV '$kv' A2A '$a2a' DEFAULT '$def' CTRL '$ctrl' (rc=$rc)"; fail=1
 else

@@ -66,7 +66,7 @@ struct Row {
   const char* warning;
 };
 
-// What every context that carries data over tcp gets (service.cpp, kTcpBulk).
+// What every context that carries data over tcp gets (service.cpp, tcpSegments with no whole message).
 const Settings kTcp = {{"TCP_TX_SEG_SIZE", "32K"}, {"TCP_RX_SEG_SIZE", "256K"}};
 constexpr const char* kTcpKey = "TCP_TX_SEG_SIZE=32K;TCP_RX_SEG_SIZE=256K";
 #define kTcpNotes "UCX_TCP_TX_SEG_SIZE=32K, UCX_TCP_RX_SEG_SIZE=256K"
@@ -194,6 +194,28 @@ TEST_F(ServiceMap, TcpBulkSettingsOnlyWhereTcpCarriesDataAndTheUserHasNotSetThem
   EXPECT_EQ(c.ucxSettings, (Settings{{"TCP_TX_SEG_SIZE", "32K"}}));
   EXPECT_NE(c.summary.find("UCX_TCP_RX_SEG_SIZE=32K (set by the user; wins over 256K)"),
             std::string::npos) << c.summary;
+}
+
+// The engine's contexts carry each eager offer whole: tcp segments that hold the class's `eager`
+// bytes and headers, received into a segment twice that size; no eager, the bulk sizes.
+TEST_F(ServiceMap, EngineTcpSegmentsHoldAWholeEagerOffer) {
+  auto whole = [&](const char* profile) {
+    auto p = Profile::parse(profile);
+    EXPECT_TRUE(p.ok());
+    auto c = serviceFor(*p, tcpDevice(), "KV", p->eager);
+    EXPECT_TRUE(c.ok());
+    return c.ok() ? c->ucxSettings : Settings{};
+  };
+  EXPECT_EQ(whole("service=auto"), (Settings{{"TCP_TX_SEG_SIZE", "320K"}, {"TCP_RX_SEG_SIZE", "640K"}}));
+  EXPECT_EQ(whole("eager=1M"), (Settings{{"TCP_TX_SEG_SIZE", "1088K"}, {"TCP_RX_SEG_SIZE", "2176K"}}));
+  EXPECT_EQ(whole("eager=0"), kTcp) << "no eager offers: the bulk segments";
+  EXPECT_EQ(mapOk(Profile{}, tcpDevice()).ucxSettings, kTcp) << "the plugin: the bulk segments";
+  // Different segments are different contexts.
+  auto p = Profile::parse("eager=64K");
+  EXPECT_NE(serviceFor(*p, tcpDevice(), "KV", p->eager)->key, serviceFor(Profile{}, tcpDevice(), "KV", 256 << 10)->key);
+  ScopedEnv user;
+  user.set("UCX_TCP_TX_SEG_SIZE", "8K");
+  EXPECT_EQ(whole("service=auto"), (Settings{{"TCP_RX_SEG_SIZE", "640K"}})) << "the user's value wins";
 }
 
 TEST_F(ServiceMap, ServicesForEveryClass) {
