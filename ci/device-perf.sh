@@ -42,17 +42,22 @@ bin=$(cd "$bundle/bin" && pwd -P)
 export LD_LIBRARY_PATH=$lib UCX_MODULE_DIR=$lib/ucx PATH=$bin:$PATH
 export PACT_PERF=$bin/pact-perf UCP_BW=$bin/pact-ucp-bw PLUGIN=$lib/libnccl-net-pact.so
 export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
-# The raw UCP side gets the tcp segment sizes pact sets on its own contexts (src/transport/
-# service.cpp; pact keeps a user's value, so its side is unchanged): on UCX 1.2x, UCX's defaults
-# leave raw tcp 2-3x below either (docs/performance.md, "UCX 1.22"). RAW_TCP_SETTINGS=0: UCX's own.
-if [ "${RAW_TCP_SETTINGS:-1}" = 1 ]; then
-  export UCX_TCP_TX_SEG_SIZE=32K UCX_TCP_RX_SEG_SIZE=256K
-fi
 # The target's C++ runtime may be older than the build machine's: then the bundle's copy.
 if ! "$PACT_PERF" --help > /dev/null 2>&1; then
   export LD_LIBRARY_PATH=$lib:$lib/compat
   "$PACT_PERF" --help > /dev/null 2>&1 || { say "DEVICE-PERF FAIL: pact-perf does not start: $("$PACT_PERF" --help 2>&1 | head -2)"; exit 1; }
   echo "using the bundle's libstdc++ (lib/compat)"
+fi
+# The raw UCP side gets the tcp segment sizes the plugin sets on its own contexts, as pact-info
+# shows them for DEFAULT (pact keeps a user's value, so its side is unchanged): on UCX 1.2x,
+# UCX's defaults leave raw tcp 2-3x below either (docs/performance.md, "UCX 1.22").
+# RAW_TCP_SETTINGS=0: UCX's own.
+if [ "${RAW_TCP_SETTINGS:-1}" = 1 ]; then
+  service=$("$bin/pact-info" --no-probe 2>/dev/null | awk '/^  DEFAULT / { f = 1 } f && $1 == "service" { print; exit }')
+  for var in UCX_TCP_TX_SEG_SIZE UCX_TCP_RX_SEG_SIZE; do
+    value=$(grep -o "$var=[^ ,]*" <<< "$service" | cut -d= -f2)
+    [ -n "$value" ] && export "$var=$value"
+  done
 fi
 
 if [ "$QUICK" = 1 ]; then

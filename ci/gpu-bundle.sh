@@ -6,9 +6,10 @@
 # Layout:
 #   .gpu-bundle/lib/libnccl-net-pact.so   the plugin (debug info stripped, symbol table kept)
 #   .gpu-bundle/bin/pact-gpu-memory-check the GPU memory check (tests/gpu/gpu_memory_check.cpp)
-#   .gpu-bundle/bin/{pact-perf,pact-ucp-bw,ucx_perftest}  the benchmarks ci/device-perf.sh runs on
-#                                         a machine with more cores (when the build has perf/;
-#                                         ucx_perftest is the one of the UCX the plugin links)
+#   .gpu-bundle/bin/{pact-perf,pact-ucp-bw,pact-info,ucx_perftest}  the benchmarks and facts
+#                                         ci/device-perf.sh uses on a machine with more cores (when
+#                                         the build has perf/; ucx_perftest is the one of the UCX
+#                                         the plugin links)
 #   .gpu-bundle/lib/<soname>              UCX (libucp, libuct, libucs, libucm), libsodium, libnuma...
 #   .gpu-bundle/lib/ucx/lib{uct,ucm}_<m>.so.0  UCX's loadable modules for TCP, shared memory and
 #                                         CUDA (tcp, posix and sysv live inside libuct in most
@@ -84,7 +85,7 @@ put "$check_bin" "$bundle/bin/pact-gpu-memory-check"
 tools=()
 perftest=$(dirname "$ucx_src")/../bin/ucx_perftest
 [ -x "$perftest" ] || perftest=$(command -v ucx_perftest || true)
-for t in "$build/perf/pact-perf" "$build/perf/pact-ucp-bw" "$perftest"; do
+for t in "$build/perf/pact-perf" "$build/perf/pact-ucp-bw" "$build/perf/pact-info" "$perftest"; do
   [ -n "$t" ] && [ -x "$t" ] || continue
   put "$t" "$bundle/bin/$(basename "$t")"
   tools+=("$t")

@@ -5,7 +5,6 @@
 // prints the same one-line error the plugin logs and exits non-zero.
 #include <CLI/CLI.hpp>
 
-#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <iostream>
@@ -53,11 +52,9 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
   std::map<std::string, std::string> probed;  // context key -> first class probed with it
   for (const auto& e : classes.entries()) {
     printClass(e);
-    // An engine class's contexts hold its eager offers whole (larger tcp segments); DEFAULT and
-    // the NCCL classes are shown as the plugin opens them.
-    const auto& engine = pact::ClassTable::engineClassNames();
-    const bool engineOnly = std::find(engine.begin(), engine.end(), e.name) != engine.end();
-    auto svc = pact::transport::serviceFor(e.profile, *device, e.name, engineOnly ? e.profile.eager : 0);
+    // An engine class as the engine opens it (its eager offers whole: larger tcp segments);
+    // DEFAULT and the NCCL classes as the plugin does.
+    auto svc = pact::transport::serviceFor(e.profile, *device, e.name, pact::ClassTable::isEngineClass(e.name));
     if (!svc.ok()) {
       std::printf("      error       %s\n", svc.error().message.c_str());
       ok = false;
@@ -66,7 +63,7 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
     const std::string key = pact::transport::contextKey(e.profile, *svc);
     std::printf("      service     %s\n      context     %s\n", svc->summary.c_str(), key.c_str());
     if (e.name == "DEFAULT") {  // the engine's DEFAULT carries eager offers too
-      auto mine = pact::transport::serviceFor(e.profile, *device, e.name, e.profile.eager);
+      auto mine = pact::transport::serviceFor(e.profile, *device, e.name, true);
       if (mine.ok() && mine->key != svc->key)
         std::printf("      engine      %s\n", pact::transport::contextKey(e.profile, *mine).c_str());
     }

@@ -7,8 +7,8 @@
 // pact_xfer_release) slept in the kernel and needed a futex wake-up to get out, and the spinning
 // thread often took the lock back before the woken caller ran: about 10 futex calls per 16 KiB
 // transfer in pact-kv-c-bench, half of its send-to-commit time (docs/performance.md, "KV
-// transfer beside Mooncake and NIXL"). Now lock() polls with try_lock for up to spin() (the
-// holder lets go within microseconds), and only then sleeps; the progress thread asks
+// transfer beside Mooncake and NIXL"). Now lock() polls with try_lock for up to the spin set by
+// setSpin() (the holder lets go within microseconds), and only then sleeps; the progress thread asks
 // contended() between rounds and stands aside while a thread sleeps on the lock.
 #pragma once
 

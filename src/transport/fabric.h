@@ -35,7 +35,7 @@ class Fabric {
   // features: the UCP_FEATURE_* bits of every context this fabric opens (the plugin uses tags;
   // the engine active messages and wakeup). face names it in logs ("plugin", "engine e1").
   // eagerWhole: a class's contexts carry its `eager` offers as whole active messages (the
-  // engine; serviceFor's wholeMessage).
+  // engine; serviceFor's eagerWhole).
   static Result<std::unique_ptr<Fabric>> create(const Params& params, uint64_t features,
                                                 std::string face, bool eagerWhole = false);
   Fabric(const Fabric&) = delete;

@@ -118,7 +118,7 @@ std::string contextKey(const Profile& profile, const ServiceConfig& config) {
 }
 
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
-                                 std::string_view className, uint64_t wholeMessage) {
+                                 std::string_view className, bool eagerWhole) {
   ServiceConfig c;
   std::vector<std::string> notes;
   const ServiceRow& row = rowFor(profile.service);
@@ -171,7 +171,7 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
   // tcp key on a context without tcp is one UCX warns about ("invalid configurations") at every
   // worker creation, and UCX 1.13's warning crashes after a plugin reload.
   if (hasFamily(device, "tcp") && tlsHasTcp(effectiveTls(c))) {
-    const auto [tx, rx] = tcpSegments(wholeMessage);
+    const auto [tx, rx] = tcpSegments(eagerWhole ? profile.eager : 0);
     addSetting(c, notes, "TCP_TX_SEG_SIZE", formatSize(tx));
     addSetting(c, notes, "TCP_RX_SEG_SIZE", formatSize(rx));
   }

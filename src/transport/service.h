@@ -29,12 +29,12 @@ struct ServiceConfig {
   std::string fallbackWarning;
 };
 
-// className names the class in messages ("DEFAULT", "3", "KV"). wholeMessage: the largest
-// active message the face sends whole (the engine: its class's `eager` offers; the plugin: 0),
-// which the tcp segments are sized to hold. Fails (kUnsupported) when the device has no
-// transport of the asked service family and the profile says fallback=fail.
+// className names the class in messages ("DEFAULT", "3", "KV"). eagerWhole: the face sends the
+// class's `eager` offers as whole active messages (the engine; not the plugin), so the tcp
+// segments are sized to hold one. Fails (kUnsupported) when the device has no transport of the
+// asked service family and the profile says fallback=fail.
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
-                                 std::string_view className, uint64_t wholeMessage = 0);
+                                 std::string_view className, bool eagerWhole = false);
 
 // What tells a class's UCP context apart on a device (transport::Fabric keys on it; pact-info
 // prints it): the asked service and the UCX settings, "<service>|<ServiceConfig::key>". On a host

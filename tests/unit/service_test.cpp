@@ -202,7 +202,7 @@ TEST_F(ServiceMap, EngineTcpSegmentsHoldAWholeEagerOffer) {
   auto whole = [&](const char* profile) {
     auto p = Profile::parse(profile);
     EXPECT_TRUE(p.ok());
-    auto c = serviceFor(*p, tcpDevice(), "KV", p->eager);
+    auto c = serviceFor(*p, tcpDevice(), "KV", true);
     EXPECT_TRUE(c.ok());
     return c.ok() ? c->ucxSettings : Settings{};
   };
@@ -212,7 +212,7 @@ TEST_F(ServiceMap, EngineTcpSegmentsHoldAWholeEagerOffer) {
   EXPECT_EQ(mapOk(Profile{}, tcpDevice()).ucxSettings, kTcp) << "the plugin: the bulk segments";
   // Different segments are different contexts.
   auto p = Profile::parse("eager=64K");
-  EXPECT_NE(serviceFor(*p, tcpDevice(), "KV", p->eager)->key, serviceFor(Profile{}, tcpDevice(), "KV", 256 << 10)->key);
+  EXPECT_NE(serviceFor(*p, tcpDevice(), "KV", true)->key, serviceFor(Profile{}, tcpDevice(), "KV", true)->key);
   ScopedEnv user;
   user.set("UCX_TCP_TX_SEG_SIZE", "8K");
   EXPECT_EQ(whole("service=auto"), (Settings{{"TCP_RX_SEG_SIZE", "640K"}})) << "the user's value wins";
