@@ -845,19 +845,15 @@ TEST_F(Netns, UnorderedTwoLanesOverSlowedVDevice) {
 // about 1/5 (560-680 Mbit/s).
 //
 // The estimate measures what the rails deliver, so a CPU starved by other work (two cores shared
-// with a build) flattens it: a CI run once saw 37/24 MB. Up to three streams are run; steering
-// holds if one of them splits as it should, and a steering that does not work fails all three.
+// with a build) flattens it: a CI run once saw 37/24 MB. Hence expectFastRailFavoured's retries.
 TEST_F(Netns, AdaptiveSteeringFavoursFastRail) {
   ASSERT_NO_FATAL_FAILURE(up({std::begin(kTwoLaneSetup), std::end(kTwoLaneSetup)}));
-  std::string seen;
-  for (int attempt = 1; attempt <= 3; ++attempt) {
+  // Behaviour, not speed (speed is perf/'s job): the fast rail carries most of the bytes.
+  expectFastRailFavoured([] {
     TcReport recv, send;
-    ASSERT_NO_FATAL_FAILURE(runTwoLaneStream(&recv, &send));
-    // Behaviour, not speed (speed is perf/'s job): the fast rail carries most of the bytes.
-    if (recv.rx[1] >= 2 * recv.rx[0]) return;
-    seen += " [" + std::to_string(recv.rx[1]) + " vs " + std::to_string(recv.rx[0]) + "]";
-  }
-  ADD_FAILURE() << "pa1 (1 Gbit/s) vs pa0 (100 Mbit/s) bytes, three streams:" << seen;
+    runTwoLaneStream(&recv, &send);
+    return std::array<uint64_t, 2>{recv.rx[0], recv.rx[1]};
+  });
 }
 #endif  // PACT_NETNS_TC_VAR
 
@@ -1072,16 +1068,20 @@ TEST_F(Netns, EngineKvUnorderedTwoLanesOverTwoRailsFavoursTheFastRail) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", "1gbit", "--slow-rate", "100mbit"}));
   constexpr int kTransfers = 16;
   constexpr uint64_t kSize = 1u << 20;
-  const EngineKvReport r =
-      runEngineKv({"unordered,lanes=2,chunk=64K", "pa0,pa1", "pb0,pb1", false, kTransfers, kSize});
-  std::printf("[   INFO   ] engine KV over two rails: pa0 (100 Mbit/s) +%" PRIu64
-              " B, pa1 (1 Gbit/s) +%" PRIu64 " B\n", r.rxBytes[0], r.rxBytes[1]);
-  EXPECT_EQ(r.committed, kTransfers);
-  EXPECT_EQ(r.bad, 0);
-  EXPECT_GT(r.rxBytes[0], 0u) << "nothing crossed pa0";
-  EXPECT_GT(r.rxBytes[1], 0u) << "nothing crossed pa1";
-  EXPECT_GE(r.rxBytes[0] + r.rxBytes[1], kTransfers * kSize) << "the payload did not cross the veths";
-  EXPECT_GE(r.rxBytes[1], 2 * r.rxBytes[0]) << "pa1 (1 Gbit/s) vs pa0 (100 Mbit/s) bytes";
+  // Every run must commit byte-exact over both rails (a CI run once split 11.1/5.7 MB where this
+  // machine sees 13-14/2.6-3.9: hence the retries of expectFastRailFavoured).
+  expectFastRailFavoured([&] {
+    const EngineKvReport r =
+        runEngineKv({"unordered,lanes=2,chunk=64K", "pa0,pa1", "pb0,pb1", false, kTransfers, kSize});
+    std::printf("[   INFO   ] engine KV over two rails: pa0 (100 Mbit/s) +%" PRIu64
+                " B, pa1 (1 Gbit/s) +%" PRIu64 " B\n", r.rxBytes[0], r.rxBytes[1]);
+    EXPECT_EQ(r.committed, kTransfers);
+    EXPECT_EQ(r.bad, 0);
+    EXPECT_GT(r.rxBytes[0], 0u) << "nothing crossed pa0";
+    EXPECT_GT(r.rxBytes[1], 0u) << "nothing crossed pa1";
+    EXPECT_GE(r.rxBytes[0] + r.rxBytes[1], kTransfers * kSize) << "the payload did not cross the veths";
+    return std::array<uint64_t, 2>{r.rxBytes[0], r.rxBytes[1]};
+  });
 }
 
 }  // namespace

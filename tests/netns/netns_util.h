@@ -10,8 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -56,5 +58,13 @@ uint64_t linkCounter(const std::string& dev, const std::string& counter);
 // Sum of the `packets N` counters of the nftables table inet pact_loss in namespace A or B
 // (the --loss rule). -1 with ADD_FAILURE when it cannot be read.
 long long lossDrops(const std::string& side);
+
+// Adaptive steering over pa0 (100 Mbit/s) and pa1 (1 Gbit/s), either face. The estimate measures
+// what the rails deliver, so a CPU starved by other work (two cores shared with a build) flattens
+// the split. run() moves one stream, checks it, and returns the rx bytes of {pa0, pa1}. Up to
+// three runs: steering holds if one gives pa1 at least twice pa0's bytes (round-robin splits 1:1
+// every time, so a steering that does not work fails all three). A run whose own checks failed
+// ends the loop.
+void expectFastRailFavoured(const std::function<std::array<uint64_t, 2>()>& run);
 
 }  // namespace pact::netns_test
