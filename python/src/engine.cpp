@@ -210,13 +210,13 @@ struct Engine {
       nb::gil_scoped_release unlocked;
       n = pact_trace_read(core->get(), ev.data(), ev.size(), &core->traceCursor);
     }
-    nb::object pact = nb::module_::import_("pact");
+    const PyTypes& t = pyTypes();
     std::vector<nb::object> out;
     for (size_t i = 0; i < n; ++i)
-      out.push_back(pact.attr("TraceEvent")(ev[i].time_ns, fromKey(ev[i].key), ev[i].peer,
-                                            ev[i].role == 0 ? "receiver" : "sender",
-                                            pact.attr("State")(static_cast<int>(ev[i].state)),
-                                            static_cast<int>(ev[i].event)));
+      out.push_back(nb::borrow(t.traceEvent)(ev[i].time_ns, fromKey(ev[i].key), ev[i].peer,
+                                             ev[i].role == 0 ? "receiver" : "sender",
+                                             t.stateOf(static_cast<int>(ev[i].state)),
+                                             static_cast<int>(ev[i].event)));
     return out;
   }
 

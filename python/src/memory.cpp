@@ -171,8 +171,33 @@ pact_key_t toKey(nb::handle key) {
 }
 
 nb::object fromKey(const pact_key_t& k) {
-  return nb::module_::import_("pact").attr("Key")(k.request_id, k.transfer_id, k.model_epoch,
-                                                  k.generation);
+  return nb::borrow(pyTypes().key)(k.request_id, k.transfer_id, k.model_epoch, k.generation);
+}
+
+const PyTypes& pyTypes() {
+  // Built on first use (pact/__init__.py has imported _pact by then) and never freed: the
+  // references must outlive every call, interpreter shutdown included.
+  static const PyTypes* types = [] {
+    nb::object pact = nb::module_::import_("pact");
+    auto* t = new PyTypes;
+    t->key = nb::object(pact.attr("Key")).release();
+    t->transferInfo = nb::object(pact.attr("TransferInfo")).release();
+    t->traceEvent = nb::object(pact.attr("TraceEvent")).release();
+    t->state = nb::object(pact.attr("State")).release();
+    for (nb::handle m : nb::borrow(t->state)) {
+      const size_t v = nb::cast<size_t>(m.attr("value"));
+      if (t->states.size() <= v) t->states.resize(v + 1);
+      t->states[v] = m.inc_ref();
+    }
+    return t;
+  }();
+  return *types;
+}
+
+nb::object PyTypes::stateOf(int value) const {
+  if (value >= 0 && static_cast<size_t>(value) < states.size() && states[static_cast<size_t>(value)])
+    return nb::borrow(states[static_cast<size_t>(value)]);
+  return nb::borrow(state)(value);
 }
 
 namespace {

@@ -7,10 +7,9 @@ namespace pact::py {
 
 nb::object info(Core& core, pact_xfer_t id, const pact_xfer_info_t& i) {
   if (auto it = core.open.find(id); i.final && it != core.open.end()) it->second.reported = true;
-  nb::object pact = nb::module_::import_("pact");
-  return pact.attr("TransferInfo")(id, pact.attr("State")(static_cast<int>(i.state)),
-                                   static_cast<int>(i.result), i.final != 0, i.retries,
-                                   fromKey(i.key), i.peer, i.bytes);
+  const PyTypes& t = pyTypes();
+  return nb::borrow(t.transferInfo)(id, t.stateOf(static_cast<int>(i.state)), static_cast<int>(i.result),
+                                    i.final != 0, i.retries, fromKey(i.key), i.peer, i.bytes);
 }
 
 void bindTransfer(nb::module_& m) {
