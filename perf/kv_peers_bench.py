@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import time
 
@@ -208,6 +209,17 @@ def parse_shapes(text):
     return out
 
 
+def run_c_bench(bench, plan):
+    """pact-kv-c-bench over plan [(size, count, requests, seed)]: (its JSON rows, None) or
+    ([], why it did not run)."""
+    if not os.path.exists(bench):
+        return [], f"{bench} is not built"
+    proc = subprocess.run([bench] + [":".join(map(str, p)) for p in plan], capture_output=True, text=True)
+    if proc.returncode != 0:
+        return [], f"{bench}: exit status {proc.returncode}: {proc.stderr.strip()[-200:]}"
+    return [json.loads(line) for line in proc.stdout.splitlines()], None
+
+
 def run_here(names, rounds_n, senders, shapes):
     """{system: {(size, count): [per-round result]}} measured in this process; missing systems."""
     systems, missing = [], {}
@@ -232,7 +244,6 @@ def run_here(names, rounds_n, senders, shapes):
 def run_isolated(names, rounds_n, senders, shapes, shapes_text):
     """Each (round, system) in a process of its own, the order rotating per round: the systems'
     background threads (Mooncake's and NIXL's poll) never share the 2 cores with another's."""
-    import subprocess
     import tempfile
     rounds, missing, crashed_at_exit = {}, {}, set()
     for r in range(rounds_n):
@@ -242,14 +253,11 @@ def run_isolated(names, rounds_n, senders, shapes, shapes_text):
                 missing[name] = "one sender only"
                 continue
             if name == "pact-c":  # the C API alone: perf/kv_c_bench.cpp
-                plan_args = [f"{size}:{count}:{requests_for(size, count)}:{size * 1000 + count}"
-                             for size, count in shapes]
-                proc = subprocess.run([C_BENCH] + plan_args, capture_output=True, text=True)
-                if proc.returncode != 0:
-                    missing[name] = f"{C_BENCH}: exit status {proc.returncode}: {proc.stderr.strip()[-200:]}"
-                    continue
-                for line in proc.stdout.splitlines():
-                    row = json.loads(line)
+                rows, why = run_c_bench(C_BENCH, [(size, count, requests_for(size, count), size * 1000 + count)
+                                                  for size, count in shapes])
+                if why:
+                    missing[name] = why
+                for row in rows:
                     rounds.setdefault(name, {}).setdefault((row["size"], row["blocks"]), []).append(row["result"])
                 continue
             with tempfile.NamedTemporaryFile(suffix=".json") as f:

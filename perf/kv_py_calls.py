@@ -7,27 +7,19 @@ build/perf/pact-kv-c-bench on the same shape and prints its calls beside them: t
 overhead per call. Usage (docs/performance.md, "Python over C"):
 
   UCX_TLS=tcp UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo PYTHONPATH=build/python \\
-    .venv/bin/python perf/kv_py_calls.py [--size 16K] [--blocks 1] [--requests 15000] [--c-bench PATH]
+    .venv/bin/python perf/kv_py_calls.py [--shape 16K:1] [--requests 15000] [--c-bench PATH]
 """
 import argparse
-import json
-import os
 import statistics
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 import pact
+from kv_peers_bench import C_BENCH, parse_shapes, run_c_bench  # perf/, beside this script
 
-C_BENCH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "build", "perf", "pact-kv-c-bench")
 CALLS = ("key", "blocks", "expect", "send", "commit", "sender")  # the C bench has the last four
-
-
-def size_arg(text):
-    units = {"K": 1 << 10, "M": 1 << 20}
-    return int(text[:-1]) * units[text[-1].upper()] if text[-1].upper() in units else int(text)
 
 
 def python_calls(size, blocks, requests):
@@ -71,26 +63,17 @@ def python_calls(size, blocks, requests):
     return {c: statistics.median(v) for c, v in times.items()}, statistics.median(total)
 
 
-def c_calls(bench, size, blocks, requests):
-    if not os.path.exists(bench):
-        return None, f"{bench} is not built"
-    proc = subprocess.run([bench, f"{size}:{blocks}:{requests}:1"], capture_output=True, text=True)
-    if proc.returncode != 0:
-        return None, f"{bench}: exit status {proc.returncode}: {proc.stderr.strip()[-200:]}"
-    result = json.loads(proc.stdout.splitlines()[0])["result"]
-    return result, None
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--size", type=size_arg, default=16 << 10)
-    ap.add_argument("--blocks", type=int, default=1)
+    ap.add_argument("--shape", default="16K:1", help="SIZE:BLOCKS of a request")
     ap.add_argument("--requests", type=int, default=15000)
     ap.add_argument("--c-bench", default=C_BENCH, help="pact-kv-c-bench (default: build/perf's)")
     args = ap.parse_args()
-    py, py_total = python_calls(args.size, args.blocks, args.requests)
-    c, why = c_calls(args.c_bench, args.size, args.blocks, args.requests)
-    print(f"# {args.size} B x {args.blocks} block(s), {args.requests} requests, P50 per call (us)")
+    [(size, blocks)] = parse_shapes(args.shape)
+    py, py_total = python_calls(size, blocks, args.requests)
+    rows, why = run_c_bench(args.c_bench, [(size, blocks, args.requests, 1)])
+    c = rows[0]["result"] if rows else None
+    print(f"# {size} B x {blocks} block(s), {args.requests} requests, P50 per call (us)")
     print(f"{'call':8s} {'Python':>8s} {'C':>8s}")
     for call in CALLS:
         cv = c["calls_p50_us"].get(call) if c else None

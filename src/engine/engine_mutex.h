@@ -39,7 +39,6 @@ class EngineMutex {
     mu_.lock();
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
   }
-  bool try_lock() { return mu_.try_lock(); }
   void unlock() { mu_.unlock(); }
   // A thread sleeps in lock().
   bool contended() const { return sleepers_.load(std::memory_order_relaxed) > 0; }

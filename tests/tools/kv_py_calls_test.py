@@ -10,7 +10,7 @@ os.environ.setdefault("PACT_NET_DEVICES", "lo")
 
 script, bench = sys.argv[1], sys.argv[2]
 failures = []
-for shape in (["--size", "16K", "--blocks", "1"], ["--size", "4K", "--blocks", "3"]):
+for shape in (["--shape", "16K:1"], ["--shape", "4K:3"]):
     proc = subprocess.run([sys.executable, script, *shape, "--requests", "200", "--c-bench", bench],
                           capture_output=True, text=True, timeout=120)
     out = proc.stdout
