@@ -19,6 +19,9 @@ bool valid(const T* p) {
 }  // namespace
 
 Result<std::shared_ptr<Net>> Net::create(const Params& params) {
+  // No silent keys: PACT_TC_DEFAULT is every NCCL class's base, so a key NCCL comms cannot honour
+  // there fails init (PACT_TC_<n> were checked when they were parsed).
+  if (Error why; params.classes.checkDefaultFor(Face::kNccl, &why) != Status::kOk) return why;
   std::shared_ptr<Net> net(new Net(params));
   // PACT_FAULT for the plugin: a process on a skewed epoch (its peers refuse it) and one that
   // dies by SIGKILL after kill_after; the data-path faults go to each comm (channelFor).

@@ -59,16 +59,24 @@ const std::vector<KeyDef>& keyDefs() {
   static const std::vector<KeyDef> defs = {
       {{"service", "rc, ud or auto", "auto",
         "UCX transport family: rc = reliable connected (UCX rc alias), ud = datagram (UCX ud "
-        "alias), auto = UCX chooses. Shorthands: rc, ud."},
+        "alias), auto = UCX chooses. Shorthands: rc, ud.",
+        {false, "the UCX transports of the class's context (one UCP context per distinct setting)"},
+        {false, "the UCX transports of the class's context (one UCP context per distinct setting)"}},
        [](std::string_view v, Profile& p) { return parseEnum(v, kServiceNames, &p.service); }},
       {{"order", "ordered or unordered", "ordered",
         "ordered: messages complete in posting order over one lane. unordered: messages are cut "
         "into chunks spread over the lanes and complete in any order. Shorthands: ordered, "
-        "unordered."},
+        "unordered.",
+        {false, "ordered: one lane, receives reported in posting order; unordered: each message cut into chunks over the lanes"},
+        {false, "ordered: one lane; unordered: a transfer's pieces spread over the lanes"}},
        [](std::string_view v, Profile& p) { return parseEnum(v, kOrderNames, &p.order); }},
-      {{"lanes", "an integer from 1 to 16", "1", "Paths per connection (unordered classes)."},
+      {{"lanes", "an integer from 1 to 16", "1", "Paths per connection (unordered classes).",
+        {false, "UCX endpoints a send comm stripes over (unordered; one per rail of a virtual device)"},
+        {false, "UCX endpoints a route to a peer stripes over (unordered)"}},
        [](std::string_view v, Profile& p) { return parseInt(v, 1, Profile::kMaxLanes, &p.lanes); }},
-      {{"chunk", kChunkAllowed, "512K", "Stripe unit of unordered classes (K, M, G suffixes)."},
+      {{"chunk", kChunkAllowed, "512K", "Stripe unit of unordered classes (K, M, G suffixes).",
+        {false, "the piece size of an unordered comm's messages"},
+        {false, "the piece size of a transfer"}},
        [](std::string_view v, Profile& p) {
          auto n = SizeParser::parse(v);
          if (!n.ok() || *n < Profile::kMinChunk || *n > Profile::kMaxChunk ||
@@ -78,7 +86,11 @@ const std::vector<KeyDef>& keyDefs() {
          return true;
        }},
       {{"credits", kCreditsAllowed, "0",
-        "Receiver-granted bytes in flight per sender; 0 = unlimited (K, M, G suffixes)."},
+        "Bytes in flight: on NCCL comms the sending process's budget per peer process, over all "
+        "the class's comms to it; on the engine the receiver-granted budget per sender. 0 = "
+        "unlimited (K, M, G suffixes).",
+        {false, "bytes of the class's sends handed to UCX and not yet completed, per peer process over all the class's comms to it; beyond it isend returns a NULL request (NCCL retries)"},
+        {false, "receiver-granted bytes in flight per sender, when the application set no budget"}},
        [](std::string_view v, Profile& p) {
          auto n = SizeParser::parse(v);
          if (!n.ok()) return false;
@@ -86,7 +98,10 @@ const std::vector<KeyDef>& keyDefs() {
          return true;
        }},
       {{"timeout", "0 (none) or a duration with unit us, ms or s", "0",
-        "Per-transfer deadline; 0 = none."},
+        "Deadline of a message (NCCL comms: from its first landed bytes; engine: per transfer); "
+        "0 = none.",
+        {false, "a message whose first bytes landed must be complete (re-sends included) within it, else its comm fails with ncclRemoteError"},
+        {false, "per-transfer deadline from the send"}},
        [](std::string_view v, Profile& p) {
          if (v == "0") {
            p.timeout = std::chrono::microseconds(0);
@@ -97,37 +112,61 @@ const std::vector<KeyDef>& keyDefs() {
          p.timeout = *d;
          return true;
        }},
-      {{"retries", "an integer from 0 to 100", "0", "Retry budget per transfer."},
+      {{"retries", "an integer from 0 to 100", "0", "Retry budget per message or transfer.",
+        {false, "times a piece whose checksum did not match (or whose attempt was lost) is sent again"},
+        {false, "attempts of a transfer after the first"}},
        [](std::string_view v, Profile& p) {
          return parseInt(v, 0, Profile::kMaxRetries, &p.retries);
        }},
-      {{"verify", "none, crc32c or xxh3", "none", "Payload check before commit."},
+      {{"verify", "none, crc32c or xxh3", "none",
+        "Payload check: a receive (NCCL) or a commit (engine) only when the bytes' checksum "
+        "matches the sender's.",
+        {false, "test() reports a receive done only when each piece's checksum matched the sender's; a piece that did not is sent again"},
+        {false, "the checksum of the blocks is checked before the commit"}},
        [](std::string_view v, Profile& p) { return parseEnum(v, kVerifyNames, &p.verify); }},
       {{"tc", "an integer from 0 to 255, or default", "default",
         "Fabric traffic class (RoCE/IB) of the class's UCX context (UCX_IB_TRAFFIC_CLASS); "
-        "default = UCX's."},
+        "default = UCX's.",
+        {false, "UCX_IB_TRAFFIC_CLASS of the class's context (RDMA devices)"},
+        {false, "UCX_IB_TRAFFIC_CLASS of the class's context (RDMA devices)"}},
        [](std::string_view v, Profile& p) { return parseQos(v, 255, &p.tc); }},
       {{"sl", "an integer from 0 to 15, or default", "default",
-        "InfiniBand service level of the class's UCX context (UCX_IB_SL); default = UCX's."},
+        "InfiniBand service level of the class's UCX context (UCX_IB_SL); default = UCX's.",
+        {false, "UCX_IB_SL of the class's context (RDMA devices)"},
+        {false, "UCX_IB_SL of the class's context (RDMA devices)"}},
        [](std::string_view v, Profile& p) { return parseQos(v, 15, &p.sl); }},
       {{"fallback", "tcp or fail", "tcp",
         "On a device without the RDMA transport asked for: tcp = use TCP and shared memory with "
-        "one warning, fail = init fails."},
+        "one warning, fail = init fails.",
+        {false, "what plugin init does on a device without the asked RDMA transport"},
+        {false, "what engine creation does on a device without the asked RDMA transport"}},
        [](std::string_view v, Profile& p) { return parseEnum(v, kFallbackNames, &p.fallback); }},
       {{"steer", "adaptive or roundrobin", "adaptive",
         "How the chunks of unordered classes are spread over the lanes: adaptive = where a chunk "
-        "is expected to finish first (bytes in flight, measured throughput), roundrobin = in turn."},
+        "is expected to finish first (bytes in flight, measured throughput), roundrobin = in turn.",
+        {false, "how an unordered comm's pieces are spread over its lanes"},
+        {false, "how an unordered route's pieces are spread over its lanes"}},
        [](std::string_view v, Profile& p) { return parseEnum(v, kSteerNames, &p.steer); }},
       {{"eager", "0 (never) or a size up to 1M", "256K",
         "Engine transfers of at most this many bytes (host memory) go in one message with "
         "their offer: a receiver that expects them and has credit commits them on arrival, one "
-        "round trip instead of two (K, M suffixes). The plugin ignores it."},
+        "round trip instead of two (K, M suffixes). Engine classes only.",
+        {true, "eager applies to engine transfers only (NCCL's own protocols decide how its messages travel); set it on PACT_TC_KV, _A2A, _CTRL or _CKPT"},
+        {false, "transfers up to this size travel with their offer"}},
        [](std::string_view v, Profile& p) {
          auto n = SizeParser::parse(v);
          if (!n.ok() || *n > Profile::kMaxEager) return false;
          p.eager = *n;
          return true;
        }},
+      {{"priority", "an integer from 0 to 7", "0",
+        "To one peer process, a class's pieces go to UCX before those of every class of lower "
+        "priority, and a lower class keeps at most one piece in flight while a higher one has "
+        "work to that peer; classes of different priority get UCX contexts (connections) of "
+        "their own.",
+        {false, "a send comm's pieces go to UCX before a lower class's to the same peer process; below a busy class it keeps one piece in flight"},
+        {false, "a route's pieces go to UCX before a lower class's to the same peer process; below a busy class it keeps one piece in flight"}},
+       [](std::string_view v, Profile& p) { return parseInt(v, 0, Profile::kMaxPriority, &p.priority); }},
   };
   return defs;
 }
@@ -176,6 +215,13 @@ const char* orderName(Order o) { return kOrderNames[static_cast<int>(o)]; }
 const char* verifyName(Verify v) { return kVerifyNames[static_cast<int>(v)]; }
 const char* fallbackName(Fallback f) { return kFallbackNames[static_cast<int>(f)]; }
 const char* steerName(Steer s) { return kSteerNames[static_cast<int>(s)]; }
+const char* faceName(Face f) { return f == Face::kNccl ? "NCCL comms" : "engine transfers"; }
+
+const ProfileKeyInfo* profileKey(std::string_view key) {
+  for (const auto& d : keyDefs())
+    if (key == d.info.key) return &d.info;
+  return nullptr;
+}
 
 std::string formatSize(uint64_t bytes) {
   if (bytes == 0) return "0";
@@ -203,8 +249,18 @@ const char* profileGrammar() {
          "of PACT_TC_DEFAULT.";
 }
 
-Result<Profile> Profile::parse(std::string_view text, const Profile& base) {
+Result<Profile> Profile::parse(std::string_view text, const Profile& base,
+                               std::vector<std::pair<std::string, std::string>>* keys) {
   Profile p = base;
+  auto note = [&](std::string_view key, std::string_view token) {
+    if (keys == nullptr) return;
+    for (auto& [k, t] : *keys)
+      if (k == key) {
+        t = token;
+        return;
+      }
+    keys->emplace_back(key, token);
+  };
   std::string_view lastSizeToken;  // the last chunk= or credits= token, for the cross-check
   bool lastWasCredits = false;
   std::string_view rest = text;
@@ -213,8 +269,10 @@ Result<Profile> Profile::parse(std::string_view text, const Profile& base) {
     const std::string_view token = trim(rest.substr(0, comma));
     if (token == "rc" || token == "ud") {
       p.service = token == "rc" ? Service::kRc : Service::kUd;
+      note("service", token);
     } else if (token == "ordered" || token == "unordered") {
       p.order = token == "ordered" ? Order::kOrdered : Order::kUnordered;
+      note("order", token);
     } else {
       const size_t eq = token.find('=');
       const std::string_view key = trim(token.substr(0, eq));
@@ -223,6 +281,7 @@ Result<Profile> Profile::parse(std::string_view text, const Profile& base) {
         if (eq != std::string_view::npos && key == d.info.key) def = &d;
       if (def == nullptr) return tokenError(token, tokenAllowed());
       if (!def->apply(trim(token.substr(eq + 1)), p)) return tokenError(token, def->info.allowed);
+      note(key, token);
       if (key == "chunk" || key == "credits") {
         lastSizeToken = token;
         lastWasCredits = key == "credits";
@@ -250,7 +309,8 @@ std::string Profile::describe() const {
          ",credits=" + formatSize(credits) + ",timeout=" + formatDuration(timeout) +
          ",retries=" + std::to_string(retries) + ",verify=" + verifyName(verify) +
          ",tc=" + formatQos(tc) + ",sl=" + formatQos(sl) + ",fallback=" + fallbackName(fallback) +
-         ",steer=" + steerName(steer) + ",eager=" + formatSize(eager);
+         ",steer=" + steerName(steer) + ",eager=" + formatSize(eager) +
+         ",priority=" + std::to_string(priority);
 }
 
 const std::vector<std::string>& ClassTable::engineClassNames() {
@@ -272,17 +332,32 @@ ClassTable::ClassTable() {
   for (const auto& n : engineClassNames()) engine_.emplace(n, default_);
 }
 
+namespace {
+Error invalidVariable(const std::string& var, const std::string& value, const Error& e) {
+  return Error{Status::kInvalidArgument, "invalid " + var + "='" + value + "': " + e.message};
+}
+// The first of keys that `face` refuses, as the token's error; ok when none.
+Status refusedKey(const std::vector<std::pair<std::string, std::string>>& keys, Face face, Error* why) {
+  for (const auto& [key, token] : keys) {
+    const ProfileKeyInfo* k = profileKey(key);
+    if (k == nullptr || !k->on(face).refused) continue;
+    *why = Error{Status::kInvalidArgument, "'" + token + "': not on " + faceName(face) + ": " + k->on(face).what};
+    return Status::kInvalidArgument;
+  }
+  return Status::kOk;
+}
+}  // namespace
+
 Result<ClassTable> ClassTable::load(const std::map<std::string, std::string>& env) {
   ClassTable t;
-  auto invalid = [](const std::string& var, const std::string& value, const Error& e) {
-    return Error{Status::kInvalidArgument, "invalid " + var + "='" + value + "': " + e.message};
-  };
+  auto invalid = invalidVariable;
   const std::string defaultVar = std::string(kPrefix) + "DEFAULT";
   if (auto it = env.find(defaultVar); it != env.end()) {
-    auto p = Profile::parse(it->second);
+    auto p = Profile::parse(it->second, Profile{}, &t.keys_[defaultVar]);
     if (!p.ok()) return invalid(it->first, it->second, p.error());
     t.default_ = *p;
     t.set_[defaultVar] = true;
+    t.defaultText_ = it->second;
   }
   for (auto& [name, profile] : t.engine_) profile = t.default_;
 
@@ -291,7 +366,8 @@ Result<ClassTable> ClassTable::load(const std::map<std::string, std::string>& en
     const std::string_view suffix = std::string_view(var).substr(kPrefix.size());
     int n = 0;
     Profile* target = nullptr;
-    if (parseNcclClass(suffix, &n)) {
+    const bool isNccl = parseNcclClass(suffix, &n);
+    if (isNccl) {
       target = &t.nccl_[n];
     } else if (auto e = t.engine_.find(suffix); e != t.engine_.end()) {
       target = &e->second;
@@ -302,12 +378,27 @@ Result<ClassTable> ClassTable::load(const std::map<std::string, std::string>& en
                      tokenError(suffix, "a class " + names + " or a number from 0 to " +
                                             std::to_string(kMaxNcclClass)));
     }
-    auto p = Profile::parse(value, t.default_);
+    auto& keys = t.keys_[var];
+    auto p = Profile::parse(value, t.default_, &keys);
     if (!p.ok()) return invalid(var, value, p.error());
+    // A class serves one face: a key that face cannot honour is refused, never ignored.
+    Error why;
+    if (refusedKey(keys, isNccl ? Face::kNccl : Face::kEngine, &why) != Status::kOk)
+      return invalid(var, value, why);
     *target = *p;
     t.set_[var] = true;
   }
   return t;
+}
+
+Status ClassTable::checkDefaultFor(Face face, Error* why) const {
+  const std::string var = std::string(kPrefix) + "DEFAULT";
+  auto it = keys_.find(var);
+  if (it == keys_.end()) return Status::kOk;
+  Error e;
+  if (refusedKey(it->second, face, &e) == Status::kOk) return Status::kOk;
+  *why = invalidVariable(var, defaultText_, e);
+  return why->status;
 }
 
 const Profile& ClassTable::forNccl(int trafficClass) const {
@@ -329,7 +420,8 @@ std::vector<ClassTable::Entry> ClassTable::entries() const {
   auto add = [&](const std::string& name, const Profile& p) {
     std::string var = std::string(kPrefix) + name;
     bool set = set_.count(var) != 0;
-    out.push_back(Entry{name, std::move(var), p, set});
+    auto k = keys_.find(var);
+    out.push_back(Entry{name, var, p, set, k == keys_.end() ? decltype(Entry::keys){} : k->second});
   };
   add("DEFAULT", default_);
   for (const auto& [n, p] : nccl_) add(std::to_string(n), p);

@@ -33,8 +33,13 @@ const char* verifyName(Verify v);
 const char* fallbackName(Fallback f);
 const char* steerName(Steer s);
 
+// The two faces a class serves: NCCL comms (the plugin) and engine transfers.
+enum class Face : uint8_t { kNccl, kEngine };
+const char* faceName(Face f);
+
 struct Profile {
   static constexpr int kMaxLanes = 16;
+  static constexpr int kMaxPriority = 7;
   static constexpr int kMaxRetries = 100;
   static constexpr uint64_t kMinChunk = 4ull << 10;
   static constexpr uint64_t kMaxChunk = 1ull << 30;
@@ -55,24 +60,41 @@ struct Profile {
   // with their offer (docs/engine.md, "Eager transfers"); 0 = never. The plugin ignores it.
   static constexpr uint64_t kMaxEager = 1ull << 20;
   uint64_t eager = 256ull << 10;
+  // 0..7: to one peer, a class's pieces go to UCX before those of any class below it, and a
+  // class below a busy one keeps at most one piece in flight (transport/priority.h).
+  int priority = 0;
 
   bool operator==(const Profile&) const = default;
 
   // Applies text's tokens, left to right (a later token overrides an earlier one), on top of
   // base. On error the message is "'TOKEN': expected ALLOWED" (TOKEN as written, trimmed).
-  static Result<Profile> parse(std::string_view text, const Profile& base);
+  // keys (may be null): each key the text sets (shorthands count as their key) with the token
+  // that set it last, in first-seen order.
+  static Result<Profile> parse(std::string_view text, const Profile& base,
+                               std::vector<std::pair<std::string, std::string>>* keys = nullptr);
   static Result<Profile> parse(std::string_view text);  // on top of the built-in defaults
   // Canonical text of every key; parse(describe()) gives back the same profile.
   std::string describe() const;
 };
 
-// One profile key, for --help and docs/params.md.
+// What a key does on one face; refused: the face cannot honour it (a class of that face that
+// sets it is an error at init, with `what` as the reason).
+struct FaceUse {
+  bool refused = false;
+  const char* what = "";
+};
+
+// One profile key, for --help, docs/params.md and pact-info's per-face view.
 struct ProfileKeyInfo {
   const char* key;
   const char* allowed;
   const char* defaultValue;
   const char* doc;
+  FaceUse nccl;    // on an NCCL comm
+  FaceUse engine;  // on an engine transfer
+  const FaceUse& on(Face f) const { return f == Face::kNccl ? nccl : engine; }
 };
+const ProfileKeyInfo* profileKey(std::string_view key);
 const std::vector<ProfileKeyInfo>& profileKeys();
 // The grammar in one paragraph (for --help and docs).
 const char* profileGrammar();
@@ -90,6 +112,8 @@ class ClassTable {
     std::string variable;  // "PACT_TC_DEFAULT", "PACT_TC_3", "PACT_TC_KV"
     Profile profile;       // resolved
     bool set = false;      // the variable is present in the environment
+    // The keys the variable's own text sets, with the token that set each (not inherited ones).
+    std::vector<std::pair<std::string, std::string>> keys;
   };
 
   // Built-in defaults for every class.
@@ -113,6 +137,10 @@ class ClassTable {
 
   // Every class: DEFAULT, each configured PACT_TC_<n> in ascending n, each engine class.
   std::vector<Entry> entries() const;
+  // PACT_TC_DEFAULT's own keys that `face` cannot honour: the error that face's init fails with
+  // ("invalid PACT_TC_DEFAULT='eager=64K': 'eager=64K': not on NCCL comms: ..."), or ok. Every
+  // other variable serves one face and is checked by load().
+  Status checkDefaultFor(Face face, Error* why) const;
   // The effective value of each PACT_TC_* registry row (see params.def), in registry order:
   // PACT_TC_DEFAULT, then each configured PACT_TC_<n> (or one "PACT_TC_<n>" row saying none is
   // set), then each engine class.
@@ -123,6 +151,8 @@ class ClassTable {
   std::map<int, Profile> nccl_;
   std::map<std::string, Profile, std::less<>> engine_;
   std::map<std::string, bool, std::less<>> set_;  // variable names present in env
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>, std::less<>> keys_;
+  std::string defaultText_;  // PACT_TC_DEFAULT as set
 };
 
 }  // namespace pact

@@ -95,7 +95,7 @@ TEST_P(ProfileBad, OneLineNamesVariableTokenAndAllowed) {
 
 #define KEYS                                                                                    \
   "expected key=value with key service, order, lanes, chunk, credits, timeout, retries, verify, " \
-  "tc, sl, fallback, steer or eager, or one of rc, ud, ordered, unordered"
+  "tc, sl, fallback, steer, eager or priority, or one of rc, ud, ordered, unordered"
 #define CLASSES "expected a class DEFAULT, KV, A2A, CTRL, CKPT or a number from 0 to 255"
 
 INSTANTIATE_TEST_SUITE_P(
@@ -186,7 +186,7 @@ TEST(ClassTable, BuiltInDefaults) {
   EXPECT_EQ(d.steer, Steer::kAdaptive);
   EXPECT_EQ(d.describe(),
             "service=auto,order=ordered,lanes=1,chunk=512K,credits=0,timeout=0,retries=0,"
-            "verify=none,tc=default,sl=default,fallback=tcp,steer=adaptive,eager=256K");
+            "verify=none,tc=default,sl=default,fallback=tcp,steer=adaptive,eager=256K,priority=0");
   EXPECT_EQ(t.forNccl(-1), d);
   EXPECT_EQ(t.forName("KV"), d);
 }
@@ -288,7 +288,7 @@ TEST(ParamsClasses, EffectiveListsEachClassVariable) {
   EXPECT_EQ(std::vector<std::string>(names.end() - 7, names.end()), expectedTail);
   EXPECT_EQ(eff[eff.size() - 6].second, "service=ud,order=ordered,lanes=2,chunk=512K,credits=0,"
                                         "timeout=0,retries=0,verify=none,tc=default,sl=default,"
-                                        "fallback=tcp,steer=adaptive,eager=256K");
+                                        "fallback=tcp,steer=adaptive,eager=256K,priority=0");
 }
 
 TEST(ParamsClasses, TableDocumentsTheFamilyAndMarkdownEveryKey) {
@@ -297,13 +297,55 @@ TEST(ParamsClasses, TableDocumentsTheFamilyAndMarkdownEveryKey) {
   for (const char* n : {"PACT_TC_DEFAULT", "PACT_TC_<n>", "PACT_TC_KV", "PACT_TC_A2A",
                         "PACT_TC_CTRL", "PACT_TC_CKPT"})
     EXPECT_NE(std::find(names.begin(), names.end(), n), names.end()) << n;
-  EXPECT_EQ(profileKeys().size(), 13u);
+  EXPECT_EQ(profileKeys().size(), 14u);
   const std::string md = Params::markdown();
   const std::string help = Params::profileHelp();
   for (const auto& k : profileKeys()) {
     EXPECT_NE(md.find(std::string("| `") + k.key + "` |"), std::string::npos) << k.key;
     EXPECT_NE(help.find(std::string("  ") + k.key + " (default"), std::string::npos) << k.key;
   }
+}
+
+// No silent keys: a key a face cannot honour is refused for a class of that face, with one line
+// naming the variable, the token and why; PACT_TC_DEFAULT (the base of both faces) is checked
+// by each face's init.
+TEST(ClassTable, AKeyTheFaceCannotHonourIsRefused) {
+  auto nccl = ClassTable::load({{"PACT_TC_3", "unordered,eager=64K"}});
+  ASSERT_FALSE(nccl.ok());
+  EXPECT_EQ(nccl.error().message,
+            "invalid PACT_TC_3='unordered,eager=64K': 'eager=64K': not on NCCL comms: eager applies to "
+            "engine transfers only (NCCL's own protocols decide how its messages travel); set it on "
+            "PACT_TC_KV, _A2A, _CTRL or _CKPT");
+  // The same key on an engine class, and in DEFAULT, loads: DEFAULT is the engine's base too.
+  auto t = ClassTable::load({{"PACT_TC_KV", "eager=64K"}, {"PACT_TC_DEFAULT", "rc,eager=128K,priority=2"}});
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->forName("KV").eager, 64u << 10);
+  EXPECT_EQ(t->forNccl(5).priority, 2);
+  Error why;
+  EXPECT_EQ(t->checkDefaultFor(Face::kEngine, &why), Status::kOk);
+  ASSERT_EQ(t->checkDefaultFor(Face::kNccl, &why), Status::kInvalidArgument);
+  EXPECT_EQ(why.message.rfind("invalid PACT_TC_DEFAULT='rc,eager=128K,priority=2': 'eager=128K': not on NCCL comms: ", 0), 0u)
+      << why.message;
+  // Every other key applies on both faces.
+  for (const auto& k : profileKeys()) {
+    EXPECT_FALSE(k.engine.refused) << k.key;
+    EXPECT_EQ(k.nccl.refused, std::string(k.key) == "eager") << k.key;
+    EXPECT_STRNE(k.nccl.what, "") << k.key;
+    EXPECT_STRNE(k.engine.what, "") << k.key;
+  }
+  // The keys a variable's own text sets, shorthands as their key, the last token of each.
+  const auto entries = ClassTable::load({{"PACT_TC_7", "rc,lanes=2,unordered,lanes=4"}})->entries();
+  const auto e7 = std::find_if(entries.begin(), entries.end(), [](const auto& e) { return e.name == "7"; });
+  ASSERT_NE(e7, entries.end());
+  const std::vector<std::pair<std::string, std::string>> keys = {
+      {"service", "rc"}, {"lanes", "lanes=4"}, {"order", "unordered"}};
+  EXPECT_EQ(e7->keys, keys);
+}
+
+TEST(Profile, PriorityIsZeroToSeven) {
+  EXPECT_EQ(Profile::parse("priority=7")->priority, 7);
+  EXPECT_FALSE(Profile::parse("priority=8").ok());
+  EXPECT_EQ(Profile::parse("priority=8").error().message, "'priority=8': expected an integer from 0 to 7");
 }
 
 TEST(FormatSize, LargestExactSuffix) {
