@@ -24,7 +24,8 @@ typedef struct {
   uint64_t lane_bytes[PACT_MAX_LANES];  /* send comm: bytes given to each lane */
   uint64_t faults_injected;      /* PACT_FAULT decisions applied to this comm */
   uint64_t retransmits;          /* send comm: lost attempts (injected) sent again */
-  uint64_t duplicates_filtered;  /* send comm: injected duplicates discarded below tag matching */
+  uint64_t duplicates_filtered;  /* receive comm: copies of consumed pieces drained from UCX's
+                                    unexpected queue (PACT_FAULT dup, a re-send's first copy) */
   uint64_t gpu_flushes;          /* receive comm: iflush calls served by the CUDA driver's flush */
   uint64_t gpu_flush_reads;      /* receive comm: loopback reads iflush posted (one per buffer) */
 } pact_comm_stats_t;
@@ -33,6 +34,79 @@ typedef struct {
  * is not a live pact comm or out is NULL. */
 int pact_comm_stats(void* comm, pact_comm_stats_t* out);
 typedef int (*pact_comm_stats_fn)(void* comm, pact_comm_stats_t* out);
+
+/* ---- the class contract (docs/plugin.md, "The class contract") ------------------------------ */
+
+/* Why a comm failed, as pact_comm_contract reports it: the contract's own outcomes are told apart
+ * from the rest (NCCL itself only sees ncclRemoteError). */
+#define PACT_COMM_OK 0         /* not failed */
+#define PACT_COMM_EPOCH 1      /* a message of another model epoch (or without one) arrived */
+#define PACT_COMM_CHECKSUM 2   /* a piece's check did not match on every attempt (verify, retries) */
+#define PACT_COMM_DEADLINE 3   /* a message did not complete within the class's timeout */
+#define PACT_COMM_VETOED 4     /* the commit hook vetoed a message */
+#define PACT_COMM_PEER 5       /* the peer failed the comm, died or left */
+#define PACT_COMM_OTHER 6      /* anything else (a transport error, a refused piece, ...) */
+
+typedef struct {
+  uint32_t struct_size;        /* set by the caller to sizeof(pact_comm_contract_t); fields are
+                                  only ever added, and only those that fit are written */
+  int verify;                  /* 0 none, 1 crc32c, 2 xxh3 (what the comm does, both classes
+                                  considered) */
+  int retries;
+  uint64_t timeout_us;         /* 0: none */
+  int sealed;                  /* 1: messages carry seals (epoch, size, checks) */
+  int priority;                /* send comm: the class's priority */
+  uint64_t credit_budget;      /* send comm: the class's budget to this peer (0: none) */
+  uint64_t credit_in_flight;   /* send comm: bytes of the class in flight to this peer now */
+  uint64_t credit_peak;        /* send comm: the most ever in flight at once */
+  uint64_t credit_refusals;    /* send comm: isend calls of this comm answered NULL by credits */
+  uint64_t priority_holds;     /* send comm: pieces queued behind a higher class */
+  uint64_t checksum_mismatches;/* receive comm: pieces whose check did not match */
+  uint64_t retransmits;        /* send comm: pieces sent again */
+  int error;                   /* PACT_COMM_* */
+  char reason[256];            /* the failure as logged (truncated), "" while not failed */
+} pact_comm_contract_t;
+
+/* Fills *out (up to out->struct_size bytes) for a send or receive comm. 0 on success, -1 when comm
+ * is not a live pact comm, out is NULL or struct_size is too small for the first two fields. */
+int pact_comm_contract(void* comm, pact_comm_contract_t* out);
+typedef int (*pact_comm_contract_fn)(void* comm, pact_comm_contract_t* out);
+
+/* Epoch fencing. Sets this process's model epoch (any value; the application's weights version)
+ * and turns fencing on: from then on every receive comm connected afterwards asks for seals, each
+ * message carries its sender's epoch at isend, and a message whose epoch differs from the
+ * receiver's current one (or that carries none) is never reported done: test() fails the comm
+ * (ncclRemoteError; pact_comm_contract says PACT_COMM_EPOCH and names both epochs). A receive comm
+ * connected before fencing began reports nothing more once it is on (fail closed): enable fencing
+ * before the communicators are created, then call it again at each weights update. Always 0. */
+int pact_nccl_set_epoch(uint64_t epoch);
+typedef int (*pact_nccl_set_epoch_fn)(uint64_t epoch);
+/* The current model epoch (0 before the first pact_nccl_set_epoch). */
+uint64_t pact_nccl_epoch(void);
+typedef uint64_t (*pact_nccl_epoch_fn)(void);
+
+/* What the commit hook is told of a received message, after its seal was judged (epoch, size,
+ * checks) and before test() reports it done. Valid during the call only. */
+typedef struct {
+  uint32_t struct_size;        /* sizeof(pact_nccl_message_t) of the plugin */
+  void* comm;                  /* the receive comm */
+  const char* peer;            /* "ip:port" of the sending process's control connection */
+  const char* traffic_class;   /* "DEFAULT" or NCCL's class number ("3") */
+  int buffer;                  /* which buffer of a multi-receive */
+  uint32_t tag;                /* the NCCL tag */
+  uint64_t bytes;
+  uint64_t epoch;              /* the sender's model epoch */
+  int verify;                  /* 0 none, 1 crc32c, 2 xxh3 */
+  uint64_t checksum;           /* the message's check: the piece's for a one-piece message, else the
+                                  kind's digest over the pieces' checks; 0 without verify */
+} pact_nccl_message_t;
+/* Return 0 to accept; anything else vetoes: the comm fails (PACT_COMM_VETOED, the value named). */
+typedef int (*pact_nccl_commit_hook_fn)(void* user, const pact_nccl_message_t* msg);
+/* Installs the hook (NULL removes it) for every receive comm; called once per message, on the thread
+ * that calls test(), possibly several threads at once for different comms. Turns fencing on, as
+ * pact_nccl_set_epoch does. Always 0. */
+int pact_nccl_set_commit_hook(pact_nccl_commit_hook_fn hook, void* user);
+typedef int (*pact_nccl_set_commit_hook_fn)(pact_nccl_commit_hook_fn hook, void* user);
 
 /* PACT_FAULT decisions applied by every comm of this process so far, closed comms included
  * (a goodbye lost to lose_remote_done happens at close). */

@@ -1,12 +1,17 @@
 // The pact_* control API exported beside the NCCL tables (include/pact/nccl_ext.h).
 #include "pact/nccl_ext.h"
 
+#include <algorithm>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
 #include <mutex>
 
 #include "plugin/nccl/core.h"
 #include "plugin/nccl/timeline.h"
 #include "telemetry/exporter.h"
 #include "net/comm.h"
+#include "net/fence.h"
 
 extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm, pact_comm_stats_t* out) {
   auto* c = static_cast<pact::net::Comm*>(comm);
@@ -34,6 +39,89 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
       out->lane_bytes[i] = lanes.stats(i).bytes;
     }
   }
+  return 0;
+}
+
+namespace {
+int contractError(const pact::net::Comm& c) {
+  using pact::Status;
+  using pact::telemetry::ErrorKind;
+  switch (c.error()) {
+    case Status::kOk: return PACT_COMM_OK;
+    case Status::kEpochMismatch: return PACT_COMM_EPOCH;
+    case Status::kChecksum: return PACT_COMM_CHECKSUM;
+    case Status::kDeadline: return PACT_COMM_DEADLINE;
+    case Status::kRejected: return PACT_COMM_VETOED;
+    default:
+      return c.failureKind() == ErrorKind::kPeerLost || c.failureKind() == ErrorKind::kPeerAbort
+                 ? PACT_COMM_PEER
+                 : PACT_COMM_OTHER;
+  }
+}
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int pact_comm_contract(void* comm, pact_comm_contract_t* out) {
+  auto* c = static_cast<pact::net::Comm*>(comm);
+  if (c == nullptr || out == nullptr || c->magic != pact::net::Comm::kMagic ||
+      out->struct_size < offsetof(pact_comm_contract_t, retries))
+    return -1;
+  std::lock_guard lock(c->dev().mutex());
+  pact_comm_contract_t v{};
+  v.struct_size = static_cast<uint32_t>(std::min<size_t>(out->struct_size, sizeof v));
+  const pact::transport::ChannelConfig& cfg = c->channel();
+  using namespace pact::telemetry;
+  const CounterSet& s = c->counters();
+  v.verify = static_cast<int>(cfg.verify);
+  v.retries = cfg.retries;
+  v.timeout_us = static_cast<uint64_t>(cfg.timeout.count());
+  v.sealed = cfg.sealed ? 1 : 0;
+  v.priority = cfg.priority;
+  if (c->isSend()) {
+    if (const auto* credits = static_cast<pact::net::SendComm*>(c)->credits()) {
+      v.credit_budget = credits->budget();
+      v.credit_in_flight = credits->inFlight();
+      v.credit_peak = credits->peak();
+    }
+  }
+  v.credit_refusals = s.get(kCreditRefusals);
+  v.priority_holds = s.get(kPriorityHolds);
+  v.checksum_mismatches = s.get(kChecksumMismatches);
+  v.retransmits = s.get(kRetransmits);
+  v.error = contractError(*c);
+  std::snprintf(v.reason, sizeof v.reason, "%s", c->failureReason().c_str());
+  std::memcpy(out, &v, v.struct_size);
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) int pact_nccl_set_epoch(uint64_t epoch) {
+  pact::net::Fence::process().setEpoch(epoch);
+  return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) uint64_t pact_nccl_epoch(void) {
+  return pact::net::Fence::process().epoch();
+}
+
+extern "C" __attribute__((visibility("default"))) int pact_nccl_set_commit_hook(pact_nccl_commit_hook_fn hook,
+                                                                                void* user) {
+  if (hook == nullptr) {
+    pact::net::Fence::process().setHook(nullptr);
+    return 0;
+  }
+  pact::net::Fence::process().setHook([hook, user](const pact::net::MessageFacts& m) {
+    pact_nccl_message_t msg{};
+    msg.struct_size = sizeof msg;
+    msg.comm = const_cast<void*>(m.comm);
+    msg.peer = m.peer->c_str();
+    msg.traffic_class = m.className->c_str();
+    msg.buffer = m.buffer;
+    msg.tag = m.tag;
+    msg.bytes = m.bytes;
+    msg.epoch = m.epoch;
+    msg.verify = m.verify;
+    msg.checksum = m.checksum;
+    return hook(user, &msg);
+  });
   return 0;
 }
 

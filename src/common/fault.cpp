@@ -55,6 +55,7 @@ Result<FaultSpec> FaultParser::parse(std::string_view s) {
                           : key == "corrupt"          ? &f.corrupt
                           : key == "reject"           ? &f.reject
                           : key == "lose_remote_done" ? &f.loseRemoteDone
+                          : key == "stall"            ? &f.stall
                                                       : nullptr;
     if (probability != nullptr) {
       if (!parseProbability(value, probability))
@@ -83,7 +84,7 @@ Result<FaultSpec> FaultParser::parse(std::string_view s) {
       f.seed = *v;
     } else {
       return bad(token, "unknown fault; expected drop, dup, corrupt, reject, lose_remote_done, "
-                        "delay, epoch_skew, kill_after or seed");
+                        "stall, delay, epoch_skew, kill_after or seed");
     }
   }
   return f;
@@ -95,7 +96,7 @@ std::string FaultSpec::describe() const {
   const auto add = [&](const std::string& item) { out += (out.empty() ? "" : ",") + item; };
   const std::pair<const char*, double> probabilities[] = {
       {"drop", drop}, {"dup", dup}, {"corrupt", corrupt}, {"reject", reject},
-      {"lose_remote_done", loseRemoteDone}};
+      {"lose_remote_done", loseRemoteDone}, {"stall", stall}};
   for (const auto& [name, p] : probabilities) {
     if (p > 0) add(std::string(name) + "=" + formatProbability(p));
   }

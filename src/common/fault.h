@@ -2,9 +2,11 @@
 // the config registry; deterministic for a given seed; zero cost when unset (one branch on
 // active()). Grammar: comma-separated key=value, each at most once:
 //   drop=P                a data piece is not delivered (probability P in [0, 1])
-//   dup=P                 a data piece is delivered twice
-//   corrupt=P             a bit of a data piece is flipped (engine: after landing; plugin: on
-//                         the link, whose checksum discards the attempt)
+//   dup=P                 a data piece is sent twice (a real second copy on the wire)
+//   corrupt=P             a bit of a data piece is flipped (engine: after landing; plugin: in a
+//                         copy of the piece as it is sent, never in the application's buffer)
+//   stall=P               a data piece is held by the sender and never sent (the message stalls
+//                         until its deadline, or for ever without one)
 //   reject=P              the target refuses (engine: a verified transfer at commit; plugin: a
 //                         landed piece)
 //   lose_remote_done=P    a completion notice is lost (engine: the sender's Done, the
@@ -26,15 +28,15 @@
 namespace pact {
 
 struct FaultSpec {
-  double drop = 0, dup = 0, corrupt = 0, reject = 0, loseRemoteDone = 0;
+  double drop = 0, dup = 0, corrupt = 0, reject = 0, loseRemoteDone = 0, stall = 0;
   int delayLane = -1;
   std::chrono::microseconds delay{0};
   uint64_t epochSkew = 0;
   std::chrono::microseconds killAfter{0};
   uint64_t seed = 1;
-  // Faults decided per data piece or completion notice (drop .. lose_remote_done).
+  // Faults decided per data piece or completion notice (drop .. stall).
   bool onPieces() const {
-    return drop > 0 || dup > 0 || corrupt > 0 || reject > 0 || loseRemoteDone > 0;
+    return drop > 0 || dup > 0 || corrupt > 0 || reject > 0 || loseRemoteDone > 0 || stall > 0;
   }
   bool active() const {
     return onPieces() || delayLane >= 0 || epochSkew > 0 || killAfter.count() > 0;
@@ -47,7 +49,7 @@ struct FaultParser {
   using value_type = FaultSpec;
   static Result<FaultSpec> parse(std::string_view s);
   static const char* allowed() {
-    return "comma-separated drop=P, dup=P, corrupt=P, reject=P, lose_remote_done=P (P in 0..1), "
+    return "comma-separated drop=P, dup=P, corrupt=P, reject=P, lose_remote_done=P, stall=P (P in 0..1), "
            "delay=laneN:DURATION, epoch_skew=N, kill_after=DURATION, seed=N";
   }
 };

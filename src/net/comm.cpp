@@ -5,7 +5,10 @@
 #include <optional>
 
 #include "common/log.h"
+#include "net/contract.h"
+#include "net/fence.h"
 #include "net/parts.h"
+#include "transport/seal.h"
 #include "ucx/ucx_status.h"
 
 namespace pact::net {
@@ -49,6 +52,7 @@ void Comm::failPeer(Status s, telemetry::ErrorKind kind, const std::string& why)
 void Comm::fail(Status s, telemetry::ErrorKind kind, const std::string& why) {
   if (error_ != Status::kOk) return;
   error_ = s;
+  why_ = why;
   errorKind_ = kind;  // counted in the class's errors once the comm is withdrawn (countError)
   // A lost peer process fails every comm to it at once: one warning a second says so, the
   // other comms are logged at INFO, so 1,000 comms do not print 1,000 warnings.
@@ -146,15 +150,26 @@ Status Comm::test(Request* r, bool* done, int* sizes, Ending* ending) {
   *done = false;
   // Ordered: reported only after every earlier request. A request that can be reported already
   // (an eager send) needs no progress.
-  auto ready = [&] { return r->done() && !(cfg_.ordered && earlierInFlight(r)); };
+  auto ready = [&] { return r->done() && !r->held && !(cfg_.ordered && earlierInFlight(r)); };
   if (!ready()) {
     dev().progress();
     if (r->multiPart()) progressComm(r);
+    if (r->held) settle(r);
     if (!ready()) {
       const Status s = notReady();
       if (s != Status::kOk) endRequest(r, ending);  // failed: NCCL will not see it done
       return s;
     }
+  }
+  // Fail closed: once the application fences, a receive comm whose messages carry no epoch (it
+  // was connected before fencing began) reports nothing more.
+  if (!isSend_ && !cfg_.sealed && Fence::process().active() && !r->flush) [[unlikely]] {
+    abort(Status::kEpochMismatch, telemetry::ErrorKind::kRefused,
+          "fencing is on (pact_nccl_set_epoch or a commit hook) but this comm was connected before it "
+          "began: its messages carry no epoch, so none is reported done (enable fencing before the "
+          "communicators are created)");
+    endRequest(r, ending);
+    return failure();
   }
   if (!cfg_.ordered && earlierInFlight(r)) counters_.add(telemetry::kMessagesOutOfOrder);
   Status result = finish(r, sizes);
@@ -231,11 +246,23 @@ SendComm::SendComm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions,
   lanes_.configure(cfg_);
   // Pieces waiting for a lane, held by the lane delay or waiting for a retransmission move on
   // every device progress.
-  if (ticking()) dev().addTicker(this);
+  if (ticking()) startTicking();
 }
 
 SendComm::~SendComm() {
-  if (ticking()) dev().removeTicker(this);
+  if (ticker_) dev().removeTicker(this);
+}
+
+void SendComm::startTicking() {
+  if (ticker_) return;
+  ticker_ = true;
+  dev().addTicker(this);
+}
+
+void SendComm::setGate(std::shared_ptr<transport::PeerGate> gate) {
+  if (!gate) return;
+  lanes_.setGate(std::move(gate), cfg_.priority);
+  startTicking();  // held pieces go when the higher classes are idle, whoever progresses
 }
 
 Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails) {
@@ -266,13 +293,7 @@ void SendComm::checkLinks() {
 }
 
 bool SendComm::lostAttempt(Part* p) {
-  const FaultSpec& f = cfg_.fault;
-  // A duplicate is discarded where a reliable transport discards it (sequence numbers below
-  // tag matching): counted, and the receive sees one copy.
-  if (inject(f.dup)) counters_.add(telemetry::kDuplicatesFiltered);
-  const char* how = inject(f.drop)      ? "lost"
-                    : inject(f.corrupt) ? "corrupted (discarded by the link checksum)"
-                                        : nullptr;
+  const char* how = inject(cfg_.fault.drop) ? "lost" : nullptr;
   if (how == nullptr) return false;
   if (++p->attempts > cfg_.retries) {
     abort(Status::kRemoteError, telemetry::ErrorKind::kRetries,
@@ -289,15 +310,97 @@ bool SendComm::lostAttempt(Part* p) {
   return true;
 }
 
+namespace {
+bool hostPiece(const MemHandle* mh, const Part* p) {
+  return mh == nullptr || p->rail >= mh->regions.size() || mh->regions[p->rail]->type == ucx::MemoryType::kHost;
+}
+}  // namespace
+
+bool SendComm::wireFault(Part* p, ucx::Endpoint& ep) {
+  const FaultSpec& f = cfg_.fault;
+  const auto* mh = static_cast<const MemHandle*>(p->owner->memHandle);
+  if (inject(f.stall)) {  // held for ever: the message stalls until its deadline or close
+    stalled_.push_back(p);
+    return true;
+  }
+  // The wire faults act on host bytes (a GPU buffer is never touched by the CPU here).
+  if (hostPiece(mh, p) && p->size > 0 && inject(f.corrupt)) {
+    // A copy of the piece with one bit flipped goes instead of the piece: the application's
+    // buffer stays as it was, so a re-send carries the right bytes.
+    p->copy.assign(static_cast<const uint8_t*>(p->data), static_cast<const uint8_t*>(p->data) + p->size);
+    p->copy[dice_->next() % p->size] ^= 0x10;
+    ucp_request_param_t param = sendParam(onSendDone, p);
+    track(p, ucp_tag_send_nbx(ep.get(), p->copy.data(), p->size, p->ucxTag, &param));
+    return true;
+  }
+  return false;
+}
+
 void SendComm::post(Part* p, ucx::Endpoint& ep) {
-  if (dice_ && lostAttempt(p)) return;
-  if (ep.get() == nullptr) {  // closed under a failure of the peer
-    completePart(p, UCS_ERR_NOT_CONNECTED, 0);
+  Request* r = p->owner;
+  if (!p->posted) {  // first attempt (a lost one counts: the seal says what the message holds)
+    p->posted = true;
+    ++r->postedPieces;
+  }
+  if (!(dice_ && lostAttempt(p))) {
+    if (ep.get() == nullptr) {  // closed under a failure of the peer
+      completePart(p, UCS_ERR_NOT_CONNECTED, 0);
+    } else if (!(dice_ && wireFault(p, ep))) {
+      ucp_request_param_t param = sendParam(onSendDone, p);
+      setMemh(&param, static_cast<const MemHandle*>(r->memHandle), p);
+      track(p, ucp_tag_send_nbx(ep.get(), p->data, p->size, p->ucxTag, &param));
+      // PACT_FAULT dup: a second copy of the piece follows it on the same endpoint.
+      if (dice_ && hostPiece(static_cast<const MemHandle*>(r->memHandle), p) && inject(cfg_.fault.dup)) {
+        hub_->sendLate(now(), lanes_.shared(p->lane), p->ucxTag, p->data, p->size);
+        hub_->postLate();
+      }
+    }
+  }
+  if (r->seals != 0 && r->postedPieces == r->partCount[0] && !r->sealPart(0).posted) postSeal(r);
+}
+
+void SendComm::postSeal(Request* r) {
+  Part& s = r->sealPart(0);
+  s.posted = true;
+  const uint32_t pieces = r->partCount[0];
+  const uint64_t bytes = r->msgBytes;
+  const Fence& fence = Fence::process();
+  const bool fenced = fence.active();
+  wire::encodeSealHeader(static_cast<uint8_t>(cfg_.verify), fenced, fenced ? fence.epoch() : 0,
+                         bytes, pieces, &r->sealMem);
+  if (cfg_.verify != Verify::kNone) {
+    const auto* mh = static_cast<const MemHandle*>(r->memHandle);
+    const ucx::MemoryType type = mh != nullptr ? mh->regions[0]->type : ucx::MemoryType::kHost;
+    const auto* base = static_cast<const uint8_t*>(r->parts[0].data);
+    const size_t chunk = cfg_.ordered ? std::max<uint64_t>(bytes, 1) : cfg_.chunk;
+    for (uint32_t k = 0; k < pieces; ++k) {
+      const size_t off = size_t{k} * chunk;
+      auto check = checkBytes(cfg_.verify, base + off, std::min<uint64_t>(chunk, bytes - std::min<uint64_t>(bytes, off)),
+                              type, dev().driver(), hub_->staging());
+      if (!check.ok()) {
+        abort(check.status(), telemetry::ErrorKind::kOther, check.error().message);
+        completePart(&s, UCS_ERR_IO_ERROR, 0);
+        return;
+      }
+      wire::setCheck(&r->sealMem, k, *check);
+    }
+    r->held = true;  // done only at the receiver's verdict
+    ++awaitingVerdicts_;
+  }
+  s.data = r->sealMem.data();
+  s.size = r->sealMem.size();
+  s.ucxTag = tag::make(tagSpace_, r->tags[0], r->seqs[0], tag::kSealPiece, false);
+  ucx::Endpoint& ep = lanes_.endpoint(0);
+  if (ep.get() == nullptr) {
+    completePart(&s, UCS_ERR_NOT_CONNECTED, 0);
     return;
   }
-  ucp_request_param_t param = sendParam(onSendDone, p);
-  setMemh(&param, static_cast<const MemHandle*>(p->owner->memHandle), p);
-  track(p, ucp_tag_send_nbx(ep.get(), p->data, p->size, p->ucxTag, &param));
+  ucp_request_param_t param = sendParam(onSendDone, &s);
+  track(&s, ucp_tag_send_nbx(ep.get(), s.data, s.size, s.ucxTag, &param));
+}
+
+void SendComm::dispatch(Part* p) {
+  lanes_.dispatch(p, [this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
 }
 
 Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out) {
@@ -310,17 +413,39 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   // Ordered: the whole message is one piece.
   const size_t chunk = cfg_.ordered ? std::max<size_t>(size, 1) : cfg_.chunk;
   const size_t n = cfg_.ordered ? 1 : piecesFor(size, chunk);
-  if (n > tag::kMaxPieces) {
+  if (n > tag::kMaxDataPieces) {
     PACT_WARN("isend of %zu bytes needs %zu pieces of %zu bytes; at most %u per message", size, n,
-              chunk, tag::kMaxPieces);
+              chunk, tag::kMaxDataPieces);
     return Status::kInvalidArgument;
   }
-  Request* r = acquire(true, 1, n);
-  if (r == nullptr) return Status::kOk;  // back-pressure
+  // The class's credits to the peer: beyond them, NCCL's "try again later".
+  if (credits_ && !credits_->tryTake(this, size)) {
+    counters_.add(telemetry::kCreditRefusals);
+    return Status::kOk;
+  }
+  const uint8_t seals = cfg_.sealed ? 1 : 0;
+  Request* r = acquire(true, 1, n + seals);
+  if (r == nullptr) {  // back-pressure
+    if (credits_) credits_->give(size);
+    return Status::kOk;
+  }
   const uint32_t seq = nextSeq(tag);
   r->partCount[0] = static_cast<uint32_t>(n);
-  r->pending = static_cast<int>(n);
+  r->pending = static_cast<int>(n + seals);
   r->memHandle = mh;
+  r->seals = seals;
+  r->credit = credits_ ? size : 0;
+  r->tags[0] = tag;
+  r->seqs[0] = seq;
+  r->msgBytes = size;
+  r->postedPieces = 0;
+  if (seals != 0) {
+    Part& sp = r->sealPart(0);
+    sp.seal = true;
+    sp.piece = tag::kSealPiece;
+    sp.done = false;
+  }
+  const uint64_t holds = lanes_.holds();
   for (size_t k = 0; k < n; ++k) {
     Part* p = &r->parts[k];
     p->piece = static_cast<uint32_t>(k);
@@ -328,18 +453,69 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
     p->size = std::min(chunk, size - std::min(size, k * chunk));
     p->ucxTag = tag::make(tagSpace_, tag, seq, p->piece, k + 1 == n);
     p->done = false;
-    lanes_.dispatch(p, [this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
+    dispatch(p);
   }
+  if (lanes_.holds() != holds) counters_.add(telemetry::kPriorityHolds, lanes_.holds() - holds);
   *out = r;
   return Status::kOk;
 }
 
 void SendComm::partDone(Part* p) {
+  Request* r = p->owner;
+  if (r->credit != 0 && r->done()) {  // the message's bytes left UCX: its credits come back
+    credits_->give(r->credit);
+    r->credit = 0;
+  }
+  if (p->seal) return;  // not one of the lanes' pieces
   counters_.add(telemetry::kPieces);
   lanes_.completed(*p);
 }
 
 void SendComm::progressComm(Request*) {}
+
+void SendComm::settle(Request*) {
+  if (awaitingVerdicts_ == 0) return;
+  verdicts_.clear();
+  sessions_->takeVerdicts(channel_, &verdicts_);
+  for (const wire::Verdict& v : verdicts_) applyVerdict(v);
+}
+
+void SendComm::applyVerdict(const wire::Verdict& v) {
+  Request* r = oldestPosted_;
+  while (r != nullptr && !(r->held && static_cast<uint32_t>(r->tags[0]) == v.tag && r->seqs[0] == v.seq))
+    r = r->newerPosted;
+  if (r == nullptr) return;  // not waited for (a comm failed meanwhile): nothing to do
+  if (v.kind == wire::VerdictKind::kVerified) {
+    r->held = false;
+    --awaitingVerdicts_;
+    return;
+  }
+  // Pieces whose check did not match at the receiver: the same bytes again (the application's
+  // buffer is still ours: the send is not complete). The receiver counts the attempts and fails
+  // the comm when its retries are spent.
+  const uint32_t n = r->partCount[0];
+  auto resend = [&](uint32_t k) {
+    if (k >= n) return;
+    Part* p = &r->parts[k];
+    if (!p->done) return;  // still with UCX (a verdict for an earlier attempt)
+    const size_t chunk = cfg_.ordered ? std::max<uint64_t>(r->msgBytes, 1) : cfg_.chunk;
+    p->size = std::min<uint64_t>(chunk, r->msgBytes - std::min<uint64_t>(r->msgBytes, size_t{k} * chunk));
+    p->done = false;
+    p->status = Status::kOk;
+    ++r->pending;
+    if (credits_) {
+      credits_->takeAnyway(p->size);
+      r->credit += p->size;
+    }
+    counters_.add(telemetry::kRetransmits);
+    class_.addShared(telemetry::kClassRetransmits);
+    dispatch(p);
+  };
+  if (v.kind == wire::VerdictKind::kResendAll)
+    for (uint32_t k = 0; k < n; ++k) resend(k);
+  else
+    for (uint32_t k : v.pieces) resend(k);
+}
 
 void SendComm::tick() {
   lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
@@ -360,15 +536,19 @@ void SendComm::dropHeld() {
   lanes_.dropDelayed([&](transport::LanePiece* p) { cancelled(static_cast<Part*>(p)); });
   for (auto& e : retransmit_) cancelled(e.second);
   retransmit_.clear();
+  for (Part* p : stalled_) cancelled(p);
+  stalled_.clear();
 }
 
 Status SendComm::finish(Request* r, int* sizes) {
   Status result = Status::kOk;
   size_t total = 0;
-  for (const Part& p : r->parts) {
+  for (size_t i = 0; i < r->dataParts(); ++i) {
+    const Part& p = r->parts[i];
     if (p.status != Status::kOk && result == Status::kOk) result = p.status;
     total += p.size;
   }
+  if (r->seals != 0 && r->sealPart(0).status != Status::kOk && result == Status::kOk) result = r->sealPart(0).status;
   if (sizes) sizes[0] = static_cast<int>(std::min<size_t>(total, INT32_MAX));
   return result;
 }
@@ -397,6 +577,15 @@ void SendComm::shutdown() {
     });
   }
   dropHeld();
+  // What the comm's messages still hold of the class's credits goes back now: requests UCX still
+  // holds complete later without the comm.
+  if (credits_) {
+    for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) {
+      credits_->give(r->credit);
+      r->credit = 0;
+    }
+    credits_->forget(this);
+  }
   const bool inFlight = leaveInFlight();
   // The endpoints close in the background once the last comm to the peer lets go of them: a
   // flush, or forced when something is left in flight or the peer is gone (a flush needs its

@@ -11,6 +11,13 @@
 // error or through the session (lost without goodbye); every request of the comm then completes
 // with kRemoteError. All state is guarded by the device mutex.
 // Close never waits: what UCX still holds of the comm finishes in the background (Reaper).
+//
+// The class contract (docs/plugin.md): a comm whose contract asks for seals sends one after each
+// message's pieces (transport/seal.h); the receiver reports a message done only once its seal is
+// judged (epoch, checks, the commit hook), asks for pieces whose check failed again (a verdict on
+// the session) and fails a message whose parts do not all land within the timeout; the sender
+// reports a send of a verified comm done only at the receiver's verdict. Credits and priority
+// act on the send side alone (net/credits.h, transport/priority.h).
 #pragma once
 
 #include <memory>
@@ -26,6 +33,7 @@
 #include "transport/lanes.h"
 #include "net/tags.h"
 #include "telemetry/counters.h"
+#include "net/credits.h"
 #include "net/diag.h"
 #include "net/hub.h"
 #include "net/request.h"
@@ -70,6 +78,9 @@ class Comm {
   const std::shared_ptr<Hub>& hub() const { return hub_; }
   bool isSend() const { return isSend_; }
   Status error() const { return error_; }
+  // Why the comm failed, as logged (empty while it has not), and of what kind.
+  const std::string& failureReason() const { return why_; }
+  telemetry::ErrorKind failureKind() const { return errorKind_; }
   const ChannelConfig& channel() const { return cfg_; }
   // The comm's counters (telemetry::kCommCatalog), in the process registry while it lives.
   const telemetry::CounterSet& counters() const { return counters_; }
@@ -114,6 +125,9 @@ class Comm {
   // Settles a request with more parts than buffers (Request::multiPart) on each test that finds
   // it unfinished: cancels receives that can no longer match.
   virtual void progressComm(Request* r) = 0;
+  // The class contract's step for a request that is done with UCX but held (Request::held): the
+  // sender takes its verdicts, the receiver judges its seals.
+  virtual void settle(Request* r) = 0;
   // Failure was recorded: cancel/abort what UCX still holds so every part completes.
   virtual void abortInFlight() = 0;
   // Final status and sizes of a finished request.
@@ -172,6 +186,7 @@ class Comm {
   telemetry::CounterSet counters_;
   telemetry::CounterSet& class_;  // the traffic class's, shared by its comms (telemetry::kClassCatalog)
   Status error_ = Status::kOk;
+  std::string why_;
   telemetry::ErrorKind errorKind_ = telemetry::ErrorKind::kOther;
   bool errorCounted_ = false;
   bool aborted_ = false;
@@ -195,28 +210,48 @@ class SendComm final : public Comm, private Ticker {
   // Takes the device context's endpoint per lane to the receiver's worker (shared with every
   // other comm to that worker; a new one wires up in progress).
   Status connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails);
-  // Posts a send; *out = nullptr when the comm has its most sends in flight (retry later).
+  // Posts a send; *out = nullptr when the comm has its most sends in flight or the class's
+  // credits to the peer are spent (retry later).
   Status isend(const void* data, size_t size, int tag, MemHandle* mh, Request** out);
   void shutdown() override;
   void partDone(Part* p) override;
   const Lanes& lanes() const { return lanes_; }
+  // The class's budget to the peer (credits) and its priority gate (priority); each may be null.
+  void setCredits(std::shared_ptr<SendCredits> c) { credits_ = std::move(c); }
+  const SendCredits* credits() const { return credits_.get(); }
+  void setGate(std::shared_ptr<transport::PeerGate> gate);
 
  private:
   void progressComm(Request* r) override;
+  void settle(Request* r) override;
+  // The seal goes once every data piece of the message was handed to UCX (or lost on the way).
+  void postSeal(Request* r);
+  void applyVerdict(const wire::Verdict& v);
+  void dispatch(Part* p);
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void post(Part* p, ucx::Endpoint& ep);
   void checkLinks() override;
   void tick() override;  // binds waiting pieces to lanes with room, releases held ones
-  // PACT_FAULT: whether this attempt of p is lost (then it is sent again later, or the comm fails).
+  // PACT_FAULT drop: whether this attempt of p is lost (then it is sent again later, or the comm
+  // fails).
   bool lostAttempt(Part* p);
+  // PACT_FAULT stall and corrupt: whether the fault took the piece (held for ever, or a corrupted
+  // copy sent in its place).
+  bool wireFault(Part* p, ucx::Endpoint& ep);
+  void startTicking();
   // Completes every piece that is held back (lane queues, retransmissions) as cancelled.
   void dropHeld();
   bool ticking() const { return !cfg_.ordered || cfg_.fault.delayLane >= 0 || cfg_.fault.onPieces(); }
 
   Lanes lanes_;
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
+  std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
+  bool ticker_ = false;
   uint32_t tagSpace_;
+  std::shared_ptr<SendCredits> credits_;
+  size_t awaitingVerdicts_ = 0;  // sends held for their verdict
+  std::vector<wire::Verdict> verdicts_;  // scratch
 };
 
 class RecvComm final : public Comm {
@@ -236,9 +271,23 @@ class RecvComm final : public Comm {
 
  private:
   void progressComm(Request* r) override;
+  void settle(Request* r) override;
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void cancel(Part& p);
+  // Posts the receive of part p (one rail of one piece, or a seal) into [data, data + size).
+  void postPart(Part* p, void* data, size_t size);
+  // Every copy of buffer b's piece k posted again (its check did not match): the part count and
+  // bytes landed forget it.
+  void repost(Request* r, int b, uint32_t piece);
+  // Judges r's seals: epoch, size, checks, the commit hook. Whether r may be reported.
+  bool judge(Request* r);
+  // Fails the comm when a message's parts did not all land within the timeout of its first.
+  void checkDeadlines();
+  void checkLinks() override { checkDeadlines(); }
+  // The stale copies of tag's messages in the four blocks of 64 behind seq, when seq enters a
+  // block (tags.h).
+  void drainStale(int tag, uint32_t seq);
   Status flushByRead(int n, void* const* data,
                      const std::array<ucx::Region*, kMaxBuffers>& regions, int count,
                      Request** out);

@@ -9,7 +9,10 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "net/contract.h"
+#include "net/fence.h"
 #include "net/net.h"
+#include "transport/priority.h"
 
 namespace pact::net {
 
@@ -105,6 +108,7 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     shape.lanes = static_cast<uint8_t>(cfg.ordered ? 1 : cfg.lanes);
     shape.chunk = cfg.chunk;
     shape.rails = static_cast<uint8_t>((*hb)->dev().rails());
+    shape.contract = offerOf(params_.classes.forNccl(trafficClass));
     auto channel = sessions_->open(*h, wire::encode(shape));
     if (!channel.ok()) {
       PACT_WARN("connect: %s", channel.error().message.c_str());
@@ -134,8 +138,17 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     return finish(Status::kInvalidArgument);
   }
   const std::string peer = sessions_->peerName(st->channel);
+  // The receiver decided the contract from both classes: the comm does what it says.
+  ChannelConfig cfg = st->cfg;
+  cfg.verify = static_cast<Verify>(o->contract.verify);
+  cfg.retries = o->contract.retries;
+  cfg.timeout = std::chrono::microseconds(o->contract.timeoutUs);
+  cfg.sealed = o->contract.sealed != 0;
+  const uint64_t peerProcess = sessions_->peerProcess(st->channel);
   std::lock_guard lock(st->hub->dev().mutex());
-  auto comm = std::make_unique<SendComm>(st->hub, sessions_, st->channel, o->tagSpace, peer, st->cfg);
+  auto comm = std::make_unique<SendComm>(st->hub, sessions_, st->channel, o->tagSpace, peer, cfg);
+  if (cfg.credits != 0) comm->setCredits(credits_.budgetFor(cfg.className, peerProcess, cfg.credits));
+  if (params_.classes.mixedPriorities()) comm->setGate(transport::PeerGate::forPeer(peerProcess));
   st->channel = 0;  // the comm owns it now
   if (Status s = comm->connectLanes(o->railAddresses); s != Status::kOk) {
     comm->shutdown();
@@ -183,7 +196,11 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
     lc->sessions->refuseOpen(inc, wire::Refuse{wire::Field::kCapacity, hub.tags()->capacity(), 0});
     return space.status();
   }
-  auto channel = lc->sessions->acceptOpen(inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses()}));
+  // The contract: the stronger of the sender's class and listen's, and seals when this process
+  // fences.
+  const Profile& mine = params_.classes.forNccl(lc->trafficClass);
+  const wire::Contract contract = decideContract(shape->contract, mine, Fence::process().active());
+  auto channel = lc->sessions->acceptOpen(inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses(), contract}));
   if (!channel.ok()) {
     // The connector's process went away between its open and this accept: nothing to accept.
     hub.tags()->give(*space);
@@ -197,6 +214,10 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   cfg.lanes = shape->lanes;
   cfg.chunk = shape->chunk;
   cfg.rails = static_cast<int>(std::min<size_t>({shape->lanes, shape->rails, hub.dev().rails()}));
+  cfg.verify = static_cast<Verify>(contract.verify);
+  cfg.retries = contract.retries;
+  cfg.timeout = std::chrono::microseconds(contract.timeoutUs);
+  cfg.sealed = contract.sealed != 0;
   std::lock_guard lock(hub.dev().mutex());
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
   lc->clock.returned(entered);

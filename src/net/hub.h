@@ -62,6 +62,9 @@ class Hub {
   void sendLate(TimePoint due, std::shared_ptr<transport::SharedEndpoint> ep, uint64_t tag,
                 const void* data, size_t size);
   void postLate();
+  // Host memory for the checks of GPU pieces (net/contract.h), sized by its first user. Device
+  // mutex.
+  std::vector<uint8_t>& staging() { return staging_; }
   // Where a close hands its background work (the Net's; gone with the Net).
   void setReaper(std::weak_ptr<Reaper> r) { reaper_ = std::move(r); }
   std::shared_ptr<Reaper> reaper() const { return reaper_.lock(); }
@@ -81,6 +84,7 @@ class Hub {
   std::shared_ptr<DeviceCtx> dev_;
   std::unique_ptr<RequestSlab> requests_;
   std::shared_ptr<TagSpaces> tags_;
+  std::vector<uint8_t> staging_;
 };
 
 }  // namespace pact::net

@@ -125,6 +125,10 @@ ChannelConfig Net::channelFor(int trafficClass) const {
   c.chunk = p.chunk;
   c.steering = p.steer == Steer::kAdaptive ? Steering::kAdaptive : Steering::kRoundRobin;
   c.retries = p.retries;
+  c.verify = p.verify;
+  c.timeout = p.timeout;
+  c.credits = p.credits;
+  c.priority = p.priority;
   c.fault = params_.fault;
   return c;
 }

@@ -15,6 +15,7 @@
 
 #include "transport/params.h"
 #include "net/comm.h"
+#include "net/credits.h"
 #include "net/hub.h"
 #include "net/reaper.h"
 #include "transport/fabric.h"
@@ -121,6 +122,7 @@ class Net {
   std::unique_ptr<transport::Fabric> fabric_;
   std::shared_ptr<Sessions> sessions_;
   std::shared_ptr<Reaper> reaper_;
+  CreditBook credits_;  // the classes' budgets per peer process (credits)
   mutable std::mutex hubsMu_;
   std::map<const DeviceCtx*, std::shared_ptr<Hub>> hubs_;
 };

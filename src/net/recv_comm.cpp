@@ -1,9 +1,15 @@
 // The receive side of a plugin comm (comm.h): irecv posts each piece on every rail it may arrive
-// on, a landed copy cancels the others, finish checks that every piece of a buffer arrived.
+// on, a landed copy cancels the others, finish checks that every piece of a buffer arrived. On a
+// sealed comm each message's seal is received too and judged before the message is reported
+// (epoch, checks, the commit hook); pieces whose check failed are posted again and asked for.
 #include <algorithm>
 
+#include "common/log.h"
 #include "net/comm.h"
+#include "net/contract.h"
+#include "net/fence.h"
 #include "net/parts.h"
+#include "transport/seal.h"
 
 namespace pact::net {
 
@@ -13,6 +19,17 @@ void onRecvDone(void* /*request*/, ucs_status_t st, const ucp_tag_recv_info_t* i
   auto* p = static_cast<Part*>(user);
   p->last = st == UCS_OK && tag::isLast(info->sender_tag);
   completePart(p, st, st == UCS_OK ? info->length : 0);
+}
+
+// A stale copy drained from UCX's unexpected queue (RecvComm::drainStale): its bytes are dropped.
+void onDrained(void* request, ucs_status_t, const ucp_tag_recv_info_t*, void* user) {
+  delete static_cast<std::vector<uint8_t>*>(user);
+  ucp_request_free(request);
+}
+
+ucx::MemoryType typeOf(const void* mh) {
+  const auto* m = static_cast<const MemHandle*>(mh);
+  return m != nullptr && !m->regions.empty() ? m->regions[0]->type : ucx::MemoryType::kHost;
 }
 
 }  // namespace
@@ -33,42 +50,97 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
   size_t counts[kMaxBuffers];
   size_t total = 0;
   for (int i = 0; i < n; ++i) {
-    counts[i] = cfg_.ordered ? 1 : std::min<size_t>(tag::kMaxPieces, piecesFor(sizes[i], cfg_.chunk));
+    counts[i] = cfg_.ordered ? 1 : std::min<size_t>(tag::kMaxDataPieces, piecesFor(sizes[i], cfg_.chunk));
     total += counts[i] * rails;
   }
-  Request* r = acquire(false, n, total);
+  const uint8_t seals = cfg_.sealed ? static_cast<uint8_t>(n) : 0;
+  Request* r = acquire(false, n, total + seals);
   if (r == nullptr) return Status::kOk;  // back-pressure
-  r->pending = static_cast<int>(total);
+  r->pending = static_cast<int>(total + seals);
   r->rails = static_cast<int>(rails);
+  r->seals = seals;
+  r->held = seals != 0;  // reported once its seals are judged
+  if (seals != 0) {
+    size_t at = 0;
+    for (int i = 0; i < n; ++i) {
+      r->sealAt[static_cast<size_t>(i)] = static_cast<uint32_t>(at);
+      at += wire::sealSize(static_cast<uint32_t>(counts[i]), cfg_.verify != Verify::kNone);
+    }
+    r->sealMem.resize(at);
+  }
   size_t next = 0;
   for (int i = 0; i < n; ++i) {
+    const size_t b = static_cast<size_t>(i);
     const uint32_t seq = nextSeq(tags[i]);
+    if ((seq & ((1u << tag::kBlockBits) - 1)) == 0) drainStale(tags[i], seq);
+    r->tags[b] = tags[i];
+    r->seqs[b] = seq;
+    r->mhs[b] = mhs ? mhs[i] : nullptr;
     const size_t chunk = cfg_.ordered ? std::max<size_t>(sizes[i], 1) : cfg_.chunk;
-    r->firstPart[static_cast<size_t>(i)] = static_cast<uint32_t>(next);
-    r->partCount[static_cast<size_t>(i)] = static_cast<uint32_t>(counts[i]);
+    r->firstPart[b] = static_cast<uint32_t>(next);
+    r->partCount[b] = static_cast<uint32_t>(counts[i]);
     for (size_t k = 0; k < counts[i]; ++k) {
       for (size_t rail = 0; rail < rails; ++rail, ++next) {
         Part* p = &r->parts[next];
         p->buffer = static_cast<uint8_t>(i);
         p->piece = static_cast<uint32_t>(k);
         p->rail = static_cast<uint8_t>(rail);
-        p->data = static_cast<char*>(data[i]) + k * chunk;
-        p->size = std::min(chunk, sizes[i] - std::min(sizes[i], k * chunk));
-        p->done = false;
-        // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives
-        // always complete through the callback, which carries the real length and sender tag.
-        ucp_request_param_t param = partParam(p);
-        param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-        param.cb.recv = onRecvDone;
-        setMemh(&param, mhs ? mhs[i] : nullptr, p);
-        track(p, ucp_tag_recv_nbx(dev().worker(rail).get(), p->data, p->size,
-                                  tag::make(tagSpace_, tags[i], seq, p->piece, false),
-                                  tag::kRecvMask, &param));
+        postPart(p, static_cast<char*>(data[i]) + k * chunk, std::min(chunk, sizes[i] - std::min(sizes[i], k * chunk)));
       }
+    }
+    if (seals != 0) {  // the seal arrives on lane 0, which is rail 0
+      Part& s = r->sealPart(i);
+      s.seal = true;
+      s.buffer = static_cast<uint8_t>(i);
+      s.piece = tag::kSealPiece;
+      postPart(&s, r->sealMem.data() + r->sealAt[b],
+               wire::sealSize(static_cast<uint32_t>(counts[i]), cfg_.verify != Verify::kNone));
     }
   }
   *out = r;
   return Status::kOk;
+}
+
+void RecvComm::postPart(Part* p, void* data, size_t size) {
+  Request* r = p->owner;
+  p->data = data;
+  p->size = size;
+  p->done = false;
+  p->canceled = false;
+  p->last = false;
+  p->status = Status::kOk;
+  // UCX 1.13 leaves recv_info unfilled when a receive completes immediately, so receives always
+  // complete through the callback, which carries the real length and sender tag.
+  ucp_request_param_t param = partParam(p);
+  param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+  param.cb.recv = onRecvDone;
+  if (!p->seal) setMemh(&param, static_cast<const MemHandle*>(r->mhs[p->buffer]), p);
+  track(p, ucp_tag_recv_nbx(dev().worker(p->rail).get(), data, size,
+                            tag::make(tagSpace_, r->tags[p->buffer], r->seqs[p->buffer], p->piece, false),
+                            tag::kRecvMask, &param));
+}
+
+void RecvComm::drainStale(int tag, uint32_t seq) {
+  const uint32_t block = seq >> tag::kBlockBits;
+  for (uint32_t back = 1; back <= 4; ++back) {
+    const uint64_t probe = tag::blockTag(tagSpace_, tag, (block - back) & 7u);
+    for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail) {
+      ucp_worker_h w = dev().worker(rail).get();
+      for (;;) {
+        ucp_tag_recv_info_t info{};
+        ucp_tag_message_h m = ucp_tag_probe_nb(w, probe, tag::blockMask(), 1, &info);
+        if (m == nullptr) break;
+        counters_.add(telemetry::kDuplicatesFiltered);
+        auto* sink = new std::vector<uint8_t>(std::max<size_t>(info.length, 1));
+        ucp_request_param_t param{};
+        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+        param.cb.recv = onDrained;
+        param.user_data = sink;
+        void* req = ucp_tag_msg_recv_nbx(w, sink->data(), info.length, m, &param);
+        if (req == nullptr || UCS_PTR_IS_ERR(req)) delete sink;  // no callback comes
+      }
+    }
+  }
 }
 
 // The copy of `piece` that received the data, or nullptr.
@@ -81,8 +153,10 @@ static const Part* landed(const Request& r, int buffer, uint32_t piece) {
 
 void RecvComm::partDone(Part* p) {
   if (p->canceled || p->status != Status::kOk || p->owner->flush) return;
-  counters_.add(telemetry::kPieces);
   Request* r = p->owner;
+  if (cfg_.timeout.count() != 0 && r->firstLanded == TimePoint{}) r->firstLanded = now();
+  if (p->seal) return;
+  counters_.add(telemetry::kPieces);
   if (p->piece != r->doneCount[p->buffer]) counters_.add(telemetry::kPiecesOutOfOrder);
   ++r->doneCount[p->buffer];
   r->landedBytes[p->buffer] += p->size;
@@ -102,11 +176,13 @@ void RecvComm::cancel(Part& p) {
 void RecvComm::progressComm(Request* r) {
   // One receive per buffer (an ordered channel, or unordered pieces that all fit one chunk on
   // one rail): nothing can ever need cancelling.
-  if (r->parts.size() == static_cast<size_t>(r->nbuffers)) return;
+  if (r->dataParts() == static_cast<size_t>(r->nbuffers)) return;
   if (r->rails > 1) {
     // A piece landed on one rail: its copies posted on the other rails will never match.
-    for (Part& p : r->parts)
+    for (size_t i = 0; i < r->dataParts(); ++i) {
+      Part& p = r->parts[i];
       if (!p.done && !p.canceled && landed(*r, p.buffer, p.piece) != nullptr) cancel(p);
+    }
   }
   // Once a buffer's last piece has landed, receives posted past it will never match: cancel them.
   for (int b = 0; b < r->nbuffers; ++b) {
@@ -116,6 +192,170 @@ void RecvComm::progressComm(Request* r) {
     const size_t end = first + r->partCount[static_cast<size_t>(b)] * static_cast<size_t>(r->rails);
     for (size_t i = first + (static_cast<size_t>(last) + 1) * static_cast<size_t>(r->rails); i < end; ++i)
       cancel(r->parts[i]);
+  }
+}
+
+// ---- the class contract: seals, verdicts, the deadline -------------------------------------------
+
+void RecvComm::settle(Request* r) {
+  // Ordered: judged in posting order, as reported.
+  if (r->done() && !(cfg_.ordered && earlierInFlight(r))) judge(r);
+}
+
+void RecvComm::repost(Request* r, int b, uint32_t piece) {
+  const size_t base = r->firstPart[static_cast<size_t>(b)] + piece * static_cast<size_t>(r->rails);
+  const Part* got = landed(*r, b, piece);
+  const size_t size = got != nullptr ? got->size : 0;
+  void* data = r->parts[base].data;
+  r->doneCount[static_cast<size_t>(b)] -= 1;
+  r->landedBytes[static_cast<size_t>(b)] -= size;
+  for (size_t i = base; i < base + static_cast<size_t>(r->rails); ++i) {
+    Part& p = r->parts[i];
+    if (!p.done) continue;  // a cancel still under way: that copy cannot be posted again yet
+    ++r->pending;
+    postPart(&p, data, size);
+  }
+}
+
+bool RecvComm::judge(Request* r) {
+  // Failed, or short of pieces (a message larger than the buffer, a piece that never came):
+  // finish() reports those.
+  auto release = [&] {
+    r->held = false;
+    return true;
+  };
+  if (isError(error_)) return release();
+  const Fence& fence = Fence::process();
+  const bool fencing = fence.active();
+  const std::string cls = "class " + cfg_.className + ": ";
+  std::vector<uint32_t> bad;
+  bool resent = false;
+  for (int b = 0; b < r->nbuffers; ++b) {
+    const size_t bi = static_cast<size_t>(b);
+    const Part& s = r->sealPart(b);
+    const int64_t last = r->lastPiece[bi];
+    if (s.status != Status::kOk || last < 0 || r->doneCount[bi] != static_cast<uint64_t>(last) + 1) return release();
+    const uint32_t pieces = static_cast<uint32_t>(last) + 1;
+    const std::string name = messageName(static_cast<uint32_t>(r->tags[bi]), r->seqs[bi], r->landedBytes[bi], pieces);
+    auto seal = wire::decodeSeal(std::span<const uint8_t>(r->sealMem.data() + r->sealAt[bi], s.size), tag::kMaxDataPieces);
+    if (!seal.ok()) {
+      abort(Status::kRemoteError, telemetry::ErrorKind::kOther, cls + name + ": its seal is malformed: " + seal.error().message);
+      return release();
+    }
+    if (seal->pieces != pieces || seal->bytes != r->landedBytes[bi]) {
+      abort(Status::kRemoteError, telemetry::ErrorKind::kOther,
+            cls + name + " landed, but its seal says " + std::to_string(seal->bytes) + " bytes in " +
+                std::to_string(seal->pieces) + " pieces");
+      return release();
+    }
+    if (fencing && (!seal->fenced || seal->epoch != fence.epoch())) {
+      abort(Status::kEpochMismatch, telemetry::ErrorKind::kRefused,
+            cls + name + (seal->fenced ? " is of model epoch " + std::to_string(seal->epoch)
+                                       : std::string(" comes from a sender that does not fence (no model epoch)")) +
+                "; this receiver is at epoch " + std::to_string(fence.epoch()) + ": not reported done");
+      return release();
+    }
+    if (cfg_.verify == Verify::kNone) continue;
+    if (seal->verify != static_cast<uint8_t>(cfg_.verify)) {
+      abort(Status::kRemoteError, telemetry::ErrorKind::kOther,
+            cls + name + " is checked with " + verifyName(static_cast<Verify>(seal->verify)) +
+                "; the comm verifies with " + verifyName(cfg_.verify));
+      return release();
+    }
+    bad.clear();
+    for (uint32_t k = 0; k < pieces; ++k) {
+      const Part* p = landed(*r, b, k);
+      auto check = checkBytes(cfg_.verify, p->data, p->size, typeOf(r->mhs[bi]), dev().driver(), hub_->staging());
+      if (!check.ok()) {
+        abort(check.status(), telemetry::ErrorKind::kOther, cls + name + ": " + check.error().message);
+        return release();
+      }
+      if (*check != seal->check(k)) bad.push_back(k);
+    }
+    if (bad.empty()) continue;
+    counters_.add(telemetry::kChecksumMismatches, bad.size());
+    for (uint32_t k : bad) {
+      Part& first = r->parts[r->firstPart[bi] + k * static_cast<size_t>(r->rails)];
+      if (++first.attempts > cfg_.retries) {
+        abort(Status::kChecksum, telemetry::ErrorKind::kRetries,
+              cls + name + ": piece " + std::to_string(k) + "'s " + verifyName(cfg_.verify) +
+                  " did not match the sender's on each of " + std::to_string(first.attempts) +
+                  " attempts (retries=" + std::to_string(cfg_.retries) + ")");
+        return release();
+      }
+    }
+    PACT_INFO("recv comm %p from %s: %s%s: %zu piece(s) failed %s, asked again", static_cast<void*>(this),
+              peer_.c_str(), cls.c_str(), name.c_str(), bad.size(), verifyName(cfg_.verify));
+    for (uint32_t k : bad) repost(r, b, k);
+    wire::Verdict v{0, static_cast<uint32_t>(r->tags[bi]), r->seqs[bi], wire::VerdictKind::kResend, bad};
+    if (bad.size() > wire::kMaxResendList) v.kind = wire::VerdictKind::kResendAll;
+    sessions_->verdict(channel_, std::move(v));
+    resent = true;
+  }
+  if (resent) return false;
+  if (fencing && fence.hasHook()) {
+    for (int b = 0; b < r->nbuffers; ++b) {
+      const size_t bi = static_cast<size_t>(b);
+      auto seal = wire::decodeSeal(std::span<const uint8_t>(r->sealMem.data() + r->sealAt[bi], r->sealPart(b).size),
+                                   tag::kMaxDataPieces);
+      MessageFacts m;
+      m.comm = this;
+      m.peer = &peer_;
+      m.className = &cfg_.className;
+      m.buffer = b;
+      m.tag = static_cast<uint32_t>(r->tags[bi]);
+      m.bytes = r->landedBytes[bi];
+      m.epoch = seal->epoch;
+      m.verify = seal->verify;
+      m.checksum = messageCheck(*seal);
+      if (const int veto = fence.judge(m); veto != 0) {
+        abort(Status::kRejected, telemetry::ErrorKind::kRefused,
+              cls + messageName(m.tag, r->seqs[bi], m.bytes, seal->pieces) +
+                  ": the commit hook vetoed it (returned " + std::to_string(veto) + ")");
+        return release();
+      }
+    }
+  }
+  if (cfg_.verify != Verify::kNone)
+    for (int b = 0; b < r->nbuffers; ++b)
+      sessions_->verdict(channel_, wire::Verdict{0, static_cast<uint32_t>(r->tags[static_cast<size_t>(b)]),
+                                                 r->seqs[static_cast<size_t>(b)], wire::VerdictKind::kVerified, {}});
+  return release();
+}
+
+void RecvComm::checkDeadlines() {
+  if (cfg_.timeout.count() == 0 || error_ != Status::kOk || (livenessCalls_ & 31u) != 0) return;
+  const auto t = now();
+  for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) {
+    if (r->flush || r->done() || r->firstLanded == TimePoint{} || t - r->firstLanded <= cfg_.timeout) continue;
+    // The first buffer still short of something: what landed and what it waits for.
+    for (int b = 0; b < r->nbuffers; ++b) {
+      const size_t bi = static_cast<size_t>(b);
+      const Part* seal = r->seals != 0 ? &r->sealPart(b) : nullptr;
+      const bool sealIn = seal != nullptr && seal->done && seal->status == Status::kOk;
+      uint32_t pieces = r->lastPiece[bi] >= 0 ? static_cast<uint32_t>(r->lastPiece[bi]) + 1 : 0;
+      uint64_t bytes = 0;
+      if (sealIn) {
+        auto v = wire::decodeSeal(std::span<const uint8_t>(r->sealMem.data() + r->sealAt[bi], seal->size),
+                                  tag::kMaxDataPieces);
+        if (v.ok()) pieces = v->pieces, bytes = v->bytes;
+      }
+      std::string waiting;
+      const uint32_t upTo = pieces != 0 ? pieces : r->partCount[bi];
+      int listed = 0;
+      for (uint32_t k = 0; k < upTo && listed < 8; ++k)
+        if (landed(*r, b, k) == nullptr) waiting += (listed++ == 0 ? "piece " : ", ") + std::to_string(k);
+      if (!sealIn && seal != nullptr) waiting += std::string(waiting.empty() ? "" : " and ") + "the message's seal";
+      if (waiting.empty()) continue;
+      abort(Status::kDeadline, telemetry::ErrorKind::kDeadline,
+            "class " + cfg_.className + ": message " + std::to_string(r->seqs[bi]) + " of tag " +
+                std::to_string(r->tags[bi]) + " stalled: " + std::to_string(r->landedBytes[bi]) + " of " +
+                (bytes != 0 ? std::to_string(bytes) : std::string("?")) + " bytes (" +
+                std::to_string(r->doneCount[bi]) + " of " + (pieces != 0 ? std::to_string(pieces) : std::string("?")) +
+                " pieces) landed within timeout=" + formatDuration(cfg_.timeout) +
+                " of its first part; waiting for " + waiting);
+      return;
+    }
   }
 }
 

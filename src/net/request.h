@@ -68,9 +68,14 @@ struct Part : transport::LanePiece {
   bool done = true;
   bool last = false;           // receive side: the sender marked this piece as the message's last
   bool canceled = false;       // receive side: cancelled because the message ended before it
+  bool seal = false;           // the message's seal (transport/seal.h), not one of its pieces
+  bool posted = false;         // send side: handed to UCX at least once (or lost on the way)
   uint8_t buffer = 0;          // which buffer of a multi-receive
-  uint8_t attempts = 0;        // send side: delivery attempts lost so far (PACT_FAULT)
+  // Send side: delivery attempts lost so far (PACT_FAULT drop). Receive side, on a piece's first
+  // rail: checks that did not match so far (verify).
+  uint8_t attempts = 0;
   uint32_t piece = 0;
+  std::vector<uint8_t> copy;   // PACT_FAULT corrupt: the corrupted bytes UCX sends instead
 };
 
 struct Request {
@@ -92,6 +97,19 @@ struct Request {
   TimePoint deadAt{};       // ... noticed then: what was on its way lands within moments
   RequestSlab* slab = nullptr;
   const void* memHandle = nullptr;  // send: the registration the buffer lies in (may be null)
+  // Done with UCX but not reportable yet: a send waiting for its receiver's verdict (verify), a
+  // receive whose seals are not judged yet. Set and cleared by the comm (the class contract).
+  bool held = false;
+  uint8_t seals = 0;        // seal parts, at the end of parts: one per message (send: 1)
+  uint64_t credit = 0;      // send: bytes taken from the class's budget (net/credits.h)
+  uint64_t msgBytes = 0;    // send: the message's size
+  uint32_t postedPieces = 0;  // send: data pieces handed to UCX so far (the seal follows the last)
+  TimePoint firstLanded{};  // receive: when its first part landed (the timeout's start)
+  std::array<int, kMaxBuffers> tags{};        // each message's NCCL tag
+  std::array<uint32_t, kMaxBuffers> seqs{};   // and its count of that tag (all 32 bits)
+  std::array<const void*, kMaxBuffers> mhs{}; // receive: each buffer's registration (may be null)
+  std::array<uint32_t, kMaxBuffers> sealAt{}; // where each message's seal lies in sealMem
+  std::vector<uint8_t> sealMem;               // the seals' bytes (capacity kept across reuse)
   FaceRecord face;                  // the face's, kept as it left them (see Ending)
   std::vector<Part> parts;  // sized before any part is posted: parts never move while in flight
   // UCX's request memory, one block per part (kept, like parts, across reuse; never resized
@@ -104,9 +122,11 @@ struct Request {
   std::array<uint64_t, kMaxBuffers> landedBytes{}; // bytes those pieces carried, per buffer
 
   bool done() const { return pending == 0; }
-  // More parts than buffers (pieces of an unordered message, or copies on several rails): parts
-  // past a buffer's last piece, or copies on other rails, may have to be cancelled.
-  bool multiPart() const { return parts.size() > static_cast<size_t>(nbuffers); }
+  size_t dataParts() const { return parts.size() - seals; }
+  Part& sealPart(int buffer) { return parts[parts.size() - seals + static_cast<size_t>(buffer)]; }
+  // More data parts than buffers (pieces of an unordered message, or copies on several rails):
+  // parts past a buffer's last piece, or copies on other rails, may have to be cancelled.
+  bool multiPart() const { return dataParts() > static_cast<size_t>(nbuffers); }
   // The request handle to give UCX for part p: UCX's request occupies the slab's stride of bytes
   // before it, cache-line aligned.
   void* ucxHandle(const Part* p);
@@ -183,6 +203,10 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.deadAt = {};
   r.slab = this;
   r.memHandle = nullptr;
+  r.held = false;
+  r.seals = 0;
+  r.credit = 0;
+  r.firstLanded = {};
   r.face.open = 0;
   r.face.postedNs = 0;
   // Reset only what this request uses; the parts vector keeps its capacity across reuse.

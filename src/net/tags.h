@@ -2,7 +2,20 @@
 //   [tag space: index 17 | generation 5][NCCL tag:20][per-tag sequence:9][piece:12][last:1]
 // The tag space names the receive comm on the receiver's worker; every comm between two
 // processes shares the same endpoints, so the tag space is what tells them apart. Receives ignore
-// the `last` bit, and learn from the sender's tag which piece was the last one.
+// the `last` bit, and learn from the sender's tag which piece was the last one. Piece index
+// kSealPiece is the message's seal (transport/seal.h), so a message has at most 4,095 pieces.
+//
+// A message the receiver already consumed may arrive again (PACT_FAULT dup, a re-send whose first
+// copy was not lost after all). Such a copy waits in UCX's unexpected queue and, 512 messages of
+// its tag later, would match the receive of the message that reuses its sequence number. The
+// receive comm drains them (RecvComm::drainStale): when a tag's count enters a block of 64
+// sequence numbers, the four blocks behind it (1 to 256 messages back, every one of them posted
+// already: a message that still arrives for one finds its receive, and what waits unexpected
+// there is a stale copy) are probed and whatever waits there is received and dropped. The blocks
+// ahead are never touched: a sender is at most 256 messages ahead (it holds at most 256 in
+// flight), so its early messages lie in the current block and the three after it. Each block is
+// drained four times, as the count passes the next four, so a copy up to 192 messages late is
+// caught before its sequence number comes round again.
 //
 // Tag spaces are recycled (TagSpaces): an index is given back once its receive comm is closed
 // and the sender has said goodbye (or its process is gone), and is handed out again round-robin,
@@ -29,6 +42,9 @@ inline constexpr uint32_t kSeqBits = 9;
 inline constexpr uint32_t kSeqMask = (1u << kSeqBits) - 1;
 inline constexpr uint32_t kPieceBits = 12;
 inline constexpr uint32_t kMaxPieces = 1u << kPieceBits;
+inline constexpr uint32_t kSealPiece = kMaxPieces - 1;      // the seal's piece index
+inline constexpr uint32_t kMaxDataPieces = kMaxPieces - 1;  // pieces of one message
+inline constexpr uint32_t kBlockBits = 6;                   // a drain block: 64 sequence numbers
 inline constexpr uint64_t kRecvMask = ~uint64_t{1};  // receives accept either `last` value
 static_assert(kSpaceBits + kTagBits + kSeqBits + kPieceBits + 1 == 64);
 
@@ -42,6 +58,15 @@ inline uint64_t make(uint32_t space, int nccltag, uint32_t seq, uint32_t piece, 
          (static_cast<uint64_t>(piece & (kMaxPieces - 1)) << kPieceShift) | (last ? 1u : 0u);
 }
 inline bool isLast(uint64_t t) { return (t & 1u) != 0; }
+// Every message of a tag whose sequence number lies in block `block` (0..7) of a tag space, as a
+// probe's tag and mask.
+inline uint64_t blockTag(uint32_t space, int nccltag, uint32_t block) {
+  return make(space, nccltag, block << kBlockBits, 0, false);
+}
+inline uint64_t blockMask() {
+  const uint64_t seqKept = uint64_t{(1u << kSeqBits) - (1u << kBlockBits)} << (1 + kPieceBits);
+  return ~((uint64_t{1} << (1 + kPieceBits + kSeqBits)) - 1) | seqKept;
+}
 inline uint32_t indexOf(uint32_t space) { return space & kMaxIndex; }
 inline uint32_t generationOf(uint32_t space) { return space >> kIndexBits; }
 }  // namespace tag

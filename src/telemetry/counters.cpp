@@ -36,10 +36,13 @@ constexpr CounterInfo kCommInfo[] = {
     {"pieces_out_of_order", "receive: a piece landed before a lower piece of its message"},
     {"messages_out_of_order", "a message completed while an earlier one was in flight"},
     {"faults_injected", "PACT_FAULT decisions applied to this comm"},
-    {"retransmits", "send: lost attempts sent again"},
-    {"duplicates_filtered", "send: injected duplicates discarded below tag matching"},
+    {"retransmits", "send: pieces sent again (a lost attempt, or a check that did not match)"},
+    {"duplicates_filtered", "receive: copies of consumed pieces drained from UCX's unexpected queue"},
     {"gpu_flushes", "receive: iflush calls the CUDA driver's GPUDirect RDMA flush served"},
     {"gpu_flush_reads", "receive: 1-byte loopback reads iflush posted to flush CUDA buffers"},
+    {"checksum_mismatches", "receive: pieces whose check did not match the sender's (verify)"},
+    {"credit_refusals", "send: isend calls answered with a NULL request because the class's credits to the peer were spent"},
+    {"priority_holds", "send: pieces queued because a higher class had work to the same peer"},
 };
 static_assert(std::size(kCommInfo) == kCommCounters);
 

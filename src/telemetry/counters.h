@@ -116,7 +116,8 @@ extern const Catalog kEngineCatalog;
 // A comm of the NCCL plugin.
 enum CommCounter : size_t {
   kMessages, kCommBytes, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
-  kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kCommCounters
+  kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kChecksumMismatches, kCreditRefusals,
+  kPriorityHolds, kCommCounters
 };
 extern const Catalog kCommCatalog;
 

@@ -10,9 +10,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/clock.h"
 #include "common/fault.h"
+#include "transport/profile.h"
 
 namespace pact::transport {
 
@@ -28,8 +30,16 @@ struct ChannelConfig {
   int rails = 1;
   size_t chunk = size_t{512} << 10;
   Steering steering = Steering::kAdaptive;
-  // The class's `retries`: how often a piece whose delivery attempt was lost is sent again.
+  // The class's `retries`: how often a piece whose check failed (verify) or whose delivery
+  // attempt was lost (PACT_FAULT drop) is sent again.
   int retries = 0;
+  // The class contract on NCCL comms (docs/plugin.md, "The class contract"). The receiver decides
+  // verify, timeout and retries from both sides' classes at accept; the sender adopts them.
+  Verify verify = Verify::kNone;  // a receive is done only when every piece's check matched
+  std::chrono::microseconds timeout{0};  // receive: from its first landed part to complete
+  bool sealed = false;   // messages carry seals (verify, timeout, or a fencing receiver)
+  uint64_t credits = 0;  // send: the class's budget in flight per peer process (0: none)
+  int priority = 0;      // send: the class's priority to its peer (transport/priority.h)
   // PACT_FAULT (docs/reliability.md). delay=laneN:DUR holds the pieces of lane N back. The
   // piece faults become what the reliable transport under the plugin would show: a lost or
   // corrupted attempt is sent again after a backoff (as RC and TCP retransmit) until `retries`

@@ -5,7 +5,9 @@
 // single one included) piles more rendezvous transfers on its UCX endpoint than it can move.
 // Adaptive steering then gives each piece to the lane where it is expected to finish first (bytes
 // in flight over measured throughput); round-robin is kept for comparison. The injected lane delay (a test
-// hook) holds a lane's pieces back before UCX sees them. Device mutex held for every call.
+// hook) holds a lane's pieces back before UCX sees them. With a gate (transport/priority.h), a
+// lane set whose class is below a busy class to the same peer keeps one piece in flight and
+// holds the rest; its owner pumps it again on every progress. Device mutex held for every call.
 #pragma once
 
 #include <algorithm>
@@ -14,6 +16,7 @@
 #include "telemetry/counters.h"
 #include "transport/channel.h"
 #include "transport/endpoint.h"
+#include "transport/priority.h"
 #include "transport/ring.h"
 #include "ucx/worker.h"
 
@@ -36,7 +39,21 @@ struct LaneStats {
 
 class Lanes {
  public:
+  Lanes() = default;
+  Lanes(const Lanes&) = delete;
+  Lanes& operator=(const Lanes&) = delete;
+  ~Lanes() { detachGate(); }
   void configure(const ChannelConfig& cfg) { cfg_ = cfg; }
+  // Reports this set's work to gate at `priority` and yields to the levels above it.
+  void setGate(std::shared_ptr<PeerGate> gate, int priority) {
+    detachGate();
+    gate_ = std::move(gate);
+    priority_ = priority;
+    if (gate_) gate_->add(priority_, static_cast<int64_t>(work_));
+  }
+  bool gated() const { return gate_ != nullptr; }
+  // Pieces queued (not handed to UCX at once) because a higher class had work to the peer.
+  uint64_t holds() const { return holds_; }
   void add(std::shared_ptr<SharedEndpoint> ep, uint8_t rail) {
     lanes_.emplace_back();
     lanes_.back().ep = std::move(ep);
@@ -57,6 +74,7 @@ class Lanes {
     for (auto& l : lanes_)
       if (force && l.ep) l.ep->forceClose = true;
     lanes_.clear();
+    detachGate();  // what is left completes without this set (orphans)
   }
 
   // Queues a piece for the lanes and binds what the lanes can take now. post(part, ep) does the
@@ -67,10 +85,13 @@ class Lanes {
   template <typename Post>
   void pump(Post&& post);
   bool idle() const { return waiting_.empty(); }
-  // A piece finished (any status): uncharge its lane and update the throughput estimate.
+  // A piece finished (any status, sent or given back unsent): uncharge its lane and the gate and
+  // update the throughput estimate.
   void completed(const LanePiece& p) {
     Lane& l = lanes_[p.lane];
     l.inflight -= std::min(l.inflight, p.size);
+    inflight_ -= std::min(inflight_, p.size);
+    done(p.size);
     if (p.status == Status::kOk && lanes_.size() > 1) measure(l, p);  // one lane: nothing to steer
   }
   // Pieces not yet posted (waiting, or held on a delayed lane) are given back: f(part) each.
@@ -105,6 +126,17 @@ class Lanes {
   // Bytes a lane may have in flight before further pieces wait (a lane with nothing in flight
   // takes any piece).
   size_t laneCap() const { return std::max<size_t>(8 * cfg_.chunk, size_t{2} << 20); }
+  // A higher class has work to the peer and this set has a piece in flight already: hold.
+  bool yielding() const { return gate_ != nullptr && inflight_ != 0 && gate_->higherBusy(priority_); }
+  // A piece's work is over (completed, or given back unsent).
+  void done(size_t bytes) {
+    work_ -= std::min(work_, bytes);
+    if (gate_) gate_->add(priority_, -static_cast<int64_t>(bytes));
+  }
+  void detachGate() {
+    if (gate_) gate_->add(priority_, -static_cast<int64_t>(work_));
+    gate_.reset();
+  }
   template <typename Post>
   void bind(LanePiece* p, size_t lane, Post&& post);
 
@@ -112,6 +144,11 @@ class Lanes {
   std::vector<Lane> lanes_;
   Ring<LanePiece*> waiting_;  // pieces not bound to a lane yet
   size_t next_ = 0;
+  size_t inflight_ = 0;  // bound to a lane, not completed (every lane)
+  size_t work_ = 0;      // dispatched, not completed nor given back: what the gate counts
+  std::shared_ptr<PeerGate> gate_;
+  int priority_ = 0;
+  uint64_t holds_ = 0;
 };
 
 template <typename Post>
@@ -128,6 +165,7 @@ void Lanes::bind(LanePiece* p, size_t i, Post&& post) {
     l.windowBytes = 0;
   }
   l.inflight += p->size;
+  inflight_ += p->size;
   ++l.pieces;
   l.bytes += p->size;
   if (l.counters) {
@@ -146,17 +184,21 @@ void Lanes::dispatch(LanePiece* p, Post&& post) {
   // channel wait in the queue even on one lane, so laneCap() bounds what the lane has in flight:
   // a window of 16 MiB messages in 512 KiB pieces is 256 rendezvous transfers outstanding on one
   // UCX endpoint, which over tcp moves 40% slower than 8 (docs/performance.md, "unordered").
-  if (lanes_.size() == 1 && cfg_.ordered) {
+  work_ += p->size;
+  if (gate_) gate_->add(priority_, static_cast<int64_t>(p->size));
+  const bool yield = yielding();
+  if (lanes_.size() == 1 && cfg_.ordered && waiting_.empty() && !yield) {
     bind(p, 0, post);
     return;
   }
+  holds_ += yield ? 1 : 0;
   waiting_.push_back(p);
   pump(post);
 }
 
 template <typename Post>
 void Lanes::pump(Post&& post) {
-  while (!waiting_.empty()) {
+  while (!waiting_.empty() && !yielding()) {
     const size_t i = choose(waiting_.front()->size);
     if (i == lanes_.size()) break;  // every lane is full: wait for completions
     LanePiece* p = waiting_.front();

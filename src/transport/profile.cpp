@@ -401,6 +401,15 @@ Status ClassTable::checkDefaultFor(Face face, Error* why) const {
   return why->status;
 }
 
+bool ClassTable::mixedPriorities() const {
+  auto differs = [&](const Profile& p) { return p.priority != default_.priority; };
+  for (const auto& [n, p] : nccl_)
+    if (differs(p)) return true;
+  for (const auto& [n, p] : engine_)
+    if (differs(p)) return true;
+  return false;
+}
+
 const Profile& ClassTable::forNccl(int trafficClass) const {
   auto it = nccl_.find(trafficClass);
   return it == nccl_.end() ? default_ : it->second;

@@ -131,6 +131,8 @@ class ClassTable {
   const Profile& forName(std::string_view name) const;
   // Whether name (any case) is an engine class (KV, A2A, CTRL, CKPT).
   static bool isEngineClass(std::string_view name);
+  // Whether classes of the table have different priorities (then send paths use priority gates).
+  bool mixedPriorities() const;
   // The class a name selects: an engine class's name in upper case ("kv" -> "KV"), else DEFAULT.
   static std::string canonicalName(std::string_view name);
   static const std::vector<std::string>& engineClassNames();

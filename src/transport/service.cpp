@@ -114,7 +114,10 @@ bool tlsHasTcp(const std::string& tls) {
 }  // namespace
 
 std::string contextKey(const Profile& profile, const ServiceConfig& config) {
-  return std::string(serviceName(profile.service)) + "|" + config.key;
+  // A class of another priority gets contexts (workers, connections) of its own: on one TCP
+  // connection the bulk class's bytes already queued would go first whatever pact schedules.
+  return std::string(serviceName(profile.service)) + "|" + config.key +
+         (profile.priority != 0 ? "|priority=" + std::to_string(profile.priority) : "");
 }
 
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,

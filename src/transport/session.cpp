@@ -473,6 +473,30 @@ std::string Sessions::peerName(uint64_t channel) {
   return it == channels_.end() ? "unknown peer" : it->second->session->peer;
 }
 
+uint64_t Sessions::peerProcess(uint64_t channel) {
+  std::lock_guard lock(mu_);
+  auto it = channels_.find(channel);
+  return it == channels_.end() ? 0 : it->second->session->peerProcess;
+}
+
+void Sessions::verdict(uint64_t channel, wire::Verdict v) {
+  std::lock_guard lock(mu_);
+  auto it = channels_.find(channel);
+  if (it == channels_.end() || it->second->remote == 0 || it->second->session->lost()) return;
+  v.channel = it->second->remote;
+  send(*it->second->session, wire::encode(v));
+  flushPending();
+}
+
+void Sessions::takeVerdicts(uint64_t channel, std::vector<wire::Verdict>* out) {
+  std::lock_guard lock(mu_);
+  stepLocked();
+  auto it = channels_.find(channel);
+  if (it == channels_.end() || it->second->verdicts.empty()) return;
+  for (auto& v : it->second->verdicts) out->push_back(std::move(v));
+  it->second->verdicts.clear();
+}
+
 size_t Sessions::closing() const {
   std::lock_guard lock(mu_);
   return closing_;

@@ -111,6 +111,19 @@ class Sessions {
   static constexpr auto kLostByeDelay = std::chrono::milliseconds(200);
   // "ip:port" of the channel's peer.
   std::string peerName(uint64_t channel);
+  // The channel's peer process (its session id, random per plugin or engine instance); 0 when the
+  // channel is unknown. What per-peer state (credits, class priority) is keyed by.
+  uint64_t peerProcess(uint64_t channel);
+
+  // ---- verified comms: the receiver's verdict on each message (wire::Verdict)
+  // Sends v to the channel's peer (v.channel is filled in here).
+  void verdict(uint64_t channel, wire::Verdict v);
+  // Steps now (a sender waiting for verdicts does not wait for the liveness interval), then moves
+  // the verdicts that arrived for the channel into out.
+  void takeVerdicts(uint64_t channel, std::vector<wire::Verdict>* out);
+  // Verdicts a channel may hold unread: a sender has at most 256 messages in flight, each judged
+  // once plus once per round of re-sends; more means a broken peer (the session is dropped).
+  static constexpr size_t kMaxQueuedVerdicts = 4096;
   // Channels closed here with a whenDone whose peer has not closed yet (receive comms waiting for
   // their sender's goodbye; a send comm's close waits for nothing).
   size_t closing() const;

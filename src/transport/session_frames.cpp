@@ -154,6 +154,17 @@ void Sessions::onFrame(Session& s, const Frame& f) {
         c->view.abortReason = m->reason;
       return;
     }
+    case wire::FrameType::kVerdict: {
+      auto m = wire::decodeVerdict(f.body);
+      if (!m.ok()) return malformed(m.error());
+      Channel* c = channelOf(s, m->channel, "verdict");
+      if (c == nullptr) return;  // closed here: nobody waits for it
+      if (c->verdicts.size() >= kMaxQueuedVerdicts)
+        return lose(s, "the peer sent more than " + std::to_string(kMaxQueuedVerdicts) +
+                           " verdicts nobody took (a broken peer)");
+      c->verdicts.push_back(std::move(*m));
+      return;
+    }
     case wire::FrameType::kBye: {
       // The process left on purpose: every comm of it is closed, as if each had said goodbye.
       const auto t = now();

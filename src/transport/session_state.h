@@ -44,6 +44,7 @@ struct Sessions::Channel {
   bool closedHere = false;
   ChannelView view;
   std::function<void()> whenDone;
+  std::vector<wire::Verdict> verdicts;  // from the peer, not taken yet
 };
 
 }  // namespace pact::transport

@@ -4,6 +4,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string_view>
 
@@ -65,7 +66,7 @@ Result<Header> decodeHeader(std::span<const uint8_t> in) {
       !r.u32(&h.length, "length"))
     return r.error();
   if (magic != kMagic) return Error{Status::kInvalidArgument, "frame.magic: not a pact frame"};
-  if (type < 1 || type > static_cast<uint16_t>(FrameType::kClose) || type == kRetiredEngineFrame)
+  if (type < 1 || type > static_cast<uint16_t>(FrameType::kVerdict) || type == kRetiredEngineFrame)
     return Error{Status::kInvalidArgument, "frame.type: unknown type " + std::to_string(type)};
   if (h.length > kMaxBody)
     return Error{Status::kInvalidArgument, "frame.length: " + std::to_string(h.length) +
@@ -171,11 +172,33 @@ std::vector<uint8_t> encode(const Opened& m) {
   return channelFrame(FrameType::kOpened, m.channel, m.peerChannel, m.payload);
 }
 
+namespace {
+void putContract(Writer& w, const Contract& c) {
+  w.u8(c.verify);
+  w.u8(c.retries);
+  w.u8(c.sealed);
+  w.u64(c.timeoutUs);
+}
+bool getContract(Reader& r, Contract* c) {
+  if (!r.u8(&c->verify, "verify") || !r.u8(&c->retries, "retries") || !r.u8(&c->sealed, "sealed") ||
+      !r.u64(&c->timeoutUs, "timeout_us"))
+    return false;
+  if (c->verify > 2) return r.fail("verify", std::to_string(c->verify) + " is not 0, 1 or 2");
+  if (c->retries > kMaxRetries)
+    return r.fail("retries", std::to_string(c->retries) + " outside 0.." + std::to_string(kMaxRetries));
+  if (c->sealed > 1) return r.fail("sealed", std::to_string(c->sealed) + " is not 0 or 1");
+  if (c->timeoutUs > kMaxTimeoutUs)
+    return r.fail("timeout_us", std::to_string(c->timeoutUs) + " is more than an hour");
+  return true;
+}
+}  // namespace
+
 std::vector<uint8_t> encode(const CommShape& m) {
   Writer w;
   w.u16(static_cast<uint16_t>(m.unordered | (m.lanes << 8)));
   w.u16(m.rails);
   w.u64(m.chunk);
+  putContract(w, m.contract);
   return w.out;
 }
 
@@ -184,7 +207,20 @@ std::vector<uint8_t> encode(const CommAccept& m) {
   w.u32(m.tagSpace);
   w.u16(static_cast<uint16_t>(m.railAddresses.size()));
   for (const auto& a : m.railAddresses) w.bytes(a);
+  putContract(w, m.contract);
   return w.out;
+}
+
+std::vector<uint8_t> encode(const Verdict& m) {
+  Writer w;
+  w.u64(m.channel);
+  w.u32(m.tag);
+  w.u32(m.seq);
+  w.u8(static_cast<uint8_t>(m.kind));
+  const size_t n = m.kind == VerdictKind::kResend ? std::min(m.pieces.size(), kMaxResendList) : 0;
+  w.u16(static_cast<uint16_t>(n));
+  for (size_t i = 0; i < n; ++i) w.u32(m.pieces[i]);
+  return frame(FrameType::kVerdict, w);
 }
 
 std::vector<uint8_t> encode(const OpenRefused& m) {
@@ -278,7 +314,7 @@ Result<CommShape> decodeCommShape(std::span<const uint8_t> payload) {
   CommShape m;
   uint16_t channel = 0, rails = 0;
   if (!r.u16(&channel, "order_lanes") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
-      !r.done())
+      !getContract(r, &m.contract) || !r.done())
     return r.error();
   if (rails < 1 || rails > kMaxRails)
     return Error{Status::kInvalidArgument, "comm_shape.rails: " + std::to_string(rails) + " outside 1..8"};
@@ -305,6 +341,32 @@ Result<CommAccept> decodeCommAccept(std::span<const uint8_t> payload) {
   m.railAddresses.resize(rails);
   for (auto& a : m.railAddresses)
     if (!r.bytes(&a, kMaxWorkerAddress, "worker_address")) return r.error();
+  if (!getContract(r, &m.contract) || !r.done()) return r.error();
+  return m;
+}
+
+Result<Verdict> decodeVerdict(std::span<const uint8_t> body) {
+  Reader r(body, "verdict");
+  Verdict m;
+  uint8_t kind = 0;
+  uint16_t n = 0;
+  if (!r.u64(&m.channel, "channel") || !r.u32(&m.tag, "tag") || !r.u32(&m.seq, "seq") ||
+      !r.u8(&kind, "kind") || !r.u16(&n, "pieces"))
+    return r.error();
+  if (kind > 2) {
+    r.fail("kind", std::to_string(kind) + " is not 0, 1 or 2");
+    return r.error();
+  }
+  m.kind = static_cast<VerdictKind>(kind);
+  const bool listed = m.kind == VerdictKind::kResend;
+  if ((listed && (n < 1 || n > kMaxResendList)) || (!listed && n != 0)) {
+    r.fail("pieces", std::to_string(n) + (listed ? " outside 1.." + std::to_string(kMaxResendList)
+                                                 : std::string(" listed for a verdict without a list")));
+    return r.error();
+  }
+  m.pieces.resize(n);
+  for (auto& p : m.pieces)
+    if (!r.u32(&p, "piece")) return r.error();
   if (!r.done()) return r.error();
   return m;
 }

@@ -17,7 +17,9 @@
 namespace pact::wire {
 
 inline constexpr uint32_t kMagic = 0x54434150;  // "PACT" in memory order
-inline constexpr uint16_t kVersion = 4;  // 2: auth and proof; 3: abort; 4: sessions and channels
+// 2: auth and proof; 3: abort; 4: sessions and channels; 5: the class contract (comm shapes
+// carry verify, retries and timeout; the verdict frame)
+inline constexpr uint16_t kVersion = 5;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr size_t kMaxBody = 4096;
 inline constexpr size_t kMaxWorkerAddress = 2048;
@@ -44,12 +46,13 @@ Result<ListenHandle> decodeHandle(std::span<const uint8_t> in);
 // Channel frames name the receiving side's channel id: kOpen (connector -> listener: a comm to a
 // listen id), kOpened / kOpenRefused (the answer), kClose (that side closed its comm: the
 // goodbye), kAbort (that side failed the comm for a reason the peer cannot see: a message larger
-// than the receive buffer, a piece lost past the retry budget, a refused message).
+// than the receive buffer, a piece lost past the retry budget, a refused message), kVerdict
+// (receiver -> sender of a verified comm: a message checked out, or which pieces to send again).
 // Both faces use sessions (the engine's Hello rides its channel's open and answer), so type 5,
 // the engine's own frame until wire version 4, is unused.
 enum class FrameType : uint16_t {
   kHello = 1, kAccept = 2, kRefuse = 3, kBye = 4, kProof = 6, kAbort = 7,
-  kOpen = 8, kOpened = 9, kOpenRefused = 10, kClose = 11,
+  kOpen = 8, kOpened = 9, kOpenRefused = 10, kClose = 11, kVerdict = 12,
 };
 inline constexpr uint16_t kRetiredEngineFrame = 5;  // wire v3's engine frame: never sent since v4
 
@@ -92,11 +95,20 @@ inline constexpr size_t kMaxPayload = kMaxBody - 64;
 
 // The plugin's payloads. CommShape: the sender's channel, so the receiver cuts its buffers the
 // same way. CommAccept: the receive comm's tag space and where its rails are.
+// Both carry the class contract: the sender's class asks, the receiver answers with what the
+// comm does (the stronger of both classes, plus seals when the receiver fences).
+struct Contract {
+  uint8_t verify = 0;        // Verify's value: 0 none, 1 crc32c, 2 xxh3
+  uint8_t retries = 0;       // 0..100
+  uint64_t timeoutUs = 0;    // 0: none
+  uint8_t sealed = 0;        // CommAccept only: messages carry seals (transport/seal.h)
+};
 struct CommShape {
   uint8_t unordered = 0;  // 0 ordered, 1 unordered
   uint8_t lanes = 1;      // 1..16
   uint8_t rails = 1;      // the sender's rails (ports of its virtual device), 1..8
   uint64_t chunk = 0;     // unordered: power of two in [4 KiB, 1 GiB]
+  Contract contract;      // the sender's class (sealed unused)
 };
 inline constexpr uint8_t kMaxLanes = 16;
 inline constexpr size_t kMaxRails = 8;
@@ -105,7 +117,23 @@ inline constexpr uint64_t kMaxChunk = uint64_t{1} << 30;
 struct CommAccept {
   uint32_t tagSpace = 0;  // the receive comm's tag space and generation (net/tags.h)
   std::vector<std::vector<uint8_t>> railAddresses;  // one worker address per rail, 1..8
+  Contract contract;      // what the comm does, decided by the receiver
 };
+inline constexpr uint8_t kMaxRetries = 100;
+inline constexpr uint64_t kMaxTimeoutUs = uint64_t{3600} * 1000 * 1000;  // an hour
+// Receiver -> sender, for each message of a comm with verify: its checks matched (kVerified: the
+// send may complete), or the pieces listed did not and are awaited again (kResend; kResendAll
+// when the list would not fit). The message is named by the sender's NCCL tag and its count of
+// messages with that tag (the full counter, not the tag's 9 bits).
+enum class VerdictKind : uint8_t { kVerified = 0, kResend = 1, kResendAll = 2 };
+struct Verdict {
+  uint64_t channel = 0;  // the recipient's channel id
+  uint32_t tag = 0;
+  uint32_t seq = 0;
+  VerdictKind kind = VerdictKind::kVerified;
+  std::vector<uint32_t> pieces;  // kResend: 1..kMaxResendList piece indices
+};
+inline constexpr size_t kMaxResendList = 512;
 // kAuth: authentication (PACT_AUTH_KEY_FILE) on one side only (values 1/0) or a proof that does
 // not verify (expected 1, got 0). kListenId: no listen comm has that id (closed, or never);
 // kCapacity: the listener cannot hold another comm (values: its limit, 0).
@@ -143,6 +171,7 @@ std::vector<uint8_t> encode(const Opened& m);
 std::vector<uint8_t> encode(const OpenRefused& m);
 std::vector<uint8_t> encode(const Close& m);
 std::vector<uint8_t> encode(const Abort& m);  // a longer reason is cut to kMaxAbortReason
+std::vector<uint8_t> encode(const Verdict& m);
 std::vector<uint8_t> encodeBye();
 
 Result<Hello> decodeHello(std::span<const uint8_t> body);
@@ -159,5 +188,6 @@ Result<CommAccept> decodeCommAccept(std::span<const uint8_t> payload);
 Result<OpenRefused> decodeOpenRefused(std::span<const uint8_t> body);
 Result<Close> decodeClose(std::span<const uint8_t> body);
 Result<Abort> decodeAbort(std::span<const uint8_t> body);
+Result<Verdict> decodeVerdict(std::span<const uint8_t> body);
 
 }  // namespace pact::wire

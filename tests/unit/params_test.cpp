@@ -97,7 +97,7 @@ INSTANTIATE_TEST_SUITE_P(
             "invalid PACT_FAULT='epoch_skew=-1': 'epoch_skew=-1': expected an unsigned integer"},
         Bad{"PACT_FAULT", "flood=1",
             "invalid PACT_FAULT='flood=1': 'flood=1': unknown fault; expected drop, dup, corrupt, "
-            "reject, lose_remote_done, delay, epoch_skew, kill_after or seed"},
+            "reject, lose_remote_done, stall, delay, epoch_skew, kill_after or seed"},
         Bad{"PACT_AUTH_KEY_FILE", "/nonexistent/pact.key",
             "invalid PACT_AUTH_KEY_FILE='/nonexistent/pact.key': cannot read: No such file or directory "
             "(expected a readable file of 16 to 4096 bytes (the shared secret), or empty)"},

@@ -7,6 +7,7 @@
 
 #include "net/tags.h"
 #include "transport/channel.h"
+#include "transport/seal.h"
 #include "transport/wire.h"
 
 namespace pact::wire {
@@ -55,7 +56,7 @@ TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
   d = decodeHandle(buf);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status(), Status::kRefused);
-  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 4");
+  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 5");
 
   h.family = 99;
   encodeHandle(h, buf);
@@ -147,35 +148,108 @@ TEST(Frames, ChannelFramesRoundTrip) {
 }
 
 TEST(Frames, ThePluginsPayloadsRoundTripAndRefuseBadFields) {
-  auto sh = decodeCommShape(encode(CommShape{1, 4, 2, 65536}));
+  auto sh = decodeCommShape(encode(CommShape{1, 4, 2, 65536, {}}));
   ASSERT_TRUE(sh.ok()) << sh.error().message;
   EXPECT_EQ(sh->unordered, 1u);
   EXPECT_EQ(sh->lanes, 4u);
   EXPECT_EQ(sh->rails, 2u);
   EXPECT_EQ(sh->chunk, 65536u);
-  EXPECT_EQ(decodeCommShape(encode(CommShape{1, 2, 1, 5000})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{1, 2, 1, 5000, {}})).error().message,
             "comm_shape.chunk: 5000 is not a power of two in [4096, 2^30]");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 17, 1, 0})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 17, 1, 0, {}})).error().message,
             "comm_shape.lanes: 17 outside 1..16");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{2, 1, 1, 0})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{2, 1, 1, 0, {}})).error().message,
             "comm_shape.order: 2 is not 0 or 1");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 1, 9, 0})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 1, 9, 0, {}})).error().message,
             "comm_shape.rails: 9 outside 1..8");
-  auto shape = encode(CommShape{1, 2, 1, 4096});
+  auto shape = encode(CommShape{1, 2, 1, 4096, {}});
   for (size_t n = 0; n < shape.size(); ++n)
     EXPECT_FALSE(decodeCommShape(std::span(shape).first(n)).ok()) << n;
 
-  auto ac = decodeCommAccept(encode(CommAccept{0x2a0001, {{1}, {2, 3}}}));
+  auto ac = decodeCommAccept(encode(CommAccept{0x2a0001, {{1}, {2, 3}}, {}}));
   ASSERT_TRUE(ac.ok()) << ac.error().message;
   EXPECT_EQ(ac->tagSpace, 0x2a0001u);
   EXPECT_EQ(ac->railAddresses, (std::vector<std::vector<uint8_t>>{{1}, {2, 3}}));
-  EXPECT_EQ(decodeCommAccept(encode(CommAccept{1, {}})).error().message,
+  EXPECT_EQ(decodeCommAccept(encode(CommAccept{1, {}, {}})).error().message,
             "comm_accept.rails: 0 outside 1..8");
   std::vector<uint8_t> big(kMaxWorkerAddress + 1, 1);
-  EXPECT_FALSE(decodeCommAccept(encode(CommAccept{1, {big}})).ok());
-  auto accept = encode(CommAccept{1, {{3}}});
+  EXPECT_FALSE(decodeCommAccept(encode(CommAccept{1, {big}, {}})).ok());
+  auto accept = encode(CommAccept{1, {{3}}, {}});
   accept.push_back(0);
   EXPECT_EQ(decodeCommAccept(accept).error().message, "comm_accept.body: 1 trailing bytes");
+}
+
+// The class contract rides the comm shape (the sender's class) and the accept (what the comm
+// does); the verdict frame answers each message of a verified comm.
+TEST(Frames, TheContractAndTheVerdictRoundTripAndRefuseBadFields) {
+  CommShape shape{1, 2, 1, 65536, Contract{2, 3, 200000, 0}};
+  auto sh = decodeCommShape(encode(shape));
+  ASSERT_TRUE(sh.ok()) << sh.error().message;
+  EXPECT_EQ(sh->contract.verify, 2u);
+  EXPECT_EQ(sh->contract.retries, 3u);
+  EXPECT_EQ(sh->contract.timeoutUs, 200000u);
+  auto ac = decodeCommAccept(encode(CommAccept{7, {{1}}, Contract{1, 0, 0, 1}}));
+  ASSERT_TRUE(ac.ok()) << ac.error().message;
+  EXPECT_EQ(ac->contract.sealed, 1u);
+  EXPECT_EQ(ac->contract.verify, 1u);
+  shape.contract.verify = 3;
+  EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.verify: 3 is not 0, 1 or 2");
+  shape.contract = Contract{0, 101, 0, 0};
+  EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.retries: 101 outside 0..100");
+  shape.contract = Contract{0, 0, kMaxTimeoutUs + 1, 0};
+  EXPECT_EQ(decodeCommShape(encode(shape)).error().message,
+            "comm_shape.timeout_us: 3600000001 is more than an hour");
+  EXPECT_EQ(decodeCommAccept(encode(CommAccept{7, {{1}}, Contract{0, 0, 0, 2}})).error().message,
+            "comm_accept.sealed: 2 is not 0 or 1");
+
+  auto v = decodeVerdict(bodyOf(encode(Verdict{9, 1, 70000, VerdictKind::kResend, {3, 5}})));
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  EXPECT_EQ(v->channel, 9u);
+  EXPECT_EQ(v->seq, 70000u);
+  EXPECT_EQ(v->kind, VerdictKind::kResend);
+  EXPECT_EQ(v->pieces, (std::vector<uint32_t>{3, 5}));
+  auto ok = decodeVerdict(bodyOf(encode(Verdict{9, 1, 2, VerdictKind::kVerified, {}})));
+  ASSERT_TRUE(ok.ok());
+  EXPECT_TRUE(ok->pieces.empty());
+  EXPECT_EQ(decodeVerdict(bodyOf(encode(Verdict{9, 1, 2, VerdictKind::kResend, {}}))).error().message,
+            "verdict.pieces: 0 outside 1..512");
+  auto body = bodyOf(encode(Verdict{9, 1, 2, VerdictKind::kResend, {4}}));
+  body[16] = 7;  // kind
+  EXPECT_EQ(decodeVerdict(body).error().message, "verdict.kind: 7 is not 0, 1 or 2");
+  for (size_t n = 0; n + 1 < body.size(); ++n) EXPECT_FALSE(decodeVerdict(std::span(body).first(n)).ok()) << n;
+}
+
+TEST(Seal, RoundTripsAndNamesEachBadField) {
+  std::vector<uint8_t> seal;
+  encodeSealHeader(1, true, 42, 3 << 20, 3, &seal);
+  ASSERT_EQ(seal.size(), sealSize(3, true));
+  for (uint32_t k = 0; k < 3; ++k) setCheck(&seal, k, 0x1111111111111111ull * (k + 1));
+  auto v = decodeSeal(seal, 4095);
+  ASSERT_TRUE(v.ok()) << v.error().message;
+  EXPECT_TRUE(v->fenced);
+  EXPECT_EQ(v->epoch, 42u);
+  EXPECT_EQ(v->bytes, 3u << 20);
+  EXPECT_EQ(v->pieces, 3u);
+  EXPECT_EQ(v->check(2), 0x3333333333333333ull);
+  std::vector<uint8_t> plain;
+  encodeSealHeader(0, false, 0, 8, 1, &plain);
+  EXPECT_EQ(plain.size(), kSealHeader);
+  EXPECT_FALSE(decodeSeal(plain, 4095)->fenced);
+  auto bad = [&](size_t at, uint8_t value) {
+    auto copy = seal;
+    copy[at] = value;
+    return decodeSeal(copy, 4095).error().message;
+  };
+  EXPECT_EQ(bad(0, 0), "seal.magic: not a seal");
+  EXPECT_EQ(bad(4, 2), "seal.version: 2, this side speaks 1");
+  EXPECT_EQ(bad(6, 3), "seal.verify: 3 is not 0, 1 or 2");
+  EXPECT_EQ(bad(7, 6), "seal.flags: unknown bits 6");
+  EXPECT_EQ(bad(24, 0), "seal.pieces: 0 outside 1..4095");
+  EXPECT_EQ(bad(28, 1), "seal.reserved: 1 is not 0");
+  EXPECT_EQ(decodeSeal(seal, 2).error().message, "seal.pieces: 3 outside 1..2");
+  EXPECT_EQ(decodeSeal(std::span(seal).first(seal.size() - 1), 4095).error().message,
+            "seal.length: 55 bytes for 3 piece(s), expected 56");
+  for (size_t n = 0; n < kSealHeader; ++n) EXPECT_FALSE(decodeSeal(std::span(seal).first(n), 4095).ok()) << n;
 }
 
 TEST(Frames, EveryTruncationIsRefusedWithTheField) {
