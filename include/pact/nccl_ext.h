@@ -60,7 +60,9 @@ typedef struct {
   uint64_t credit_in_flight;   /* send comm: bytes of the class in flight to this peer now */
   uint64_t credit_peak;        /* send comm: the most ever in flight at once */
   uint64_t credit_refusals;    /* send comm: isend calls of this comm answered NULL by credits */
-  uint64_t priority_holds;     /* send comm: pieces queued behind a higher class */
+  uint64_t priority_holds;     /* send comm: times it stood back (held its waiting pieces) for a
+                                  higher class with work to the same peer */
+  uint64_t bytes_in_flight;    /* send comm: bytes its lanes handed to UCX, not completed yet */
   uint64_t checksum_mismatches;/* receive comm: pieces whose check did not match */
   uint64_t retransmits;        /* send comm: pieces sent again */
   int error;                   /* PACT_COMM_* */

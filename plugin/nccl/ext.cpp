@@ -84,7 +84,11 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_contract(void* c
     }
   }
   v.credit_refusals = s.get(kCreditRefusals);
-  v.priority_holds = s.get(kPriorityHolds);
+  if (c->isSend()) {
+    const auto& lanes = static_cast<pact::net::SendComm*>(c)->lanes();
+    v.priority_holds = lanes.holds();
+    v.bytes_in_flight = lanes.inflight();
+  }
   v.checksum_mismatches = s.get(kChecksumMismatches);
   v.retransmits = s.get(kRetransmits);
   v.error = contractError(*c);

@@ -445,7 +445,6 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
     sp.piece = tag::kSealPiece;
     sp.done = false;
   }
-  const uint64_t holds = lanes_.holds();
   for (size_t k = 0; k < n; ++k) {
     Part* p = &r->parts[k];
     p->piece = static_cast<uint32_t>(k);
@@ -455,7 +454,6 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
     p->done = false;
     dispatch(p);
   }
-  if (lanes_.holds() != holds) counters_.add(telemetry::kPriorityHolds, lanes_.holds() - holds);
   *out = r;
   return Status::kOk;
 }
@@ -519,6 +517,7 @@ void SendComm::applyVerdict(const wire::Verdict& v) {
 
 void SendComm::tick() {
   lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
+  if (lanes_.gated()) counters_.set(telemetry::kPriorityHolds, lanes_.holds());
   if (retransmit_.empty()) return;
   const auto t = now();
   // post() may queue the piece again: take the due ones out first.

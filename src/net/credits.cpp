@@ -4,16 +4,22 @@
 
 namespace pact::net {
 
-bool SendCredits::tryTake(const void* who, uint64_t bytes) {
+bool SendCredits::tryTake(const void* who, uint64_t bytes, TimePoint t) {
   std::lock_guard lock(mu_);
+  if (waiter_ != nullptr && waiter_ != who && t - waiterAsked_ > kWaiterPatience) waiter_ = nullptr;
   const bool turn = waiter_ == nullptr || waiter_ == who;
-  if (turn && (inFlight_ == 0 || inFlight_ + bytes <= budget_)) {
+  const bool fits = inFlight_ == 0 || inFlight_ + bytes <= budget_;
+  const bool stuck = inFlight_ != 0 && t - lastMoved_ > kStuck;
+  if (turn && (fits || stuck)) {
     if (waiter_ == who) waiter_ = nullptr;
+    overdrafts_ += fits ? 0 : 1;
+    if (inFlight_ == 0 || !fits) lastMoved_ = t;
     inFlight_ += bytes;
     peak_ = std::max(peak_, inFlight_);
     return true;
   }
   if (waiter_ == nullptr) waiter_ = who;
+  if (waiter_ == who) waiterAsked_ = t;
   ++refusals_;
   return false;
 }
@@ -27,6 +33,12 @@ void SendCredits::takeAnyway(uint64_t bytes) {
 void SendCredits::give(uint64_t bytes) {
   std::lock_guard lock(mu_);
   inFlight_ -= std::min(inFlight_, bytes);
+  lastMoved_ = now();
+}
+
+uint64_t SendCredits::overdrafts() const {
+  std::lock_guard lock(mu_);
+  return overdrafts_;
 }
 
 void SendCredits::forget(const void* who) {

@@ -42,7 +42,7 @@ constexpr CounterInfo kCommInfo[] = {
     {"gpu_flush_reads", "receive: 1-byte loopback reads iflush posted to flush CUDA buffers"},
     {"checksum_mismatches", "receive: pieces whose check did not match the sender's (verify)"},
     {"credit_refusals", "send: isend calls answered with a NULL request because the class's credits to the peer were spent"},
-    {"priority_holds", "send: pieces queued because a higher class had work to the same peer"},
+    {"priority_holds", "send: times the comm stood back (held its waiting pieces) because a higher class had work to the same peer"},
 };
 static_assert(std::size(kCommInfo) == kCommCounters);
 

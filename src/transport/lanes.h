@@ -52,8 +52,10 @@ class Lanes {
     if (gate_) gate_->add(priority_, static_cast<int64_t>(work_));
   }
   bool gated() const { return gate_ != nullptr; }
-  // Pieces queued (not handed to UCX at once) because a higher class had work to the peer.
+  // Times this set stood back (held its waiting pieces) because a higher class had work to the peer.
   uint64_t holds() const { return holds_; }
+  // Bytes handed to UCX and not completed, over every lane.
+  size_t inflight() const { return inflight_; }
   void add(std::shared_ptr<SharedEndpoint> ep, uint8_t rail) {
     lanes_.emplace_back();
     lanes_.back().ep = std::move(ep);
@@ -128,6 +130,13 @@ class Lanes {
   size_t laneCap() const { return std::max<size_t>(8 * cfg_.chunk, size_t{2} << 20); }
   // A higher class has work to the peer and this set has a piece in flight already: hold.
   bool yielding() const { return gate_ != nullptr && inflight_ != 0 && gate_->higherBusy(priority_); }
+  // yielding(), counting each time the set starts to stand back.
+  bool standBack() {
+    const bool y = yielding();
+    holds_ += y && !standing_ ? 1 : 0;
+    standing_ = y;
+    return y;
+  }
   // A piece's work is over (completed, or given back unsent).
   void done(size_t bytes) {
     work_ -= std::min(work_, bytes);
@@ -149,6 +158,7 @@ class Lanes {
   std::shared_ptr<PeerGate> gate_;
   int priority_ = 0;
   uint64_t holds_ = 0;
+  bool standing_ = false;  // standing back for a higher class now
 };
 
 template <typename Post>
@@ -186,19 +196,17 @@ void Lanes::dispatch(LanePiece* p, Post&& post) {
   // UCX endpoint, which over tcp moves 40% slower than 8 (docs/performance.md, "unordered").
   work_ += p->size;
   if (gate_) gate_->add(priority_, static_cast<int64_t>(p->size));
-  const bool yield = yielding();
-  if (lanes_.size() == 1 && cfg_.ordered && waiting_.empty() && !yield) {
+  if (lanes_.size() == 1 && cfg_.ordered && waiting_.empty() && !standBack()) {
     bind(p, 0, post);
     return;
   }
-  holds_ += yield ? 1 : 0;
   waiting_.push_back(p);
   pump(post);
 }
 
 template <typename Post>
 void Lanes::pump(Post&& post) {
-  while (!waiting_.empty() && !yielding()) {
+  while (!waiting_.empty() && !standBack()) {
     const size_t i = choose(waiting_.front()->size);
     if (i == lanes_.size()) break;  // every lane is full: wait for completions
     LanePiece* p = waiting_.front();

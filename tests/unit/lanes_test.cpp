@@ -2,6 +2,7 @@
 // post callback only records; no UCX endpoint is needed for the steering decisions.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "transport/lanes.h"
@@ -74,5 +75,101 @@ TEST(Lanes, TwoUnorderedLanesEachTakeUpToTheCap) {
   EXPECT_EQ(onLane[1], 8u);
 }
 
+
+// ---- class priority (transport/priority.h) ---------------------------------------------------
+
+// Two classes to one peer share a gate: bulk (priority 0, unordered 64 KiB pieces) and latency
+// (priority 1, ordered). Every piece handed to "UCX" is logged in order, with its class.
+struct PriorityRig {
+  PriorityRig() : gate(std::make_shared<PeerGate>()), bulk(false, 1, 64 * kKiB), latency(true, 1) {
+    bulk.l.setGate(gate, 0);
+    latency.l.setGate(gate, 1);
+  }
+  void post(Rig& r, size_t n, size_t size, char cls) {
+    for (size_t i = 0; i < n; ++i) {
+      LanePiece* p = &r.pieces[r.next++];
+      p->size = size;
+      r.l.dispatch(p, [&, cls](LanePiece* q, ucx::Endpoint&) { r.posted.push_back(q), log.push_back(cls); });
+    }
+  }
+  // A piece of r completes; both sets are pumped, as the owners' progress does.
+  void complete(Rig& r, LanePiece* p) {
+    r.l.completed(*p);
+    pump();
+  }
+  void pump() {
+    bulk.l.pump([&](LanePiece* q, ucx::Endpoint&) { bulk.posted.push_back(q), log.push_back('b'); });
+    latency.l.pump([&](LanePiece* q, ucx::Endpoint&) { latency.posted.push_back(q), log.push_back('L'); });
+  }
+  std::shared_ptr<PeerGate> gate;
+  Rig bulk, latency;
+  std::string log;
+};
+
+TEST(Priority, AHigherClassGoesFirstAndTheBulkClassKeepsOnePieceInFlight) {
+  PriorityRig r;
+  r.post(r.bulk, 48, 64 * kKiB, 'b');  // a 3 MiB message: 32 pieces fill the lane's 2 MiB cap
+  ASSERT_EQ(r.bulk.posted.size(), 32u);
+  r.post(r.latency, 2, 256 * kKiB, 'L');  // the latency class goes at once, bulk is not pumped
+  EXPECT_EQ(r.latency.posted.size(), 2u);
+  EXPECT_EQ(r.log.substr(32), "LL");
+  EXPECT_GT(r.gate->work(1), 0);
+  // Bulk pieces complete one by one while the latency class is busy: none of the 16 waiting
+  // bulk pieces goes out until bulk is down to its last piece in flight, then one at a time.
+  for (int i = 0; i < 31; ++i) r.complete(r.bulk, r.bulk.posted[static_cast<size_t>(i)]);
+  EXPECT_EQ(r.bulk.posted.size(), 32u) << "bulk took new pieces while a higher class was busy";
+  r.complete(r.bulk, r.bulk.posted[31]);
+  EXPECT_EQ(r.bulk.posted.size(), 33u) << "bulk keeps one piece in flight";
+  r.complete(r.bulk, r.bulk.posted[32]);
+  EXPECT_EQ(r.bulk.posted.size(), 34u);
+  // The latency class finishes: bulk fills its cap again at once.
+  r.complete(r.latency, r.latency.posted[0]);
+  EXPECT_EQ(r.bulk.posted.size(), 34u);
+  r.complete(r.latency, r.latency.posted[1]);
+  EXPECT_EQ(r.gate->work(1), 0);
+  EXPECT_EQ(r.bulk.posted.size(), 48u);
+  EXPECT_EQ(r.log, std::string(32, 'b') + "LL" + std::string(16, 'b'));
+}
+
+TEST(Priority, AnOrderedBulkClassQueuesBehindAHigherOneAndKeepsItsOrder) {
+  PriorityRig r;
+  r.bulk.l.setGate(nullptr, 0);
+  Rig ordered(true, 1);
+  ordered.l.setGate(r.gate, 0);
+  auto postOrdered = [&](size_t n) {
+    for (size_t i = 0; i < n; ++i) {
+      LanePiece* p = &ordered.pieces[ordered.next++];
+      p->size = kMiB;
+      ordered.l.dispatch(p, [&](LanePiece* q, ucx::Endpoint&) { ordered.posted.push_back(q); });
+    }
+  };
+  postOrdered(1);                 // nothing higher is busy: posted at once
+  r.post(r.latency, 1, 4 * kKiB, 'L');
+  postOrdered(3);                 // queued: one in flight already, a higher class busy
+  EXPECT_EQ(ordered.posted.size(), 1u);
+  EXPECT_EQ(ordered.l.holds(), 3u);
+  r.complete(r.latency, r.latency.posted[0]);
+  ordered.l.pump([&](LanePiece* q, ucx::Endpoint&) { ordered.posted.push_back(q); });
+  ASSERT_EQ(ordered.posted.size(), 4u);
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(ordered.posted[i], &ordered.pieces[i]) << "posting order";
+}
+
+TEST(Priority, WorkLeavesTheGateWithTheLanes) {
+  auto gate = std::make_shared<PeerGate>();
+  {
+    Rig high(true, 1);
+    high.l.setGate(gate, 3);
+    high.send(2, kMiB);
+    EXPECT_EQ(gate->work(3), static_cast<int64_t>(2 * kMiB));
+    EXPECT_TRUE(gate->higherBusy(0));
+    EXPECT_FALSE(gate->higherBusy(3));
+    high.complete(high.posted[0]);
+    EXPECT_EQ(gate->work(3), static_cast<int64_t>(kMiB));
+  }  // a closed comm's pieces complete without it: its work is taken off when it goes
+  EXPECT_EQ(gate->work(3), 0);
+  EXPECT_FALSE(gate->higherBusy(0));
+  EXPECT_EQ(PeerGate::forPeer(42), PeerGate::forPeer(42));
+  EXPECT_NE(PeerGate::forPeer(42), PeerGate::forPeer(43));
+}
 }  // namespace
 }  // namespace pact::transport
