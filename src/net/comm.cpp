@@ -476,6 +476,38 @@ void SendComm::settle(Request*) {
   verdicts_.clear();
   sessions_->takeVerdicts(channel_, &verdicts_);
   for (const wire::Verdict& v : verdicts_) applyVerdict(v);
+  // Pieces asked again while UCX still had their first send (the verdict can overtake the
+  // sender's completion: over shared memory the receiver reads the bytes before the sender hears
+  // of it): they go as soon as that send is done.
+  if (resendsDeferred_ == 0) return;
+  for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted)
+    for (uint32_t k = 0; k < r->partCount[0]; ++k)
+      if (r->parts[k].again && r->parts[k].done) {
+        r->parts[k].again = false;
+        --resendsDeferred_;
+        resend(r, k);
+      }
+}
+
+void SendComm::resend(Request* r, uint32_t k) {
+  Part* p = &r->parts[k];
+  if (!p->done) {  // still with UCX: once it is done
+    if (!p->again) ++resendsDeferred_;
+    p->again = true;
+    return;
+  }
+  const size_t chunk = cfg_.ordered ? std::max<uint64_t>(r->msgBytes, 1) : cfg_.chunk;
+  p->size = std::min<uint64_t>(chunk, r->msgBytes - std::min<uint64_t>(r->msgBytes, size_t{k} * chunk));
+  p->done = false;
+  p->status = Status::kOk;
+  ++r->pending;
+  if (credits_) {
+    credits_->takeAnyway(p->size);
+    r->credit += p->size;
+  }
+  counters_.add(telemetry::kRetransmits);
+  class_.addShared(telemetry::kClassRetransmits);
+  dispatch(p);
 }
 
 void SendComm::applyVerdict(const wire::Verdict& v) {
@@ -492,27 +524,11 @@ void SendComm::applyVerdict(const wire::Verdict& v) {
   // buffer is still ours: the send is not complete). The receiver counts the attempts and fails
   // the comm when its retries are spent.
   const uint32_t n = r->partCount[0];
-  auto resend = [&](uint32_t k) {
-    if (k >= n) return;
-    Part* p = &r->parts[k];
-    if (!p->done) return;  // still with UCX (a verdict for an earlier attempt)
-    const size_t chunk = cfg_.ordered ? std::max<uint64_t>(r->msgBytes, 1) : cfg_.chunk;
-    p->size = std::min<uint64_t>(chunk, r->msgBytes - std::min<uint64_t>(r->msgBytes, size_t{k} * chunk));
-    p->done = false;
-    p->status = Status::kOk;
-    ++r->pending;
-    if (credits_) {
-      credits_->takeAnyway(p->size);
-      r->credit += p->size;
-    }
-    counters_.add(telemetry::kRetransmits);
-    class_.addShared(telemetry::kClassRetransmits);
-    dispatch(p);
-  };
   if (v.kind == wire::VerdictKind::kResendAll)
-    for (uint32_t k = 0; k < n; ++k) resend(k);
+    for (uint32_t k = 0; k < n; ++k) resend(r, k);
   else
-    for (uint32_t k : v.pieces) resend(k);
+    for (uint32_t k : v.pieces)
+      if (k < n) resend(r, k);
 }
 
 void SendComm::tick() {

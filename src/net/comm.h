@@ -227,6 +227,8 @@ class SendComm final : public Comm, private Ticker {
   // The seal goes once every data piece of the message was handed to UCX (or lost on the way).
   void postSeal(Request* r);
   void applyVerdict(const wire::Verdict& v);
+  // Piece k of r again (a verdict asked for it), now or once UCX is done with its last send.
+  void resend(Request* r, uint32_t k);
   void dispatch(Part* p);
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
@@ -251,6 +253,7 @@ class SendComm final : public Comm, private Ticker {
   uint32_t tagSpace_;
   std::shared_ptr<SendCredits> credits_;
   size_t awaitingVerdicts_ = 0;  // sends held for their verdict
+  size_t resendsDeferred_ = 0;   // pieces asked again while UCX still had them
   std::vector<wire::Verdict> verdicts_;  // scratch
 };
 

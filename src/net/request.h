@@ -70,6 +70,7 @@ struct Part : transport::LanePiece {
   bool canceled = false;       // receive side: cancelled because the message ended before it
   bool seal = false;           // the message's seal (transport/seal.h), not one of its pieces
   bool posted = false;         // send side: handed to UCX at least once (or lost on the way)
+  bool again = false;          // send side: asked again (verdict) while UCX still had it
   uint8_t buffer = 0;          // which buffer of a multi-receive
   // Send side: delivery attempts lost so far (PACT_FAULT drop). Receive side, on a piece's first
   // rail: checks that did not match so far (verify).
