@@ -5,9 +5,9 @@
 #include "p2p.h"
 
 #include "net_plugin.h"
-#include "netns.h"
 #include "p2p_bench.h"
 #include "peer.h"
+#include "rank_setup.h"
 #include "report.h"
 
 #include <CLI/CLI.hpp>
@@ -49,43 +49,6 @@ nlohmann::json metadata(const Session& s, const loader::Properties& props, size_
           {"env_a", s.opt.env_a},
           {"env_b", s.opt.env_b},
           {"vdevice", s.opt.vdevice}};
-}
-
-// Checked before the fork, so that a mistake is reported once.
-void checkRankSetup(const P2pOptions& opt) {
-  if (!opt.netns.empty()) {
-    if (opt.netns.size() != 2) die("--netns takes two namespaces: A,B");
-    for (const std::string& ns : opt.netns) {
-      if (ns.empty() || ns.find('/') != std::string::npos ||
-          access(("/var/run/netns/" + ns).c_str(), F_OK) != 0) {
-        die("--netns: no network namespace '" + ns + "' (/var/run/netns/" + ns +
-            "; build it first, e.g. ci/netns.sh up)");
-      }
-    }
-  }
-  for (const auto* list : {&opt.env_a, &opt.env_b}) {
-    for (const std::string& kv : *list) {
-      const size_t eq = kv.find('=');
-      if (eq == 0 || eq == std::string::npos) {
-        die(std::string(list == &opt.env_a ? "--env-a" : "--env-b") +
-            ": expected KEY=VALUE, got '" + kv + "'");
-      }
-    }
-  }
-}
-
-// In each rank right after the fork, before the plugin is opened: its namespace, its variables.
-void enterRankSetup(const P2pOptions& opt, int rank) {
-  if (!opt.netns.empty()) {
-    const std::string err = netns::enterNamespace(opt.netns[static_cast<size_t>(rank)]);
-    if (!err.empty()) die("--netns: " + err);
-  }
-  for (const std::string& kv : rank == 0 ? opt.env_a : opt.env_b) {
-    const size_t eq = kv.find('=');
-    if (setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1) != 0) {
-      die("setenv " + kv.substr(0, eq) + " failed");
-    }
-  }
 }
 
 // After init: fuses opt.vdevice into one virtual device and returns its index.
@@ -172,9 +135,10 @@ int runP2p(P2pOptions opt) {
   if (opt.plugin.find('/') != std::string::npos && access(opt.plugin.c_str(), R_OK) != 0) {
     die("cannot read plugin " + opt.plugin + " (build it, or pass --plugin)");
   }
-  checkRankSetup(opt);
+  const RankSetup ranks{opt.netns, opt.env_a, opt.env_b};
+  checkRankSetup(ranks);
   const int rank = forkPeer();
-  enterRankSetup(opt, rank);
+  enterRankSetup(ranks, rank);
   Session s(opt, rank);
   watchdog(opt.timeout, "plugin open/init");
   std::string err;
