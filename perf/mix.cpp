@@ -15,6 +15,10 @@
 // Every kv byte is checked in the receiver's commit hook (the pattern of its request); a2a and
 // ckpt transfers carry their request id in their first and last 8 bytes, checked there too.
 // A transfer that fails, or a wrong byte, fails the run.
+//
+// `--face nccl` runs class isolation on the NCCL face instead (mix_nccl.h): a bulk and a latency
+// stream through a net plugin, each on its own NCCL traffic class. This file parses both faces'
+// options and hands the shared ones (--seconds, --phases, --json, --plot) to that face.
 #include "mix.h"
 
 #include <CLI/CLI.hpp>
@@ -35,6 +39,7 @@
 #include <vector>
 
 #include "engines.h"
+#include "mix_nccl.h"
 #include "pact/pact.h"
 #include "pattern.h"
 #include "report.h"
@@ -46,6 +51,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 struct MixOptions {
+  std::string face = "engine";
   double seconds = 3;
   std::string kv_block = "64K", a2a_bytes = "256K", ckpt_bytes = "16M";
   size_t kvBlock = 0, a2aBytes = 0, ckptBytes = 0;
@@ -474,25 +480,63 @@ int runMix(MixOptions o) {
 
 void addMixCommand(CLI::App& app, int* exit_code) {
   auto o = std::make_shared<MixOptions>();
-  CLI::App* c = app.add_subcommand("mix", "KV bursts, all-to-all steps and a checkpoint stream at once: "
-                                          "alone, each on its class, all on DEFAULT");
+  auto n = std::make_shared<MixNcclOptions>();
+  CLI::App* c = app.add_subcommand("mix", "classes at once: KV bursts, all-to-all steps and a checkpoint stream between "
+                                          "two engines (alone, each on its class, all on DEFAULT), or with --face nccl "
+                                          "a bulk and a latency stream through a net plugin, each on its NCCL class");
+  c->add_option("--face", o->face, "engine: the transfer engine's classes; nccl: two NCCL traffic classes "
+                                   "through a net plugin (two processes)")
+      ->check(CLI::IsMember({"engine", "nccl"}))
+      ->capture_default_str();
   c->add_option("--seconds", o->seconds, "seconds per phase")->check(CLI::PositiveNumber)->capture_default_str();
-  c->add_option("--phases", o->phases, "comma-separated: alone, isolated, shared")->capture_default_str();
-  c->add_option("--kv-block", o->kv_block, "KV block size")->capture_default_str();
-  c->add_option("--kv-blocks", o->kv_blocks, "blocks per KV request")->check(CLI::Range(1, 64))->capture_default_str();
-  c->add_option("--kv-interval-us", o->kv_interval_us, "a KV request every this many microseconds")
-      ->check(CLI::Range(0, 10'000'000))->capture_default_str();
-  c->add_option("--kv-window", o->kv_window, "KV requests open at once")->check(CLI::Range(1, 64))->capture_default_str();
-  c->add_option("--a2a-bytes", o->a2a_bytes, "bytes of each all-to-all transfer")->capture_default_str();
-  c->add_option("--a2a-count", o->a2a_count, "transfers per all-to-all step")->check(CLI::Range(1, 64))->capture_default_str();
-  c->add_option("--ckpt-bytes", o->ckpt_bytes, "bytes of each checkpoint transfer")->capture_default_str();
-  c->add_option("--ckpt-window", o->ckpt_window, "checkpoint transfers in flight")->check(CLI::Range(1, 64))->capture_default_str();
-  c->add_option("--kv-profile", o->kv_profile, "PACT_TC_KV when not set")->capture_default_str();
-  c->add_option("--a2a-profile", o->a2a_profile, "PACT_TC_A2A when not set")->capture_default_str();
-  c->add_option("--ckpt-profile", o->ckpt_profile, "PACT_TC_CKPT when not set")->capture_default_str();
+  CLI::Option* phases = c->add_option("--phases", o->phases,
+                                      "comma-separated; engine: alone, isolated, shared (default all three); "
+                                      "nccl: alone, bulk, mixed (default all three)");
+  const std::vector<CLI::Option*> engine_only = {
+      c->add_option("--kv-block", o->kv_block, "KV block size")->capture_default_str(),
+      c->add_option("--kv-blocks", o->kv_blocks, "blocks per KV request")->check(CLI::Range(1, 64))->capture_default_str(),
+      c->add_option("--kv-interval-us", o->kv_interval_us, "a KV request every this many microseconds")
+          ->check(CLI::Range(0, 10'000'000))->capture_default_str(),
+      c->add_option("--kv-window", o->kv_window, "KV requests open at once")->check(CLI::Range(1, 64))->capture_default_str(),
+      c->add_option("--a2a-bytes", o->a2a_bytes, "bytes of each all-to-all transfer")->capture_default_str(),
+      c->add_option("--a2a-count", o->a2a_count, "transfers per all-to-all step")->check(CLI::Range(1, 64))->capture_default_str(),
+      c->add_option("--ckpt-bytes", o->ckpt_bytes, "bytes of each checkpoint transfer")->capture_default_str(),
+      c->add_option("--ckpt-window", o->ckpt_window, "checkpoint transfers in flight")->check(CLI::Range(1, 64))->capture_default_str(),
+      c->add_option("--kv-profile", o->kv_profile, "PACT_TC_KV when not set")->capture_default_str(),
+      c->add_option("--a2a-profile", o->a2a_profile, "PACT_TC_A2A when not set")->capture_default_str(),
+      c->add_option("--ckpt-profile", o->ckpt_profile, "PACT_TC_CKPT when not set")->capture_default_str(),
+  };
   c->add_option("--json", o->json, "also write the results to this JSON file");
   c->add_option("--plot", o->plot, "also draw each phase's and stream's P50/P95/P99 as bars into this SVG file (pact-plot)");
-  c->callback([o, exit_code] { *exit_code = runMix(*o); });
+  const std::vector<CLI::Option*> nccl_only = addMixNcclOptions(*c, n.get());
+  c->footer(
+      "--face nccl: rank 0 (the parent) sends, rank 1 (a child forked before the plugin opens)\n"
+      "receives; the bulk stream (--bulk-tc, 16M messages, window 8, counted at the receiver) and\n"
+      "the latency stream (--latency-tc, 256K messages one at a time, one-way latency from a\n"
+      "CLOCK_MONOTONIC stamp in the message) each on a comm of its own class, fresh comms per\n"
+      "phase: alone (latency only), bulk (bulk only), mixed (both). Class profiles come from\n"
+      "PACT_TC_<n>. Targets: latency P99 mixed / alone <= 1.5; bulk goodput / --link-rate >= 0.9.\n"
+      "perf/netns-mix.sh runs it between two network namespaces over a tbf-limited veth.");
+  c->callback([o, n, phases, engine_only, nccl_only, exit_code] {
+    const bool nccl = o->face == "nccl";
+    for (const CLI::Option* opt : nccl ? engine_only : nccl_only) {
+      if (opt->count() > 0) {
+        std::fprintf(stderr, "pact-perf mix: %s applies to --face %s only\n", opt->get_name().c_str(),
+                     nccl ? "engine" : "nccl");
+        *exit_code = 2;
+        return;
+      }
+    }
+    if (!nccl) {
+      *exit_code = runMix(*o);
+      return;
+    }
+    n->seconds = o->seconds;
+    if (phases->count() > 0) n->phases = o->phases;
+    n->json = o->json;
+    n->plot = o->plot;
+    *exit_code = runMixNccl(*n);
+  });
 }
 
 }  // namespace pact::perf

@@ -16,7 +16,8 @@ Metrics:
   lat     us against the size: p2p lat_p50_us, lat_p95_us and lat_p99_us (three lines per run),
           coll out-of-place time, kv commit P50/P95/P99 against the request's bytes
   bars    P50/P95/P99 as bars (log scale): kv per request set (all, healthy, slow, in us), mix per
-          phase and stream (ms)
+          phase and stream (ms; mix --face nccl: the latency stream, with the bulk stream's
+          goodput per phase written beside the bars)
 Writes OUT.svg; exits 1 with a message when a file is not a pact-perf result or holds no point.
 """
 from __future__ import annotations
@@ -86,16 +87,27 @@ def series(path: str, label: str, metric: str):
 
 
 def bar_groups(path: str, label: str, prefix: bool):
-    """(group name, [p50, p95, p99]) of one kv or mix file, and the unit."""
+    """(group name, [p50, p95, p99]) of one kv or mix file, and the unit. Rows without
+    percentiles (mix --face nccl's bulk stream, measured by its goodput) have no bars."""
     tool, doc = load(path)
     pre = label + " " if prefix else ""
     if tool == "pact-perf mix":
         return [(pre + "%s %s" % (r["phase"], r["stream"]), [r["p50_ms"], r["p95_ms"], r["p99_ms"]])
-                for r in doc["results"]], "ms"
+                for r in doc["results"] if r.get("p50_ms") is not None], "ms"
     if tool == "pact-perf kv":
         return [(pre + k, [v["p50_us"], v["p95_us"], v["p99_us"]])
                 for k, v in doc["latency"].items() if v.get("samples", 0) > 0], "us"
     sys.exit("plot: --metric bars draws kv and mix results, not %s" % tool)
+
+
+def bar_notes(path: str, label: str, prefix: bool):
+    """Text lines beside the bars: mix --face nccl's bulk goodput per phase (it has no bars)."""
+    tool, doc = load(path)
+    if tool != "pact-perf mix" or doc["meta"].get("face") != "nccl":
+        return []
+    pre = label + " " if prefix else ""
+    return [pre + "%s %.3f" % (r["phase"], r["goodput_gbit_s"])
+            for r in doc["results"] if r["stream"] == "bulk"]
 
 
 def nice_max(v: float) -> float:
@@ -157,7 +169,7 @@ def render(lines, metric: str, title: str, xlabel: str = "message size (bytes)")
     return "\n".join(o) + "\n"
 
 
-def render_bars(groups, unit: str, title: str) -> str:
+def render_bars(groups, unit: str, title: str, notes=()) -> str:
     vals = [v for _, vs in groups for v in vs if v > 0]
     if not vals:
         sys.exit("plot: no points to plot")
@@ -189,6 +201,11 @@ def render_bars(groups, unit: str, title: str) -> str:
         ly = T + 14 + 18 * i
         o.append('<rect x="%d" y="%d" width="20" height="10" fill="%s"/>' % (L + pw + 12, ly - 9, COLORS[i]))
         o.append('<text x="%d" y="%d">%s</text>' % (L + pw + 36, ly, n))
+    if notes:
+        ny = T + 14 + 18 * len(names) + 16
+        o.append('<text x="%d" y="%d">bulk goodput (Gbit/s)</text>' % (L + pw + 12, ny))
+        for k, line in enumerate(notes):
+            o.append('<text class="note" x="%d" y="%d" font-size="11">%s</text>' % (L + pw + 12, ny + 16 * (k + 1), escape(line)))
     o.append("</svg>")
     return "\n".join(o) + "\n"
 
@@ -214,11 +231,14 @@ def main() -> None:
     titles = {"bw": "bandwidth", "busbw-in": "bus bandwidth, in place", "lat": "latency",
               "bars": "latency percentiles"}
     if metric == "bars":
-        groups, unit = [], "us"
+        groups, unit, notes = [], "us", []
         for path, label in runs:
             g, unit = bar_groups(path, label, len(runs) > 1)
             groups += g
-        svg = render_bars(groups, unit, a.title or titles[metric])
+            notes += bar_notes(path, label, len(runs) > 1)
+        if not groups:
+            sys.exit("plot: no latency percentiles to draw")
+        svg = render_bars(groups, unit, a.title or titles[metric], notes)
         what = "%d groups of bars" % len(groups)
     else:
         lines = {}
