@@ -1,14 +1,17 @@
-# Shared by perf/netns-rails.sh and perf/netns-engine-rails.sh (sourced): building and removing
-# the two-pair veth rails under the netns suite's lock, and a clean environment for the cases.
+# Shared by perf/netns-rails.sh, perf/netns-engine-rails.sh and perf/netns-mix.sh (sourced):
+# building and removing the veth rails (two pairs unless told) under the netns suite's lock, and a
+# clean environment for the cases.
 # Uses the caller's NETNS, LOCK, LOCK_WAIT, die(), and its lockfd / built variables.
 
-# up OPTIONS... under the suite's lock; down releases it.
+# up [--pairs N] OPTIONS... under the suite's lock (two pairs unless told); down releases it.
 rails_up() {
+  local pairs=2
+  if [[ ${1:-} == --pairs ]]; then pairs=${2:?--pairs needs a value}; shift 2; fi
   exec {lockfd}>"$LOCK"
   flock -w "$LOCK_WAIT" "$lockfd" || die "$LOCK is held by another run for more than $LOCK_WAIT s"
   built=1
   local out
-  out=$(timeout 60 "$NETNS" up --pairs 2 "$@" 2>&1) || die "ci/netns.sh up --pairs 2 $*: $out"
+  out=$(timeout 60 "$NETNS" up --pairs "$pairs" "$@" 2>&1) || die "ci/netns.sh up --pairs $pairs $*: $out"
 }
 rails_down() {
   local out
