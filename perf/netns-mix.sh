@@ -22,7 +22,7 @@
 #
 # Environment (defaults in brackets): BUILD [build] (pact-perf at $BUILD/perf/pact-perf, the
 # plugin at $BUILD/plugin/libnccl-net-pact.so unless PLUGIN is set), RATE [1gbit], ROUNDS [3],
-# PHASE_SECONDS [15], PACT_TC_A [unordered,chunk=256K,priority=0], PACT_TC_B [priority=1],
+# PHASE_SECONDS [15], PACT_TC_A [unordered,chunk=64K,priority=0], PACT_TC_B [priority=1],
 # CONTROL_TC_B [see above], BULK_TC [1], LATENCY_TC [2], BULK_BYTES [16M], BULK_WINDOW [8],
 # LATENCY_BYTES [256K], RUN_TIMEOUT [240 s per pact-perf run], DEADLINE [900 s for the whole
 # script: no new round starts after it], LOCK_WAIT [300 s]. An empty PACT_TC_A or PACT_TC_B leaves
@@ -50,7 +50,7 @@ PLUGIN=${PLUGIN:-$BUILD/plugin/libnccl-net-pact.so}
 RATE=${RATE:-1gbit}
 ROUNDS=${ROUNDS:-3}
 PHASE_SECONDS=${PHASE_SECONDS:-15}
-TC_A=${PACT_TC_A-unordered,chunk=256K,priority=0}
+TC_A=${PACT_TC_A-unordered,chunk=64K,priority=0}
 TC_B=${PACT_TC_B-priority=1}
 BULK_TC=${BULK_TC:-1}
 LATENCY_TC=${LATENCY_TC:-2}

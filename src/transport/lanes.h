@@ -6,8 +6,8 @@
 // Adaptive steering then gives each piece to the lane where it is expected to finish first (bytes
 // in flight over measured throughput); round-robin is kept for comparison. The injected lane delay (a test
 // hook) holds a lane's pieces back before UCX sees them. With a gate (transport/priority.h), a
-// lane set whose class is below a busy class to the same peer keeps one piece in flight and
-// holds the rest; its owner pumps it again on every progress. Device mutex held for every call.
+// lane set whose class is below a busy class to the same peer holds its waiting pieces; its owner
+// pumps it again on every progress. Device mutex held for every call.
 #pragma once
 
 #include <algorithm>
@@ -128,8 +128,13 @@ class Lanes {
   // Bytes a lane may have in flight before further pieces wait (a lane with nothing in flight
   // takes any piece).
   size_t laneCap() const { return std::max<size_t>(8 * cfg_.chunk, size_t{2} << 20); }
-  // A higher class has work to the peer and this set has a piece in flight already: hold.
-  bool yielding() const { return gate_ != nullptr && inflight_ != 0 && gate_->higherBusy(priority_); }
+  // A higher class has work to the peer: hold. After kMaxPause of it, one piece every kTrickle,
+  // one at a time (transport/priority.h).
+  bool yielding() const {
+    if (gate_ == nullptr || !gate_->higherBusy(priority_)) return false;
+    if (inflight_ != 0 || !gate_->higherLongBusy(priority_)) return true;
+    return now() - lastTrickle_ < gate_->trickle();
+  }
   // yielding(), counting each time the set starts to stand back.
   bool standBack() {
     const bool y = yielding();
@@ -159,6 +164,7 @@ class Lanes {
   int priority_ = 0;
   uint64_t holds_ = 0;
   bool standing_ = false;  // standing back for a higher class now
+  TimePoint lastTrickle_{};  // the last piece bound while a higher class had work
 };
 
 template <typename Post>
@@ -175,6 +181,7 @@ void Lanes::bind(LanePiece* p, size_t i, Post&& post) {
     l.windowBytes = 0;
   }
   l.inflight += p->size;
+  if (gate_ != nullptr && gate_->higherBusy(priority_)) lastTrickle_ = now();  // a trickled piece
   inflight_ += p->size;
   ++l.pieces;
   l.bytes += p->size;

@@ -410,6 +410,13 @@ bool ClassTable::mixedPriorities() const {
   return false;
 }
 
+int ClassTable::maxPriority() const {
+  int m = default_.priority;
+  for (const auto& [n, p] : nccl_) m = std::max(m, p.priority);
+  for (const auto& [n, p] : engine_) m = std::max(m, p.priority);
+  return m;
+}
+
 const Profile& ClassTable::forNccl(int trafficClass) const {
   auto it = nccl_.find(trafficClass);
   return it == nccl_.end() ? default_ : it->second;

@@ -133,6 +133,7 @@ class ClassTable {
   static bool isEngineClass(std::string_view name);
   // Whether classes of the table have different priorities (then send paths use priority gates).
   bool mixedPriorities() const;
+  int maxPriority() const;  // the highest priority of any class
   // The class a name selects: an engine class's name in upper case ("kv" -> "KV"), else DEFAULT.
   static std::string canonicalName(std::string_view name);
   static const std::vector<std::string>& engineClassNames();

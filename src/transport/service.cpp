@@ -121,7 +121,7 @@ std::string contextKey(const Profile& profile, const ServiceConfig& config) {
 }
 
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
-                                 std::string_view className, bool eagerWhole) {
+                                 std::string_view className, bool eagerWhole, bool yields) {
   ServiceConfig c;
   std::vector<std::string> notes;
   const ServiceRow& row = rowFor(profile.service);
@@ -177,6 +177,7 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
     const auto [tx, rx] = tcpSegments(eagerWhole ? profile.eager : 0);
     addSetting(c, notes, "TCP_TX_SEG_SIZE", formatSize(tx));
     addSetting(c, notes, "TCP_RX_SEG_SIZE", formatSize(rx));
+    if (yields) addSetting(c, notes, "TCP_SNDBUF", formatSize(kYieldingSndbuf));
   }
 
   std::vector<std::string> keyParts;

@@ -31,10 +31,15 @@ struct ServiceConfig {
 
 // className names the class in messages ("DEFAULT", "3", "KV"). eagerWhole: the face sends the
 // class's `eager` offers as whole active messages (the engine; not the plugin), so the tcp
-// segments are sized to hold one. Fails (kUnsupported) when the device has no transport of the
-// asked service family and the profile says fallback=fail.
+// segments are sized to hold one. yields: another class of the process has a higher priority
+// (transport/priority.h), so over tcp this context's socket send buffer is bounded to
+// kYieldingSndbuf: bytes the kernel already took would otherwise sit in front of the higher
+// class's for as long as they take to drain (up to 4 MiB, 32 ms at 1 Gbit/s). Fails
+// (kUnsupported) when the device has no transport of the asked service family and the profile
+// says fallback=fail.
+inline constexpr uint64_t kYieldingSndbuf = 128 << 10;
 Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& device,
-                                 std::string_view className, bool eagerWhole = false);
+                                 std::string_view className, bool eagerWhole = false, bool yields = false);
 
 // What tells a class's UCP context apart on a device (transport::Fabric keys on it; pact-info
 // prints it): the asked service and the UCX settings, "<service>|<ServiceConfig::key>". On a host

@@ -79,9 +79,11 @@ TEST(Lanes, TwoUnorderedLanesEachTakeUpToTheCap) {
 // ---- class priority (transport/priority.h) ---------------------------------------------------
 
 // Two classes to one peer share a gate: bulk (priority 0, unordered 64 KiB pieces) and latency
-// (priority 1, ordered). Every piece handed to "UCX" is logged in order, with its class.
+// (priority 1, ordered). Every piece handed to "UCX" is logged in order, with its class. The gate
+// lingers not at all here (the next test looks at the linger with explicit times).
 struct PriorityRig {
-  PriorityRig() : gate(std::make_shared<PeerGate>()), bulk(false, 1, 64 * kKiB), latency(true, 1) {
+  PriorityRig()
+      : gate(std::make_shared<PeerGate>(std::chrono::nanoseconds(0))), bulk(false, 1, 64 * kKiB), latency(true, 1) {
     bulk.l.setGate(gate, 0);
     latency.l.setGate(gate, 1);
   }
@@ -106,7 +108,7 @@ struct PriorityRig {
   std::string log;
 };
 
-TEST(Priority, AHigherClassGoesFirstAndTheBulkClassKeepsOnePieceInFlight) {
+TEST(Priority, AHigherClassGoesFirstAndTheBulkClassHandsUcxNothingNewMeanwhile) {
   PriorityRig r;
   r.post(r.bulk, 48, 64 * kKiB, 'b');  // a 3 MiB message: 32 pieces fill the lane's 2 MiB cap
   ASSERT_EQ(r.bulk.posted.size(), 32u);
@@ -115,20 +117,36 @@ TEST(Priority, AHigherClassGoesFirstAndTheBulkClassKeepsOnePieceInFlight) {
   EXPECT_EQ(r.log.substr(32), "LL");
   EXPECT_GT(r.gate->work(1), 0);
   // Bulk pieces complete one by one while the latency class is busy: none of the 16 waiting
-  // bulk pieces goes out until bulk is down to its last piece in flight, then one at a time.
-  for (int i = 0; i < 31; ++i) r.complete(r.bulk, r.bulk.posted[static_cast<size_t>(i)]);
+  // bulk pieces goes out, not even when bulk has nothing in flight any more.
+  for (int i = 0; i < 32; ++i) r.complete(r.bulk, r.bulk.posted[static_cast<size_t>(i)]);
   EXPECT_EQ(r.bulk.posted.size(), 32u) << "bulk took new pieces while a higher class was busy";
-  r.complete(r.bulk, r.bulk.posted[31]);
-  EXPECT_EQ(r.bulk.posted.size(), 33u) << "bulk keeps one piece in flight";
-  r.complete(r.bulk, r.bulk.posted[32]);
-  EXPECT_EQ(r.bulk.posted.size(), 34u);
-  // The latency class finishes: bulk fills its cap again at once.
+  EXPECT_EQ(r.bulk.l.holds(), 1u);
+  // The latency class finishes: bulk fills its cap again at once (this gate does not linger).
   r.complete(r.latency, r.latency.posted[0]);
-  EXPECT_EQ(r.bulk.posted.size(), 34u);
+  EXPECT_EQ(r.bulk.posted.size(), 32u);
   r.complete(r.latency, r.latency.posted[1]);
   EXPECT_EQ(r.gate->work(1), 0);
   EXPECT_EQ(r.bulk.posted.size(), 48u);
   EXPECT_EQ(r.log, std::string(32, 'b') + "LL" + std::string(16, 'b'));
+}
+
+// A higher class busy longer than the pause bound (a send waiting for a receiver that has not
+// posted, or one message after another) stops the bulk class no more: it sends one piece at a
+// time, one per trickle interval (none here; the interval itself is PeerGate's, 10 ms).
+TEST(Priority, AfterThePauseBoundTheBulkClassSendsOnePieceAtATime) {
+  auto gate = std::make_shared<PeerGate>(std::chrono::nanoseconds(0), std::chrono::nanoseconds(0),
+                                         std::chrono::nanoseconds(0));
+  Rig bulk(false, 1, 64 * kKiB), latency(true, 1);
+  bulk.l.setGate(gate, 0);
+  latency.l.setGate(gate, 1);
+  latency.send(1, 256 * kKiB);
+  bulk.send(4, 64 * kKiB);
+  EXPECT_EQ(bulk.posted.size(), 1u) << "one piece, then it holds";
+  bulk.complete(bulk.posted[0]);
+  EXPECT_EQ(bulk.posted.size(), 2u);
+  latency.complete(latency.posted[0]);
+  bulk.complete(bulk.posted[1]);
+  EXPECT_EQ(bulk.posted.size(), 4u);
 }
 
 TEST(Priority, AnOrderedBulkClassQueuesBehindAHigherOneAndKeepsItsOrder) {
@@ -147,15 +165,31 @@ TEST(Priority, AnOrderedBulkClassQueuesBehindAHigherOneAndKeepsItsOrder) {
   r.post(r.latency, 1, 4 * kKiB, 'L');
   postOrdered(3);                 // queued: one in flight already, a higher class busy
   EXPECT_EQ(ordered.posted.size(), 1u);
-  EXPECT_EQ(ordered.l.holds(), 3u);
+  EXPECT_EQ(ordered.l.holds(), 1u);  // it stood back once
   r.complete(r.latency, r.latency.posted[0]);
   ordered.l.pump([&](LanePiece* q, ucx::Endpoint&) { ordered.posted.push_back(q); });
   ASSERT_EQ(ordered.posted.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(ordered.posted[i], &ordered.pieces[i]) << "posting order";
 }
 
+// A latency class that sends message after message: between two of them the bulk class stays
+// restrained for the gate's linger, so it does not refill its lanes in front of the next one.
+TEST(Priority, TheBulkClassStaysRestrainedForTheLingerAfterAHigherClassGoesIdle) {
+  PeerGate gate(std::chrono::milliseconds(5));
+  EXPECT_FALSE(gate.higherBusy(0)) << "never busy: no linger";
+  gate.add(2, 4096);
+  EXPECT_TRUE(gate.higherBusy(0));
+  EXPECT_TRUE(gate.higherBusy(1));
+  EXPECT_FALSE(gate.higherBusy(2));
+  const int64_t idleAt = PeerGate::nowNs();
+  gate.add(2, -4096);
+  EXPECT_TRUE(gate.higherBusy(0, idleAt + 4'000'000)) << "within the linger";
+  EXPECT_FALSE(gate.higherBusy(0, idleAt + 6'000'000)) << "past the linger";
+  EXPECT_FALSE(gate.higherBusy(2, idleAt)) << "a level never waits for itself";
+}
+
 TEST(Priority, WorkLeavesTheGateWithTheLanes) {
-  auto gate = std::make_shared<PeerGate>();
+  auto gate = std::make_shared<PeerGate>(std::chrono::nanoseconds(0));
   {
     Rig high(true, 1);
     high.l.setGate(gate, 3);
