@@ -5,11 +5,13 @@
 // prints the same one-line error the plugin logs and exits non-zero.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 #include <iostream>
 #include <map>
 #include <sstream>
+#include <vector>
 
 #include "transport/params.h"
 #include "pact_config.h"
@@ -31,10 +33,44 @@ std::string variablesHelp() {
   return out + "\n" + pact::Params::profileHelp();
 }
 
+// "key=value" of every key of a profile, in describe()'s order.
+std::vector<std::pair<std::string, std::string>> keyValues(const pact::Profile& p) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::istringstream in(p.describe());
+  for (std::string kv; std::getline(in, kv, ',');) {
+    const auto eq = kv.find('=');
+    out.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return out;
+}
+
+// What each key that is not at its built-in value does on the class's face: an NCCL class (and
+// DEFAULT, NCCL's class -1) on NCCL comms, an engine class on engine transfers.
+void printKeysOnFace(const pact::ClassTable::Entry& e) {
+  const pact::Face face = pact::ClassTable::isEngineClass(e.name) ? pact::Face::kEngine : pact::Face::kNccl;
+  const auto builtin = keyValues(pact::Profile{});
+  const char* label = face == pact::Face::kNccl ? "on NCCL" : "on engine";
+  for (const auto& [key, value] : keyValues(e.profile)) {
+    const auto def = std::find_if(builtin.begin(), builtin.end(), [&](const auto& b) { return b.first == key; });
+    if (def != builtin.end() && def->second == value) continue;
+    const pact::ProfileKeyInfo* k = pact::profileKey(key);
+    if (k == nullptr) continue;
+    const pact::FaceUse& use = k->on(face);
+    std::string what = use.what;
+    if (face == pact::Face::kNccl && key == "verify")
+      what += " (CUDA buffers are read through a 1 MiB host staging buffer by the driver)";
+    // DEFAULT's engine-only keys serve the engine classes; the plugin refuses them at init.
+    if (use.refused) what = "refused at plugin init: " + what;
+    std::printf("      %-11s %s=%s: %s\n", label, key.c_str(), value.c_str(), what.c_str());
+    label = "";
+  }
+}
+
 void printClass(const pact::ClassTable::Entry& e) {
   std::printf("  %s (%s, %s)\n      profile     %s\n", e.name.c_str(), e.variable.c_str(),
               e.set ? "set" : e.name == "DEFAULT" ? "built-in" : "inherits DEFAULT",
               e.profile.describe().c_str());
+  printKeysOnFace(e);
 }
 
 // Every class with its service on device and the context it runs on (an NCCL class in the
@@ -54,7 +90,8 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
     printClass(e);
     // An engine class as the engine opens it (its eager offers whole: larger tcp segments);
     // DEFAULT and the NCCL classes as the plugin does.
-    auto svc = pact::transport::serviceFor(e.profile, *device, e.name, pact::ClassTable::isEngineClass(e.name));
+    const bool yields = e.profile.priority < classes.maxPriority();
+    auto svc = pact::transport::serviceFor(e.profile, *device, e.name, pact::ClassTable::isEngineClass(e.name), yields);
     if (!svc.ok()) {
       std::printf("      error       %s\n", svc.error().message.c_str());
       ok = false;
@@ -63,7 +100,7 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
     const std::string key = pact::transport::contextKey(e.profile, *svc);
     std::printf("      service     %s\n      context     %s\n", svc->summary.c_str(), key.c_str());
     if (e.name == "DEFAULT") {  // the engine's DEFAULT carries eager offers too
-      auto mine = pact::transport::serviceFor(e.profile, *device, e.name, true);
+      auto mine = pact::transport::serviceFor(e.profile, *device, e.name, true, yields);
       if (mine.ok() && mine->key != svc->key)
         std::printf("      engine      %s\n", pact::transport::contextKey(e.profile, *mine).c_str());
     }

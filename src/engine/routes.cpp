@@ -75,7 +75,9 @@ Status Engine::openContexts() {
               config_.name.c_str(), name.c_str(), r.context, it->dev->serviceKey().c_str(),
               r.channel.lanes, formatSize(r.profile.chunk).c_str());
     if (name == "CTRL") ctrlRoute_ = routes_.size();
-    queuedLanes_ = queuedLanes_ || r.channel.lanes > 1 || !r.channel.ordered;
+    // Pieces may wait for a lane: several lanes, unordered pieces, or a class that stands back for
+    // a higher one (transport/priority.h).
+    queuedLanes_ = queuedLanes_ || r.channel.lanes > 1 || !r.channel.ordered || params_.classes.mixedPriorities();
     routes_.push_back(std::move(r));
   }
   return Status::kOk;
@@ -150,7 +152,11 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
   if (p.lanes.size() < routes_.size()) p.lanes.resize(routes_.size());
   if (p.lanes[r]) return p.lanes[r].get();
   const Route& route = routes_[r];
-  if (route.context == routes_[ctrlRoute_].context && route.channel.lanes == 1 && p.ctrl) {
+  // With classes of different priority, a class below the highest gets lanes of its own that
+  // stand back for higher classes to the peer; the control lane never does (it carries every
+  // class's offers and verdicts).
+  const bool yields = params_.classes.mixedPriorities() && route.profile.priority < params_.classes.maxPriority();
+  if (route.context == routes_[ctrlRoute_].context && route.channel.lanes == 1 && p.ctrl && !yields) {
     p.lanes[r] = p.ctrl;
     return p.ctrl.get();
   }
@@ -179,6 +185,8 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
     lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));
   }
   lanes->countAs("class " + route.name + " of engine " + config_.name + " to " + p.name);  // >1 lane: a set each
+  if (params_.classes.mixedPriorities())
+    lanes->setGate(transport::PeerGate::forPeer(sessions_->peerProcess(p.channel)), route.profile.priority);
   p.lanes[r] = std::move(lanes);
   return p.lanes[r].get();
 }

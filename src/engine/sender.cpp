@@ -160,10 +160,14 @@ void Protocol::postPieces(Transfer& x) {
   uint64_t srcOff = 0, dstOff = 0;
   const uint64_t id = x.id;
   ++x.pendingOps;  // held while posting, so a completion inside the loop cannot finish the attempt
+  x.stalled = false;
   while (src < x.blocks.size() && dst < x.remoteBlocks.size()) {
     const uint64_t n = std::min({x.blocks[src].length - srcOff, x.remoteBlocks[dst] - dstOff, chunk});
-    // Faults: a piece not delivered, or delivered twice.
-    const int copies = inject(fault_.drop, x.route) ? 0 : inject(fault_.dup, x.route) ? 2 : 1;
+    // Faults: a piece not delivered, delivered twice, or held for ever (the attempt then stalls:
+    // its Done never goes, and only the deadline ends the transfer).
+    const bool held = inject(fault_.stall, x.route);
+    x.stalled = x.stalled || held;
+    const int copies = held || inject(fault_.drop, x.route) ? 0 : inject(fault_.dup, x.route) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       ++x.pendingOps;
       counters_.add(telemetry::kBytesSent, n);
@@ -218,7 +222,7 @@ bool Protocol::senderChecksum(Transfer& x, uint64_t* out) {
 }
 
 void Protocol::sendDone(Transfer& x) {
-  if (peer(x.peer) == nullptr) return;
+  if (peer(x.peer) == nullptr || x.stalled) return;
   const bool lost = inject(fault_.loseRemoteDone, x.route);
   Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
   if (!senderChecksum(x, &d.checksum)) return;

@@ -80,6 +80,7 @@ struct Transfer {
   bool creditHeld = false;        // counted in the peer's creditInUse
   bool eagerHeld = false;         // counted in the peer's eagerInFlight
   bool piecesPosted = false;
+  bool stalled = false;           // PACT_FAULT stall held a piece of this attempt: no Done goes
   bool doneSent = false;          // this attempt's Done left: a release can no longer un-commit
   TimePoint doneSentAt;
   TimePoint resendDoneAt = TimePoint::max();  // the armed kResendDone timer (disarmed when freed)

@@ -70,7 +70,7 @@ void Lanes::countAs(const std::string& owner) {
 
 LaneStats Lanes::stats(size_t i) const {
   const Lane& l = lanes_[i];
-  return LaneStats{l.pieces, l.bytes, l.bytesPerUs};
+  return LaneStats{l.pieces, l.bytes, l.bytesPerUs, holds_};
 }
 
 }  // namespace pact::transport

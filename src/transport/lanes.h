@@ -35,6 +35,7 @@ struct LaneStats {
   uint64_t pieces = 0;
   uint64_t bytes = 0;
   double bytesPerUs = 0;  // measured throughput estimate (0 = not measured yet)
+  uint64_t holds = 0;     // the lane set's: times it stood back for a higher class (Lanes::holds)
 };
 
 class Lanes {

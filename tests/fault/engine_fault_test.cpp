@@ -235,6 +235,7 @@ const FaultCase kCases[] = {
     {"lose_done", "lose_remote_done=0.3,seed=7", Where::kSender, {}},
     {"lose_verdict", "lose_remote_done=0.3,seed=7", Where::kReceiver, {}},
     {"epoch_skew", "epoch_skew=1,seed=7", Where::kSender, {PACT_ERR_DEADLINE}},
+    {"stall", "stall=0.05,seed=7", Where::kSender, {PACT_ERR_DEADLINE}},
     {"kill_after", "kill_after=300ms,seed=7", Where::kSender, {PACT_ERR_PEER_LOST, PACT_ERR_DEADLINE}, true},
 };
 

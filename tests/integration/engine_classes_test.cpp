@@ -63,6 +63,54 @@ TEST(EngineClasses, DifferentServicesGetTheirOwnContextsAndPiecesLandThere) {
   EXPECT_EQ(p.tx->laneStats(p.peer, "A2A").size(), 1u);
 }
 
+// priority on the engine face: a KV transfer (priority 1) sent while a checkpoint (priority 0,
+// unordered 64 KiB pieces) is under way to the same peer makes the checkpoint's lanes stand back;
+// both commit byte-exact. Equal priorities: the checkpoint never stands back (the control).
+TEST(EngineClasses, ABulkClassStandsBackForAHigherClassToTheSamePeer) {
+  for (const bool prioritized : {true, false}) {
+    SCOPED_TRACE(prioritized ? "KV priority=1" : "equal priorities");
+    const EnvMap env{{"PACT_TC_CKPT", "unordered,chunk=64K,priority=0"},
+                     {"PACT_TC_KV", prioritized ? "priority=1" : "priority=0"}};
+    constexpr uint64_t kBulk = 24 << 20, kKv = 1 << 20;
+    Pair p(env, env, kBulk + kKv);
+    ASSERT_TRUE(p.rx && p.tx);
+    EXPECT_EQ(routeOf(p.tx->routes(), "KV").context != routeOf(p.tx->routes(), "CKPT").context, prioritized)
+        << "classes of different priority have contexts of their own";
+    fillPattern(p.src.data(), kBulk, 1);
+    fillPattern(p.src.data() + kBulk, kKv, 2);
+    uint64_t ids[4] = {};
+    const TransferKey bulkKey{1, 1, 0, 0}, kvKey{2, 1, 0, 0};
+    const BlockRef bulkTo{p.dstMr, 0, kBulk}, bulkFrom{p.srcMr, 0, kBulk};
+    const BlockRef kvTo{p.dstMr, kBulk, kKv}, kvFrom{p.srcMr, kBulk, kKv};
+    ASSERT_EQ(p.rx->expect(bulkKey, std::span(&bulkTo, 1), 0, "CKPT", &ids[0]), Status::kOk) << lastError();
+    ASSERT_EQ(p.rx->expect(kvKey, std::span(&kvTo, 1), 0, "KV", &ids[1]), Status::kOk) << lastError();
+    ASSERT_EQ(p.tx->send(p.peer, bulkKey, std::span(&bulkFrom, 1), 0, "CKPT", &ids[2]), Status::kOk) << lastError();
+    ASSERT_EQ(p.tx->send(p.peer, kvKey, std::span(&kvFrom, 1), 0, "KV", &ids[3]), Status::kOk) << lastError();
+    for (uint64_t id : {ids[1], ids[3]}) {  // KV first
+      XferInfo info;
+      Engine& e = id == ids[1] ? *p.rx : *p.tx;
+      ASSERT_EQ(e.wait(id, 20000, &info), Status::kOk);
+      EXPECT_EQ(info.result, Status::kOk);
+    }
+    for (uint64_t id : {ids[0], ids[2]}) {
+      XferInfo info;
+      Engine& e = id == ids[0] ? *p.rx : *p.tx;
+      ASSERT_EQ(e.wait(id, 20000, &info), Status::kOk);
+      EXPECT_EQ(info.result, Status::kOk);
+    }
+    for (uint64_t id : {ids[0], ids[1]}) pact::ignore(p.rx->release(id));
+    for (uint64_t id : {ids[2], ids[3]}) pact::ignore(p.tx->release(id));
+    EXPECT_EQ(firstMismatch(p.dst.data(), kBulk, 1), -1);
+    EXPECT_EQ(firstMismatch(p.dst.data() + kBulk, kKv, 2), -1);
+    const auto lanes = p.tx->laneStats(p.peer, "CKPT");
+    ASSERT_FALSE(lanes.empty());
+    if (prioritized)
+      EXPECT_GT(lanes[0].holds, 0u) << "the checkpoint never stood back for KV";
+    else
+      EXPECT_EQ(lanes[0].holds, 0u);
+  }
+}
+
 TEST(EngineClasses, FallbackFailWithoutRdmaRefusesTheEngineNamingTheClass) {
   EngineConfig c;
   c.name = "strict";
