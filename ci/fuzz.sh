@@ -12,7 +12,7 @@ flags=(-std=c++20 -O1 -g -I. -Isrc -Wall -Wextra -Werror)
 common=(src/common/status.cpp src/common/log.cpp)
 libs=(-lsodium)  # auth.cpp (PACT_AUTH_KEY_FILE)
 declare -A srcs=(
-  [wire_fuzz]="src/transport/wire.cpp"
+  [wire_fuzz]="src/transport/wire.cpp src/transport/seal.cpp"
   [control_fuzz]="src/engine/control.cpp"
   [params_fuzz]="src/transport/params.cpp src/transport/profile.cpp src/common/parse.cpp src/common/fault.cpp src/common/auth.cpp"
 )

@@ -161,11 +161,11 @@ const std::vector<KeyDef>& keyDefs() {
        }},
       {{"priority", "an integer from 0 to 7", "0",
         "To one peer process, a class's pieces go to UCX before those of every class of lower "
-        "priority, and a lower class keeps at most one piece in flight while a higher one has "
-        "work to that peer; classes of different priority get UCX contexts (connections) of "
-        "their own.",
-        {false, "a send comm's pieces go to UCX before a lower class's to the same peer process; below a busy class it keeps one piece in flight"},
-        {false, "a route's pieces go to UCX before a lower class's to the same peer process; below a busy class it keeps one piece in flight"}},
+        "priority, which hands UCX nothing new while a higher one has work to that peer (after "
+        "20 ms of it, one piece per 10 ms); classes of different priority get UCX contexts "
+        "(connections) of their own.",
+        {false, "a send comm's pieces go to UCX before a lower class's to the same peer process; below a class with work it stands back"},
+        {false, "a route's pieces go to UCX before a lower class's to the same peer process; below a class with work it stands back"}},
        [](std::string_view v, Profile& p) { return parseInt(v, 0, Profile::kMaxPriority, &p.priority); }},
   };
   return defs;
