@@ -266,7 +266,7 @@ int runMixNccl(MixNcclOptions o) {
     std::printf("# mix --face nccl: FAILED: %s\n", failure.c_str());
   std::fflush(stdout);
 
-  int rc = pass ? 0 : 1;
+  nlohmann::json doc;  // only when --json or --plot asks for it
   if (!o.json.empty() || !o.plot.empty()) {
     nlohmann::json meta = {
         {"tool", "pact-perf mix"}, {"face", "nccl"}, {"plugin_path", o.plugin},
@@ -281,18 +281,9 @@ int runMixNccl(MixNcclOptions o) {
         {"link_rate", o.link_rate.empty() ? nlohmann::json(nullptr) : nlohmann::json(o.link_rate)},
         {"link_rate_bps", link_bps ? nlohmann::json(*link_bps) : nlohmann::json(nullptr)},
         {"load_start", load_start}, {"load_end", load_end}, {"pass", pass}, {"failure", failure}};
-    const nlohmann::json doc = {{"meta", meta}, {"results", rows}, {"ratios", ratios}, {"targets", targets}};
-    std::string err;
-    if (!writeOutputs(doc, o.json, o.plot, &err)) {
-      std::fprintf(stderr, "pact-perf mix: %s\n", err.c_str());
-      rc = 1;
-    }
+    doc = {{"meta", meta}, {"results", rows}, {"ratios", ratios}, {"targets", targets}};
   }
-  if (!reapPeer()) {
-    std::fprintf(stderr, "pact-perf mix: peer process failed\n");
-    rc = 1;
-  }
-  return rc;
+  return finishRun(pass ? 0 : 1, "pact-perf mix", doc, o.json, o.plot);
 }
 
 std::vector<CLI::Option*> addMixNcclOptions(CLI::App& c, MixNcclOptions* o) {

@@ -341,16 +341,32 @@ class LatencyReceiver {
   std::vector<double> ms_;
 };
 
-FlowResult runSender(const FlowPlan& plan, const FlowLinks& links) {
-  std::optional<BulkStream> bulk;
-  std::optional<LatencySender> lat;
+// The plan's streams on this rank (Lat: LatencySender on rank 0, LatencyReceiver on rank 1); in
+// an untimed run each stops at its count.
+template <class Lat>
+void makeStreams(const FlowPlan& plan, const FlowLinks& links, std::optional<BulkStream>& bulk,
+                 std::optional<Lat>& lat) {
   if (plan.bulk) bulk.emplace(*links.bulk, *links.bulk_buf, plan);
   if (plan.latency) lat.emplace(*links.latency, *links.latency_buf, plan);
-  const bool timed = plan.seconds > 0;
-  if (!timed) {
+  if (!(plan.seconds > 0)) {
     if (bulk) bulk->setLimit(plan.bulk_count);
     if (lat) lat->setLimit(plan.latency_count);
   }
+}
+
+// At the stop: each stream goes on to the messages the peer has posted (nb bulk, nl latency), or
+// to its own when it posted more.
+template <class Lat>
+void limitToPosted(std::optional<BulkStream>& bulk, std::optional<Lat>& lat, long nb, long nl) {
+  if (bulk) bulk->setLimit(std::max<long>(bulk->posted(), nb));
+  if (lat) lat->setLimit(std::max<long>(lat->posted(), nl));
+}
+
+FlowResult runSender(const FlowPlan& plan, const FlowLinks& links) {
+  std::optional<BulkStream> bulk;
+  std::optional<LatencySender> lat;
+  makeStreams(plan, links, bulk, lat);
+  const bool timed = plan.seconds > 0;
   barrier();  // rank 1's first receives are posted
   const double t0 = now();
   const double deadline = t0 + plan.seconds;
@@ -373,11 +389,8 @@ FlowResult runSender(const FlowPlan& plan, const FlowLinks& links) {
       if (m.type == kAck && lat) {
         lat->acked(m.a);
       } else if (m.type == kPosted && state == kStopSent) {
-        if (bulk) bulk->setLimit(std::max<long>(bulk->posted(), m.a));
-        if (lat) {
-          lat->setLimit(std::max<long>(lat->posted(), m.b));
-          lat->noMoreAcks();
-        }
+        limitToPosted(bulk, lat, m.a, m.b);
+        if (lat) lat->noMoreAcks();
         state = kDraining;
       } else {
         outOfStep(m, "sending");
@@ -394,13 +407,8 @@ FlowResult runSender(const FlowPlan& plan, const FlowLinks& links) {
 FlowResult runReceiver(const FlowPlan& plan, const FlowLinks& links) {
   std::optional<BulkStream> bulk;
   std::optional<LatencyReceiver> lat;
-  if (plan.bulk) bulk.emplace(*links.bulk, *links.bulk_buf, plan);
-  if (plan.latency) lat.emplace(*links.latency, *links.latency_buf, plan);
+  makeStreams(plan, links, bulk, lat);
   const bool timed = plan.seconds > 0;
-  if (!timed) {
-    if (bulk) bulk->setLimit(plan.bulk_count);
-    if (lat) lat->setLimit(plan.latency_count);
-  }
   // Receives are posted before the sender starts, as NCCL's receiver posts its slots.
   if (bulk) bulk->post();
   if (lat) lat->post();
@@ -423,8 +431,7 @@ FlowResult runReceiver(const FlowPlan& plan, const FlowLinks& links) {
       if (m.type != kStop) outOfStep(m, "receiving");
       watchdog(plan.timeout, "drain");
       stop_latency = m.b;
-      if (bulk) bulk->setLimit(std::max<long>(bulk->posted(), m.a));
-      if (lat) lat->setLimit(std::max<long>(lat->posted(), m.b));
+      limitToPosted(bulk, lat, m.a, m.b);
       sendCtl(kPosted, bulk ? bulk->posted() : 0, lat ? lat->posted() : 0);
       acks = false;
       draining = true;

@@ -215,16 +215,9 @@ int runP2p(P2pOptions opt) {
   printTable(stdout, rows);
   if (opt.lane_stats && !bw.empty()) printSendStats(stats);
   std::fflush(stdout);
-  int rc = 0;
-  if ((!opt.json.empty() || !opt.plot.empty()) && !writeOutputs(toJson(meta, rows), opt.json, opt.plot, &err)) {
-    std::fprintf(stderr, "pact-perf: %s\n", err.c_str());
-    rc = 1;
-  }
-  if (!reapPeer()) {
-    std::fprintf(stderr, "pact-perf: peer process failed\n");
-    rc = 1;
-  }
-  return rc;
+  // The document only when --json or --plot asks for it.
+  const nlohmann::json doc = opt.json.empty() && opt.plot.empty() ? nlohmann::json() : toJson(meta, rows);
+  return finishRun(0, "pact-perf", doc, opt.json, opt.plot);
 }
 
 }  // namespace

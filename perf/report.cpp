@@ -1,5 +1,7 @@
 #include "report.h"
 
+#include "peer.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -198,6 +200,20 @@ bool writeOutputs(const nlohmann::json& doc, const std::string& json, const std:
     return false;
   }
   return true;
+}
+
+int finishRun(int rc, const char* who, const nlohmann::json& doc, const std::string& json,
+              const std::string& svg) {
+  std::string err;
+  if ((!json.empty() || !svg.empty()) && !writeOutputs(doc, json, svg, &err)) {
+    std::fprintf(stderr, "%s: %s\n", who, err.c_str());
+    rc = 1;
+  }
+  if (!reapPeer()) {
+    std::fprintf(stderr, "%s: peer process failed\n", who);
+    rc = 1;
+  }
+  return rc;
 }
 
 }  // namespace pact::perf

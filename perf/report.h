@@ -62,4 +62,10 @@ bool writeOutputs(const nlohmann::json& doc, const std::string& json, const std:
 // pact-plot beside this executable.
 std::string plotScriptPath();
 
+// The end of rank 0 in a two-process scenario (p2p, mix --face nccl): doc written as writeOutputs
+// writes it when json or svg is named, then the peer reaped (peer.h). Each failure is printed as
+// "<who>: <reason>" on stderr and makes the result 1; otherwise the result is rc.
+int finishRun(int rc, const char* who, const nlohmann::json& doc, const std::string& json,
+              const std::string& svg);
+
 }  // namespace pact::perf

@@ -60,31 +60,38 @@ void apply(const Env& env) {
 // (may be empty) runs in each child after the plugin is open and before the comm connects.
 using Body = std::function<void(NetPlugin&, void* comm, PeerIo&)>;
 using Setup = std::function<void(NetPlugin&)>;
+// One side of the pair: its environment, the plugin, setup, the comm (the receiver accepts, the
+// sender connects), the body, the close.
+void runSide(PeerIo& io, bool receiver, const Env& env, const Body& body, const Setup& setup) {
+  apply(env);
+  auto plugin = openPlugin(io.version);
+  ASSERT_TRUE(plugin);
+  if (setup) setup(*plugin);
+  void* comm = nullptr;
+  if (receiver)
+    ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm));
+  else
+    ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
+  body(*plugin, comm, io);
+  EXPECT_EQ(receiver ? plugin->closeRecv(comm) : plugin->closeSend(comm), loader::kSuccess) << "close";
+}
+
 void runPair(const Env& recvEnv, const Env& sendEnv, const Body& recvSide, const Body& sendSide,
              const Setup& recvSetup = {}, const Setup& sendSetup = {}) {
   PeerPair pair(
-      kVersion,
-      [&](PeerIo& io) {
-        apply(recvEnv);
-        auto plugin = openPlugin(io.version);
-        ASSERT_TRUE(plugin);
-        if (recvSetup) recvSetup(*plugin);
-        void* comm = nullptr;
-        ASSERT_NO_FATAL_FAILURE(acceptPeer(*plugin, *io.peer, &comm));
-        recvSide(*plugin, comm, io);
-        EXPECT_EQ(plugin->closeRecv(comm), loader::kSuccess) << "closeRecv";
-      },
-      [&](PeerIo& io) {
-        apply(sendEnv);
-        auto plugin = openPlugin(io.version);
-        ASSERT_TRUE(plugin);
-        if (sendSetup) sendSetup(*plugin);
-        void* comm = nullptr;
-        ASSERT_NO_FATAL_FAILURE(connectPeer(*plugin, *io.peer, &comm));
-        sendSide(*plugin, comm, io);
-        EXPECT_EQ(plugin->closeSend(comm), loader::kSuccess) << "closeSend";
-      });
+      kVersion, [&](PeerIo& io) { runSide(io, true, recvEnv, recvSide, recvSetup); },
+      [&](PeerIo& io) { runSide(io, false, sendEnv, sendSide, sendSetup); });
   pair.expectSuccess();
+}
+
+// One receive of up to `size` bytes into data, registered as mh: the request (null after a
+// failure, reported by postRecv).
+void* postOne(NetPlugin& plugin, void* comm, void* data, size_t size, void* mh) {
+  void* req = nullptr;
+  size_t cap = size;
+  int tag = kTag;
+  postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, Deadline(kOpTimeout), &req);
+  return req;
 }
 
 // test() until the request fails (the comm's error is sticky) or the deadline; ASSERTs it failed
@@ -172,12 +179,8 @@ TEST_P(Contract, AReceiveWaitingForALateSenderDoesNotFail) {
       [&](NetPlugin& plugin, void* comm, PeerIo& io) {
         HostBuffer buf(kSize);
         MemReg mr(plugin, comm, buf.data(), buf.size());
-        void* req = nullptr;
-        void* data = buf.data();
-        size_t cap = kSize;
-        int tag = kTag;
-        void* mh = mr.handle();
-        ASSERT_NO_FATAL_FAILURE(postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, Deadline(kOpTimeout), &req));
+        void* req = postOne(plugin, comm, buf.data(), kSize, mr.handle());
+        ASSERT_NE(req, nullptr);
         // The sender waits while this side tests for four timeouts.
         Deadline slow(std::chrono::milliseconds(400));
         while (!slow.expired()) {
@@ -301,12 +304,8 @@ TEST_P(Contract, VerifyWithItsRetriesSpentFailsTheCommNamingTheClass) {
       [&](NetPlugin& plugin, void* comm, PeerIo&) {
         HostBuffer buf(kSize);
         MemReg mr(plugin, comm, buf.data(), buf.size());
-        void* req = nullptr;
-        void* data = buf.data();
-        size_t cap = kSize;
-        int tag = kTag;
-        void* mh = mr.handle();
-        ASSERT_NO_FATAL_FAILURE(postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, Deadline(kOpTimeout), &req));
+        void* req = postOne(plugin, comm, buf.data(), kSize, mr.handle());
+        ASSERT_NE(req, nullptr);
         expectFails(plugin, req, "the corrupted receive");
         const auto c = contractOf(plugin, comm);
         EXPECT_EQ(c.error, PACT_COMM_CHECKSUM);
@@ -454,12 +453,8 @@ TEST_P(Contract, AMessageOfAnotherEpochIsNeverReportedDone) {
         }
         setEpoch(plugin, 3);
         barrier(*io.peer);
-        void* req = nullptr;
-        void* data = buf.data();
-        size_t cap = kSize;
-        int tag = kTag;
-        void* mh = mr.handle();
-        ASSERT_NO_FATAL_FAILURE(postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, Deadline(kOpTimeout), &req));
+        void* req = postOne(plugin, comm, buf.data(), kSize, mr.handle());
+        ASSERT_NE(req, nullptr);
         expectFails(plugin, req, "the message of epoch 2 at a receiver of epoch 3");
         const auto c = contractOf(plugin, comm);
         EXPECT_EQ(c.error, PACT_COMM_EPOCH);
@@ -513,12 +508,8 @@ TEST_P(Contract, FencingAfterTheCommConnectedFailsClosed) {
         EXPECT_EQ(contractOf(plugin, comm).sealed, 0);
         setEpoch(plugin, 9);
         barrier(*io.peer);
-        void* req = nullptr;
-        void* data = buf.data();
-        size_t cap = kSize;
-        int tag = kTag;
-        void* mh = mr.handle();
-        ASSERT_NO_FATAL_FAILURE(postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, Deadline(kOpTimeout), &req));
+        void* req = postOne(plugin, comm, buf.data(), kSize, mr.handle());
+        ASSERT_NE(req, nullptr);
         expectFails(plugin, req, "a receive of a comm connected before fencing");
         const auto c = contractOf(plugin, comm);
         EXPECT_EQ(c.error, PACT_COMM_EPOCH);
@@ -577,12 +568,8 @@ TEST_P(Contract, TheCommitHookSeesEachMessageOnceAndMayVeto) {
         // Messages 0 and 1 carry the same bytes, message 2 others: the check follows the bytes.
         EXPECT_EQ(log.seen[0].checksum, log.seen[1].checksum);
         EXPECT_NE(log.seen[0].checksum, log.seen[2].checksum);
-        void* req = nullptr;
-        void* data = buf.data();
-        size_t cap = kSize;
-        int tag = kTag;
-        void* mh = mr.handle();
-        ASSERT_NO_FATAL_FAILURE(postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, Deadline(kOpTimeout), &req));
+        void* req = postOne(plugin, comm, buf.data(), kSize, mr.handle());
+        ASSERT_NE(req, nullptr);
         expectFails(plugin, req, "the vetoed message");
         const auto c = contractOf(plugin, comm);
         EXPECT_EQ(c.error, PACT_COMM_VETOED);
