@@ -348,7 +348,8 @@ void makeStreams(const FlowPlan& plan, const FlowLinks& links, std::optional<Bul
                  std::optional<Lat>& lat) {
   if (plan.bulk) bulk.emplace(*links.bulk, *links.bulk_buf, plan);
   if (plan.latency) lat.emplace(*links.latency, *links.latency_buf, plan);
-  if (!(plan.seconds > 0)) {
+  const bool timed = plan.seconds > 0;
+  if (!timed) {
     if (bulk) bulk->setLimit(plan.bulk_count);
     if (lat) lat->setLimit(plan.latency_count);
   }

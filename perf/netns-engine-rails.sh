@@ -38,9 +38,9 @@
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NETNS=$here/ci/netns.sh
-BUILD=${BUILD:-build}
-[[ $BUILD = /* ]] || BUILD=$here/$BUILD
+NETNS_SCRIPT=netns-engine-rails.sh
+# shellcheck source=perf/netns-rails-lib.sh
+source "$here/perf/netns-rails-lib.sh"  # NETNS, BUILD, LOCK, LOCK_WAIT, die and the rest
 BIN=$BUILD/perf/pact-engine-rails
 RATE=${RATE:-1gbit}
 ROUNDS=${ROUNDS:-3}
@@ -50,14 +50,9 @@ SIZE=${SIZE:-4M}
 WINDOW=${WINDOW:-0}
 RUN_TIMEOUT=${RUN_TIMEOUT:-120}
 DEADLINE=${DEADLINE:-1200}
-LOCK_WAIT=${LOCK_WAIT:-300}
 PORT=${PORT:-17000}
-LOCK=/run/lock/pact-netns.lock
 KEEP=""
 
-die() { echo "netns-engine-rails.sh: $1" >&2; exit "${2:-1}"; }
-# shellcheck source=perf/netns-rails-lib.sh
-source "$here/perf/netns-rails-lib.sh"
 while (($#)); do
   case $1 in
     --keep) KEEP=${2:?--keep needs a directory}; shift 2 ;;
@@ -67,45 +62,14 @@ while (($#)); do
 done
 
 [[ -n ${SLOW_RATE:-} ]] || SLOW_RATE=$(quarter_rate "$RATE") || exit 2  # RATE/4 by default
-for v in ROUNDS COUNT RUN_TIMEOUT PORT; do
-  [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "$v must be a positive integer, got '${!v}'" 2
-done
+need_positive ROUNDS COUNT RUN_TIMEOUT PORT
 [[ $WINDOW =~ ^[0-9]+$ ]] || die "WINDOW must be a non-negative integer, got '$WINDOW'" 2
 ((RUN_TIMEOUT > 15)) || die "RUN_TIMEOUT must be more than 15 s" 2
-[[ -x $BIN ]] || die "no $BIN (build first: meson setup $BUILD && ninja -C $BUILD)" 2
-command -v python3 >/dev/null || die "python3 is needed for the summary" 2
+need_built "$BIN"
 
-if ! why=$(timeout 60 "$NETNS" check 2>&1); then
-  echo "netns-engine-rails.sh: cannot run: ${why:-ci/netns.sh check failed}" >&2
-  exit 77
-fi
-
-work=$(mktemp -d /tmp/pact-netns-engine-rails.XXXXXX)
-built=0
-lockfd=""
-rx_pid=""
-tx_pid=""
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  local p
-  for p in $rx_pid $tx_pid; do  # runs in flight: timeout passes the signal on
-    kill -TERM "$p" 2>/dev/null || true
-  done
-  for p in $rx_pid $tx_pid; do wait "$p" 2>/dev/null || true; done
-  if ((built)); then
-    timeout 60 "$NETNS" down >/dev/null 2>&1 || echo "netns-engine-rails.sh: ci/netns.sh down failed" >&2
-  fi
-  [[ -n $lockfd ]] && exec {lockfd}>&-
-  if [[ -n $KEEP && -d $work ]]; then
-    mkdir -p "$KEEP" && cp "$work"/*.log "$work"/summary.txt "$KEEP"/ 2>/dev/null || true
-  fi
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+netns_check
+# $rx_pid, $tx_pid: the receiver and the sender in flight. Kept: each run's output, the summary.
+netns_work "$KEEP" "rx_pid tx_pid" '*.log' summary.txt
 
 clean_env
 
@@ -172,11 +136,7 @@ echo "# netns-engine-rails: RATE=$RATE SLOW_RATE=$SLOW_RATE (pair 0 in c/d) ROUN
 start=$SECONDS
 rounds_done=0
 for ((r = 1; r <= ROUNDS; r++)); do
-  if ((SECONDS - start > DEADLINE)); then
-    echo "netns-engine-rails.sh: DEADLINE ($DEADLINE s) passed; stopping after $rounds_done round(s)" >&2
-    failed=1
-    break
-  fi
+  if past_deadline; then break; fi
   rails_up --rate "$RATE"
   run_pair "$r" a "$ordered" one b "$two,steer=adaptive" two
   rails_down

@@ -41,9 +41,9 @@
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NETNS=$here/ci/netns.sh
-BUILD=${BUILD:-build}
-[[ $BUILD = /* ]] || BUILD=$here/$BUILD
+NETNS_SCRIPT=netns-mix.sh
+# shellcheck source=perf/netns-rails-lib.sh
+source "$here/perf/netns-rails-lib.sh"  # NETNS, BUILD, LOCK, LOCK_WAIT, die and the rest
 PERF=$BUILD/perf/pact-perf
 PLOT=$BUILD/perf/pact-plot
 PLUGIN=${PLUGIN:-$BUILD/plugin/libnccl-net-pact.so}
@@ -59,13 +59,8 @@ BULK_WINDOW=${BULK_WINDOW:-8}
 LATENCY_BYTES=${LATENCY_BYTES:-256K}
 RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 DEADLINE=${DEADLINE:-900}
-LOCK_WAIT=${LOCK_WAIT:-300}
-LOCK=/run/lock/pact-netns.lock
 JSON_DIR=""
 
-die() { echo "netns-mix.sh: $1" >&2; exit "${2:-1}"; }
-# shellcheck source=perf/netns-rails-lib.sh
-source "$here/perf/netns-rails-lib.sh"
 while (($#)); do
   case $1 in
     --json) JSON_DIR=${2:?--json needs a directory}; shift 2 ;;
@@ -92,44 +87,16 @@ if [[ -z ${CONTROL_TC_B+set} ]]; then
   CONTROL_TC_B="${rest:+$rest,}priority=$(priority_of "$TC_A")"
 fi
 
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, got '$ROUNDS'" 2
+need_positive ROUNDS
 [[ $PHASE_SECONDS =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "PHASE_SECONDS must be a number, got '$PHASE_SECONDS'" 2
-[[ $RATE =~ ^[0-9]+(\.[0-9]+)?(bit|kbit|mbit|gbit)$ ]] || die "bad RATE '$RATE' (e.g. 1gbit, 400mbit)" 2
+need_rate "$RATE"
 [[ $BULK_TC =~ ^[0-9]+$ && $LATENCY_TC =~ ^[0-9]+$ && $BULK_TC != "$LATENCY_TC" ]] ||
   die "BULK_TC and LATENCY_TC must be two different classes 0..255 (got $BULK_TC, $LATENCY_TC)" 2
-[[ -x $PERF ]] || die "no $PERF (build first: meson setup $BUILD && ninja -C $BUILD)" 2
-[[ -r $PLUGIN ]] || die "no plugin $PLUGIN" 2
-command -v python3 >/dev/null || die "python3 is needed for the summary" 2
+need_built "$PERF" "$PLUGIN"
 
-if ! why=$(timeout 60 "$NETNS" check 2>&1); then
-  echo "netns-mix.sh: cannot run: ${why:-ci/netns.sh check failed}" >&2
-  exit 77
-fi
-
-work=$(mktemp -d /tmp/pact-netns-mix.XXXXXX)
-built=0
-lockfd=""
-child=""
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  if [[ -n $child ]]; then  # a pact-perf run in flight: timeout passes the signal on
-    kill -TERM "$child" 2>/dev/null || true
-    wait "$child" 2>/dev/null || true
-  fi
-  if ((built)); then
-    timeout 60 "$NETNS" down >/dev/null 2>&1 || echo "netns-mix.sh: ci/netns.sh down failed" >&2
-  fi
-  [[ -n $lockfd ]] && exec {lockfd}>&-
-  if [[ -n $JSON_DIR && -d $work ]]; then  # the JSON files, each run's output, the plot
-    mkdir -p "$JSON_DIR" && cp "$work"/*.json "$work"/*.log "$work"/*.tcp "$work"/*.svg "$JSON_DIR"/ 2>/dev/null || true
-  fi
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+netns_check
+# $child: the pact-perf run in flight. Kept: the JSON files, each run's output, the plot.
+netns_work "$JSON_DIR" child '*.json' '*.log' '*.tcp' '*.svg'
 
 clean_env  # UCX_TLS=tcp and nothing else of the caller's PACT_* / UCX_*
 
@@ -184,12 +151,7 @@ print("B P99 alone %s ms, mixed %s ms; A %s Gbit/s bulk, %s mixed; sender TCP: %
 EOF
 )"
   else
-    failed=1
-    rm -f "$json"
-    local why="exit $rc"
-    ((rc != 124)) || why="killed after $RUN_TIMEOUT s"
-    echo "  round $round $name FAILED ($why); last lines:" >&2
-    tail -n 8 "$log" | sed 's/^/    /' >&2
+    run_failed "$round" "$name" "$rc" "$log" "$json"
   fi
 }
 
@@ -202,11 +164,7 @@ rails_up --pairs 1 --rate "$RATE"
 start=$SECONDS
 rounds_done=0
 for ((r = 1; r <= ROUNDS; r++)); do
-  if ((SECONDS - start > DEADLINE)); then
-    echo "netns-mix.sh: DEADLINE ($DEADLINE s) passed; stopping after $rounds_done round(s)" >&2
-    failed=1
-    break
-  fi
+  if past_deadline; then break; fi
   if ((r % 2)); then
     run_case test "$r" "$TC_A" "$TC_B"
     run_case control "$r" "$TC_A" "$CONTROL_TC_B"

@@ -36,9 +36,9 @@
 set -Eeuo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-NETNS=$here/ci/netns.sh
-BUILD=${BUILD:-build}
-[[ $BUILD = /* ]] || BUILD=$here/$BUILD
+NETNS_SCRIPT=netns-rails.sh
+# shellcheck source=perf/netns-rails-lib.sh
+source "$here/perf/netns-rails-lib.sh"  # NETNS, BUILD, LOCK, LOCK_WAIT, die and the rest
 PERF=$BUILD/perf/pact-perf
 PLUGIN=${PLUGIN:-$BUILD/plugin/libnccl-net-pact.so}
 RATE=${RATE:-1gbit}
@@ -54,13 +54,8 @@ LAT_MAX=${LAT_MAX:-1M}
 LAT_FACTOR=${LAT_FACTOR:-16}
 RUN_TIMEOUT=${RUN_TIMEOUT:-180}
 DEADLINE=${DEADLINE:-1800}
-LOCK_WAIT=${LOCK_WAIT:-300}
-LOCK=/run/lock/pact-netns.lock
 JSON_DIR=""
 
-die() { echo "netns-rails.sh: $1" >&2; exit "${2:-1}"; }
-# shellcheck source=perf/netns-rails-lib.sh
-source "$here/perf/netns-rails-lib.sh"
 while (($#)); do
   case $1 in
     --json) JSON_DIR=${2:?--json needs a directory}; shift 2 ;;
@@ -70,40 +65,12 @@ while (($#)); do
 done
 
 [[ -n ${SLOW_RATE:-} ]] || SLOW_RATE=$(quarter_rate "$RATE") || exit 2  # RATE/4 by default
-[[ $ROUNDS =~ ^[1-9][0-9]*$ ]] || die "ROUNDS must be a positive integer, got '$ROUNDS'" 2
-[[ -x $PERF ]] || die "no $PERF (build first: meson setup $BUILD && ninja -C $BUILD)" 2
-[[ -r $PLUGIN ]] || die "no plugin $PLUGIN" 2
-command -v python3 >/dev/null || die "python3 is needed for the summary" 2
+need_positive ROUNDS
+need_built "$PERF" "$PLUGIN"
 
-if ! why=$(timeout 60 "$NETNS" check 2>&1); then
-  echo "netns-rails.sh: cannot run: ${why:-ci/netns.sh check failed}" >&2
-  exit 77
-fi
-
-work=$(mktemp -d /tmp/pact-netns-rails.XXXXXX)
-built=0
-lockfd=""
-child=""
-cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
-  if [[ -n $child ]]; then  # a pact-perf run in flight: timeout passes the signal on
-    kill -TERM "$child" 2>/dev/null || true
-    wait "$child" 2>/dev/null || true
-  fi
-  if ((built)); then
-    timeout 60 "$NETNS" down >/dev/null 2>&1 || echo "netns-rails.sh: ci/netns.sh down failed" >&2
-  fi
-  [[ -n $lockfd ]] && exec {lockfd}>&-
-  if [[ -n $JSON_DIR && -d $work ]]; then  # the JSON files and each run's output
-    mkdir -p "$JSON_DIR" && cp "$work"/*.json "$work"/*.log "$JSON_DIR"/ 2>/dev/null || true
-  fi
-  rm -rf "$work"
-  exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+netns_check
+# $child: the pact-perf run in flight. Kept: the JSON files and each run's output.
+netns_work "$JSON_DIR" child '*.json' '*.log'
 
 clean_env
 
@@ -128,12 +95,7 @@ run_case() {
     printf '  round %d %-10s %3d s  %s\n' "$round" "$name" $((SECONDS - t0)) \
       "$(grep -m1 '^# send comm' "$log" | sed 's/^# send comm after the bandwidth sweep: //')"
   else
-    failed=1
-    rm -f "$json"
-    local why="exit $rc"
-    ((rc != 124)) || why="killed after $RUN_TIMEOUT s"
-    echo "  round $round $name FAILED ($why); last lines:" >&2
-    tail -n 8 "$log" | sed 's/^/    /' >&2
+    run_failed "$round" "$name" "$rc" "$log" "$json"
   fi
 }
 
@@ -146,11 +108,7 @@ echo "# netns-rails: RATE=$RATE SLOW_RATE=$SLOW_RATE (pair 0 in c/d) ROUNDS=$ROU
 start=$SECONDS
 rounds_done=0
 for ((r = 1; r <= ROUNDS; r++)); do
-  if ((SECONDS - start > DEADLINE)); then
-    echo "netns-rails.sh: DEADLINE ($DEADLINE s) passed; stopping after $rounds_done round(s)" >&2
-    failed=1
-    break
-  fi
+  if past_deadline; then break; fi
   rails_up --rate "$RATE"
   if ((r % 2)); then
     run_case a "$r" "$ordered" --dev 0
