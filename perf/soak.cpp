@@ -6,7 +6,8 @@
 // of mixed sizes in flight through class SOAK_CLASS (KV; verify=crc32c,retries=3 unless
 // PACT_TC_KV is set); the receiver's commit hook checks every committed byte. Plugin traffic: the
 // NCCL net plugin opened through pact::loader, a send and a receive comm over loopback in one
-// thread, messages of mixed sizes checked byte for byte.
+// thread (class DEFAULT: verify=crc32c,retries=3 unless PACT_TC_DEFAULT is set), messages of mixed
+// sizes checked byte for byte.
 #include "soak.h"
 
 #include <CLI/CLI.hpp>
@@ -243,7 +244,8 @@ void pluginTraffic(const Options& o, Counters& counters) {
 int run(const Options& o) {
   if (!o.fault.empty()) setenv("PACT_FAULT", o.fault.c_str(), 1);
   setenv("PACT_TC_KV", "verify=crc32c,retries=3", 0);  // the user's PACT_TC_KV wins
-  setenv("PACT_TC_DEFAULT", "retries=3", 0);            // the plugin's class, likewise
+  // The plugin's class, likewise: verified, since PACT_FAULT corrupt flips real bits on the wire.
+  setenv("PACT_TC_DEFAULT", "verify=crc32c,retries=3", 0);
   const double seconds = o.minutes * 60 + o.seconds;
   Counters counters;
   EngineSide rx, tx;

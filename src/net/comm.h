@@ -288,8 +288,8 @@ class RecvComm final : public Comm {
   // Fails the comm when a message's parts did not all land within the timeout of its first.
   void checkDeadlines();
   void checkLinks() override { checkDeadlines(); }
-  // The stale copies of tag's messages in the four blocks of 64 behind seq, when seq enters a
-  // block (tags.h).
+  // The stale copies of tag's messages in the blocks of 64 behind seq, when seq enters a block
+  // (tags.h).
   void drainStale(int tag, uint32_t seq);
   Status flushByRead(int n, void* const* data,
                      const std::array<ucx::Region*, kMaxBuffers>& regions, int count,

@@ -40,7 +40,7 @@ void Hub::sendLate(TimePoint due, std::shared_ptr<transport::SharedEndpoint> ep,
   l->ep = std::move(ep);
   l->tag = tag;
   l->data.assign(static_cast<const uint8_t*>(data), static_cast<const uint8_t*>(data) + size);
-  l->inFlight = lateInFlight_;
+  l->inFlight = loose_;
   late_.push_back(std::move(l));
 }
 
@@ -61,7 +61,7 @@ void Hub::postLate() {
     param.user_data = l.get();
     void* r = ucp_tag_send_nbx(l->ep->ep.get(), l->data.data(), l->data.size(), l->tag, &param);
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
-      ++*lateInFlight_;
+      ++*loose_;
       (void)l.release();  // onLateSent owns it now
     }
     return true;

@@ -23,10 +23,13 @@ class Hub {
       : dev_(std::move(dev)),
         requests_(std::make_unique<RequestSlab>(dev_->ucxRequestSize(), &dev_->counters())),
         tags_(std::make_shared<TagSpaces>(tagSpaces)) {}
-  // Requests UCX still holds go to the device context, which keeps them until UCX lets go.
+  // Requests UCX still holds go to the device context, which keeps them until UCX lets go, and so
+  // do the loose operations (late sends, drained copies): UCX aborts if a worker is destroyed
+  // under an operation still on one of its endpoints.
   ~Hub() {
     std::lock_guard lock(dev_->mutex());
     if (requests_->stillHeld() > 0) dev_->adoptOrphans(std::move(requests_));
+    if (*loose_ > 0) dev_->adoptOrphans(std::make_unique<LooseOps>(loose_));
   }
   Hub(const Hub&) = delete;
   Hub& operator=(const Hub&) = delete;
@@ -43,7 +46,7 @@ class Hub {
   void drainRange(const Comm* comm, uintptr_t base, size_t size);
   // Work left for the background: endpoint closes, requests of closed comms, late sends.
   // Device mutex.
-  size_t backgroundWork() { return dev_->closing() + requests_->orphaned() + late_.size() + *lateInFlight_; }
+  size_t backgroundWork() { return dev_->closing() + requests_->orphaned() + late_.size() + *loose_; }
   // One step of the background work (device mutex): late sends due, progress; what is left.
   size_t stepBackground() {
     postLate();
@@ -65,6 +68,9 @@ class Hub {
   // Host memory for the checks of GPU pieces (net/contract.h), sized by its first user. Device
   // mutex.
   std::vector<uint8_t>& staging() { return staging_; }
+  // UCX operations of the context that no request slot owns (late sends, drained stale copies):
+  // their owners count them here, +1 when posted and -1 in their callback. Device mutex.
+  const std::shared_ptr<size_t>& looseOps() const { return loose_; }
   // Where a close hands its background work (the Net's; gone with the Net).
   void setReaper(std::weak_ptr<Reaper> r) { reaper_ = std::move(r); }
   std::shared_ptr<Reaper> reaper() const { return reaper_.lock(); }
@@ -78,9 +84,14 @@ class Hub {
     std::vector<uint8_t> data;
     std::shared_ptr<size_t> inFlight;  // the hub's count, which may be gone by completion
   };
+  struct LooseOps final : transport::Orphan {
+    explicit LooseOps(std::shared_ptr<size_t> n) : n_(std::move(n)) {}
+    size_t stillHeld() override { return *n_; }
+    std::shared_ptr<size_t> n_;
+  };
   static void onLateSent(void* request, ucs_status_t st, void* user);
   std::vector<std::unique_ptr<LateSend>> late_;
-  std::shared_ptr<size_t> lateInFlight_ = std::make_shared<size_t>(0);
+  std::shared_ptr<size_t> loose_ = std::make_shared<size_t>(0);
   std::shared_ptr<DeviceCtx> dev_;
   std::unique_ptr<RequestSlab> requests_;
   std::shared_ptr<TagSpaces> tags_;

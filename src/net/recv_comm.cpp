@@ -22,8 +22,14 @@ void onRecvDone(void* /*request*/, ucs_status_t st, const ucp_tag_recv_info_t* i
 }
 
 // A stale copy drained from UCX's unexpected queue (RecvComm::drainStale): its bytes are dropped.
+struct Drained {
+  std::vector<uint8_t> bytes;
+  std::shared_ptr<size_t> loose;  // the hub's count of such operations
+};
 void onDrained(void* request, ucs_status_t, const ucp_tag_recv_info_t*, void* user) {
-  delete static_cast<std::vector<uint8_t>*>(user);
+  auto* d = static_cast<Drained*>(user);
+  --*d->loose;
+  delete d;
   ucp_request_free(request);
 }
 
@@ -122,7 +128,7 @@ void RecvComm::postPart(Part* p, void* data, size_t size) {
 
 void RecvComm::drainStale(int tag, uint32_t seq) {
   const uint32_t block = seq >> tag::kBlockBits;
-  for (uint32_t back = 1; back <= 4; ++back) {
+  for (uint32_t back = 1; back <= tag::kDrainBlocks; ++back) {
     const uint64_t probe = tag::blockTag(tagSpace_, tag, (block - back) & 7u);
     for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail) {
       ucp_worker_h w = dev().worker(rail).get();
@@ -131,13 +137,17 @@ void RecvComm::drainStale(int tag, uint32_t seq) {
         ucp_tag_message_h m = ucp_tag_probe_nb(w, probe, tag::blockMask(), 1, &info);
         if (m == nullptr) break;
         counters_.add(telemetry::kDuplicatesFiltered);
-        auto* sink = new std::vector<uint8_t>(std::max<size_t>(info.length, 1));
+        auto* sink = new Drained{std::vector<uint8_t>(std::max<size_t>(info.length, 1)), hub_->looseOps()};
+        ++*sink->loose;
         ucp_request_param_t param{};
         param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
         param.cb.recv = onDrained;
         param.user_data = sink;
-        void* req = ucp_tag_msg_recv_nbx(w, sink->data(), info.length, m, &param);
-        if (req == nullptr || UCS_PTR_IS_ERR(req)) delete sink;  // no callback comes
+        void* req = ucp_tag_msg_recv_nbx(w, sink->bytes.data(), info.length, m, &param);
+        if (req == nullptr || UCS_PTR_IS_ERR(req)) {  // no callback comes
+          --*sink->loose;
+          delete sink;
+        }
       }
     }
   }

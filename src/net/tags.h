@@ -9,13 +9,16 @@
 // copy was not lost after all). Such a copy waits in UCX's unexpected queue and, 512 messages of
 // its tag later, would match the receive of the message that reuses its sequence number. The
 // receive comm drains them (RecvComm::drainStale): when a tag's count enters a block of 64
-// sequence numbers, the four blocks behind it (1 to 256 messages back, every one of them posted
+// sequence numbers, the two blocks behind it (1 to 128 messages back, every one of them posted
 // already: a message that still arrives for one finds its receive, and what waits unexpected
-// there is a stale copy) are probed and whatever waits there is received and dropped. The blocks
-// ahead are never touched: a sender is at most 256 messages ahead (it holds at most 256 in
-// flight), so its early messages lie in the current block and the three after it. Each block is
-// drained four times, as the count passes the next four, so a copy up to 192 messages late is
-// caught before its sequence number comes round again.
+// there is a stale copy) are probed and whatever waits there is received and dropped. Each block
+// is drained twice, as the count passes the next two, so a copy up to 64 messages late (it
+// follows its original on the same endpoint) is caught long before its sequence number comes
+// round again. The same sequence numbers 512 on are a later lap: a sender more than 384
+// messages of a tag ahead of its receiver would have those drained, as one 512 ahead would
+// already have them matched by the wrong receive. NCCL keeps its sender 8 steps ahead at most;
+// the plugin itself does not hold a sender back (an eager send completes without its receiver),
+// so the bound is the caller's, as the 512-message lap always was.
 //
 // Tag spaces are recycled (TagSpaces): an index is given back once its receive comm is closed
 // and the sender has said goodbye (or its process is gone), and is handed out again round-robin,
@@ -45,6 +48,7 @@ inline constexpr uint32_t kMaxPieces = 1u << kPieceBits;
 inline constexpr uint32_t kSealPiece = kMaxPieces - 1;      // the seal's piece index
 inline constexpr uint32_t kMaxDataPieces = kMaxPieces - 1;  // pieces of one message
 inline constexpr uint32_t kBlockBits = 6;                   // a drain block: 64 sequence numbers
+inline constexpr uint32_t kDrainBlocks = 2;                 // drained behind the current one
 inline constexpr uint64_t kRecvMask = ~uint64_t{1};  // receives accept either `last` value
 static_assert(kSpaceBits + kTagBits + kSeqBits + kPieceBits + 1 == 64);
 
