@@ -90,7 +90,7 @@ bool printClasses(const pact::ClassTable& classes, const pact::ucx::DeviceInfo* 
     printClass(e);
     // An engine class as the engine opens it (its eager offers whole: larger tcp segments);
     // DEFAULT and the NCCL classes as the plugin does.
-    const bool yields = e.profile.priority < classes.maxPriority();
+    const bool yields = classes.yields(e.profile);
     auto svc = pact::transport::serviceFor(e.profile, *device, e.name, pact::ClassTable::isEngineClass(e.name), yields);
     if (!svc.ok()) {
       std::printf("      error       %s\n", svc.error().message.c_str());

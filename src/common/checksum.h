@@ -10,11 +10,16 @@
 #include <cstdint>
 #include <memory>
 
-#include "transport/profile.h"
+
 
 struct XXH3_state_s;  // xxHash's streaming state, kept opaque here
 
 namespace pact {
+
+// The payload checks a traffic class may ask for (the profile key `verify`).
+enum class Verify : uint8_t { kNone, kCrc32c, kXxh3 };
+inline constexpr const char* kVerifyNames[] = {"none", "crc32c", "xxh3"};  // by value
+inline const char* verifyName(Verify v) { return kVerifyNames[static_cast<int>(v)]; }
 
 class Digest {
  public:

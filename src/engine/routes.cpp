@@ -155,7 +155,7 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
   // With classes of different priority, a class below the highest gets lanes of its own that
   // stand back for higher classes to the peer; the control lane never does (it carries every
   // class's offers and verdicts).
-  const bool yields = params_.classes.mixedPriorities() && route.profile.priority < params_.classes.maxPriority();
+  const bool yields = params_.classes.yields(route.profile);
   if (route.context == routes_[ctrlRoute_].context && route.channel.lanes == 1 && p.ctrl && !yields) {
     p.lanes[r] = p.ctrl;
     return p.ctrl.get();

@@ -62,6 +62,12 @@ struct MemHandle {
   ~MemHandle() { magic = 0; }
 };
 
+// The memory type of a registration's bytes on a rail (mh: a MemHandle, may be null: host).
+inline ucx::MemoryType memoryTypeOf(const void* mh, size_t rail = 0) {
+  const auto* m = static_cast<const MemHandle*>(mh);
+  return m != nullptr && rail < m->regions.size() ? m->regions[rail]->type : ucx::MemoryType::kHost;
+}
+
 
 
 class Comm {
@@ -227,6 +233,13 @@ class SendComm final : public Comm, private Ticker {
   // The seal goes once every data piece of the message was handed to UCX (or lost on the way).
   void postSeal(Request* r);
   void applyVerdict(const wire::Verdict& v);
+  // How isend cuts a message of `bytes`: an ordered one whole, an unordered one in chunks; the
+  // size of piece k of r's message (what a re-send sends again).
+  size_t chunkFor(uint64_t bytes) const { return cfg_.ordered ? std::max<size_t>(bytes, 1) : cfg_.chunk; }
+  size_t pieceSize(const Request& r, uint32_t k) const {
+    const size_t c = chunkFor(r.msgBytes);
+    return std::min<size_t>(c, r.msgBytes - std::min<size_t>(r.msgBytes, size_t{k} * c));
+  }
   // Piece k of r again (a verdict asked for it), now or once UCX is done with its last send.
   void resend(Request* r, uint32_t k);
   void dispatch(Part* p);

@@ -15,6 +15,13 @@ wire::Contract offerOf(const Profile& p) {
   return c;
 }
 
+void applyContract(const wire::Contract& c, transport::ChannelConfig* cfg) {
+  cfg->verify = static_cast<Verify>(c.verify);
+  cfg->retries = c.retries;
+  cfg->timeout = std::chrono::microseconds(c.timeoutUs);
+  cfg->sealed = c.sealed != 0;
+}
+
 wire::Contract decideContract(const wire::Contract& sender, const Profile& receiver, bool receiverFences) {
   const wire::Contract mine = offerOf(receiver);
   wire::Contract c;

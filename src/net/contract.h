@@ -10,6 +10,7 @@
 
 #include "common/status.h"
 #include "cuda/driver.h"
+#include "transport/channel.h"
 #include "transport/profile.h"
 #include "transport/seal.h"
 #include "transport/wire.h"
@@ -23,6 +24,8 @@ namespace pact::net {
 wire::Contract decideContract(const wire::Contract& sender, const Profile& receiver, bool receiverFences);
 // A profile's side of the contract, as a sender offers it.
 wire::Contract offerOf(const Profile& p);
+// What a decided contract makes of a comm's channel (both ends apply the receiver's decision).
+void applyContract(const wire::Contract& c, transport::ChannelConfig* cfg);
 
 // The check of `size` bytes at data, memory of type t (CUDA through staging and the driver).
 Result<uint64_t> checkBytes(Verify kind, const void* data, size_t size, ucx::MemoryType t,

@@ -140,10 +140,7 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   const std::string peer = sessions_->peerName(st->channel);
   // The receiver decided the contract from both classes: the comm does what it says.
   ChannelConfig cfg = st->cfg;
-  cfg.verify = static_cast<Verify>(o->contract.verify);
-  cfg.retries = o->contract.retries;
-  cfg.timeout = std::chrono::microseconds(o->contract.timeoutUs);
-  cfg.sealed = o->contract.sealed != 0;
+  applyContract(o->contract, &cfg);
   const uint64_t peerProcess = sessions_->peerProcess(st->channel);
   std::lock_guard lock(st->hub->dev().mutex());
   auto comm = std::make_unique<SendComm>(st->hub, sessions_, st->channel, o->tagSpace, peer, cfg);
@@ -214,10 +211,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   cfg.lanes = shape->lanes;
   cfg.chunk = shape->chunk;
   cfg.rails = static_cast<int>(std::min<size_t>({shape->lanes, shape->rails, hub.dev().rails()}));
-  cfg.verify = static_cast<Verify>(contract.verify);
-  cfg.retries = contract.retries;
-  cfg.timeout = std::chrono::microseconds(contract.timeoutUs);
-  cfg.sealed = contract.sealed != 0;
+  applyContract(contract, &cfg);
   std::lock_guard lock(hub.dev().mutex());
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
   lc->clock.returned(entered);

@@ -46,6 +46,19 @@ void track(Part* p, void* ret) {
   }
 }
 
+namespace {
+void onSendDone(void* /*request*/, ucs_status_t st, void* user) {
+  auto* p = static_cast<Part*>(user);
+  completePart(p, st, p->size);
+}
+}  // namespace
+
+void sendPart(Part* p, ucx::Endpoint& ep, const void* data, const MemHandle* mh) {
+  ucp_request_param_t param = sendParam(onSendDone, p);
+  if (mh != nullptr) setMemh(&param, mh, p);
+  track(p, ucp_tag_send_nbx(ep.get(), data, p->size, p->ucxTag, &param));
+}
+
 ucp_request_param_t partParam(Part* p) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_REQUEST | UCP_OP_ATTR_FIELD_CALLBACK |

@@ -26,6 +26,9 @@ ucp_request_param_t partParam(Part* p);
 // The parameters of a send-like operation (send, get) completing into onDone(part).
 ucp_request_param_t sendParam(ucp_send_nbx_callback_t onDone, Part* p);
 struct MemHandle;
+// Sends part p's p->size bytes from data (the part's own, or a copy of them) with its tag on ep;
+// mh (may be null): the registration data lies in.
+void sendPart(Part* p, ucx::Endpoint& ep, const void* data, const MemHandle* mh);
 // Part p's registration and memory type into param when mh's region on p's rail covers it (UCX
 // would otherwise look the address up in its memory-type cache, which takes memory it did not
 // see allocated for host).

@@ -3,6 +3,7 @@
 // sealed comm each message's seal is received too and judged before the message is reported
 // (epoch, checks, the commit hook); pieces whose check failed are posted again and asked for.
 #include <algorithm>
+#include <array>
 
 #include "common/log.h"
 #include "net/comm.h"
@@ -19,23 +20,6 @@ void onRecvDone(void* /*request*/, ucs_status_t st, const ucp_tag_recv_info_t* i
   auto* p = static_cast<Part*>(user);
   p->last = st == UCS_OK && tag::isLast(info->sender_tag);
   completePart(p, st, st == UCS_OK ? info->length : 0);
-}
-
-// A stale copy drained from UCX's unexpected queue (RecvComm::drainStale): its bytes are dropped.
-struct Drained {
-  std::vector<uint8_t> bytes;
-  std::shared_ptr<size_t> loose;  // the hub's count of such operations
-};
-void onDrained(void* request, ucs_status_t, const ucp_tag_recv_info_t*, void* user) {
-  auto* d = static_cast<Drained*>(user);
-  --*d->loose;
-  delete d;
-  ucp_request_free(request);
-}
-
-ucx::MemoryType typeOf(const void* mh) {
-  const auto* m = static_cast<const MemHandle*>(mh);
-  return m != nullptr && !m->regions.empty() ? m->regions[0]->type : ucx::MemoryType::kHost;
 }
 
 }  // namespace
@@ -130,27 +114,16 @@ void RecvComm::drainStale(int tag, uint32_t seq) {
   const uint32_t block = seq >> tag::kBlockBits;
   for (uint32_t back = 1; back <= tag::kDrainBlocks; ++back) {
     const uint64_t probe = tag::blockTag(tagSpace_, tag, (block - back) & 7u);
-    for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail) {
-      ucp_worker_h w = dev().worker(rail).get();
-      for (;;) {
-        ucp_tag_recv_info_t info{};
-        ucp_tag_message_h m = ucp_tag_probe_nb(w, probe, tag::blockMask(), 1, &info);
-        if (m == nullptr) break;
-        counters_.add(telemetry::kDuplicatesFiltered);
-        auto* sink = new Drained{std::vector<uint8_t>(std::max<size_t>(info.length, 1)), hub_->looseOps()};
-        ++*sink->loose;
-        ucp_request_param_t param{};
-        param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
-        param.cb.recv = onDrained;
-        param.user_data = sink;
-        void* req = ucp_tag_msg_recv_nbx(w, sink->bytes.data(), info.length, m, &param);
-        if (req == nullptr || UCS_PTR_IS_ERR(req)) {  // no callback comes
-          --*sink->loose;
-          delete sink;
-        }
-      }
-    }
+    for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail)
+      counters_.add(telemetry::kDuplicatesFiltered,
+                    dev().worker(rail).discardUnexpected(probe, tag::blockMask(), hub_->looseOps()));
   }
+}
+
+// Buffer b's seal as it landed (decoded in place: the view points into r's seal memory).
+static Result<wire::SealView> sealOf(Request& r, int b) {
+  return wire::decodeSeal(std::span<const uint8_t>(r.sealMem.data() + r.sealAt[static_cast<size_t>(b)], r.sealPart(b).size),
+                          tag::kMaxDataPieces);
 }
 
 // The copy of `piece` that received the data, or nullptr.
@@ -239,6 +212,7 @@ bool RecvComm::judge(Request* r) {
   const bool fencing = fence.active();
   const std::string cls = "class " + cfg_.className + ": ";
   std::vector<uint32_t> bad;
+  std::array<wire::SealView, kMaxBuffers> seals;
   bool resent = false;
   for (int b = 0; b < r->nbuffers; ++b) {
     const size_t bi = static_cast<size_t>(b);
@@ -247,7 +221,7 @@ bool RecvComm::judge(Request* r) {
     if (s.status != Status::kOk || last < 0 || r->doneCount[bi] != static_cast<uint64_t>(last) + 1) return release();
     const uint32_t pieces = static_cast<uint32_t>(last) + 1;
     const std::string name = messageName(static_cast<uint32_t>(r->tags[bi]), r->seqs[bi], r->landedBytes[bi], pieces);
-    auto seal = wire::decodeSeal(std::span<const uint8_t>(r->sealMem.data() + r->sealAt[bi], s.size), tag::kMaxDataPieces);
+    auto seal = sealOf(*r, b);
     if (!seal.ok()) {
       abort(Status::kRemoteError, telemetry::ErrorKind::kOther, cls + name + ": its seal is malformed: " + seal.error().message);
       return release();
@@ -265,6 +239,7 @@ bool RecvComm::judge(Request* r) {
                 "; this receiver is at epoch " + std::to_string(fence.epoch()) + ": not reported done");
       return release();
     }
+    seals[bi] = *seal;
     if (cfg_.verify == Verify::kNone) continue;
     if (seal->verify != static_cast<uint8_t>(cfg_.verify)) {
       abort(Status::kRemoteError, telemetry::ErrorKind::kOther,
@@ -275,7 +250,7 @@ bool RecvComm::judge(Request* r) {
     bad.clear();
     for (uint32_t k = 0; k < pieces; ++k) {
       const Part* p = landed(*r, b, k);
-      auto check = checkBytes(cfg_.verify, p->data, p->size, typeOf(r->mhs[bi]), dev().driver(), hub_->staging());
+      auto check = checkBytes(cfg_.verify, p->data, p->size, memoryTypeOf(r->mhs[bi]), dev().driver(), hub_->staging());
       if (!check.ok()) {
         abort(check.status(), telemetry::ErrorKind::kOther, cls + name + ": " + check.error().message);
         return release();
@@ -306,8 +281,7 @@ bool RecvComm::judge(Request* r) {
   if (fencing && fence.hasHook()) {
     for (int b = 0; b < r->nbuffers; ++b) {
       const size_t bi = static_cast<size_t>(b);
-      auto seal = wire::decodeSeal(std::span<const uint8_t>(r->sealMem.data() + r->sealAt[bi], r->sealPart(b).size),
-                                   tag::kMaxDataPieces);
+      const wire::SealView* seal = &seals[bi];
       MessageFacts m;
       m.comm = this;
       m.peer = &peer_;
@@ -346,9 +320,7 @@ void RecvComm::checkDeadlines() {
       uint32_t pieces = r->lastPiece[bi] >= 0 ? static_cast<uint32_t>(r->lastPiece[bi]) + 1 : 0;
       uint64_t bytes = 0;
       if (sealIn) {
-        auto v = wire::decodeSeal(std::span<const uint8_t>(r->sealMem.data() + r->sealAt[bi], seal->size),
-                                  tag::kMaxDataPieces);
-        if (v.ok()) pieces = v->pieces, bytes = v->bytes;
+        if (auto v = sealOf(*r, b); v.ok()) pieces = v->pieces, bytes = v->bytes;
       }
       std::string waiting;
       const uint32_t upTo = pieces != 0 ? pieces : r->partCount[bi];

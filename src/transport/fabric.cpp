@@ -64,7 +64,7 @@ Result<std::shared_ptr<DeviceCtx>> Fabric::open(int dev, const Profile& profile,
   if (dev != kAnyDevice && (dev < 0 || static_cast<size_t>(dev) >= devices_.size()))
     return Error{Status::kInvalidArgument, "device index " + std::to_string(dev) + " out of range"};
   const ucx::DeviceInfo& info = infoLocked(dev);
-  auto svc = serviceFor(profile, info, className, eagerWhole_, profile.priority < params_.classes.maxPriority());
+  auto svc = serviceFor(profile, info, className, eagerWhole_, params_.classes.yields(profile));
   if (!svc.ok()) return svc.error();
   if (!svc->fallbackWarning.empty() &&
       warned_.insert(std::string(className) + "/" + info.name).second)

@@ -42,7 +42,6 @@ bool parseQos(std::string_view v, int hi, int* out) {
 
 constexpr const char* kServiceNames[] = {"auto", "rc", "ud"};
 constexpr const char* kOrderNames[] = {"ordered", "unordered"};
-constexpr const char* kVerifyNames[] = {"none", "crc32c", "xxh3"};
 constexpr const char* kFallbackNames[] = {"tcp", "fail"};
 constexpr const char* kSteerNames[] = {"adaptive", "roundrobin"};
 
@@ -212,7 +211,6 @@ bool parseNcclClass(std::string_view s, int* n) {
 
 const char* serviceName(Service s) { return kServiceNames[static_cast<int>(s)]; }
 const char* orderName(Order o) { return kOrderNames[static_cast<int>(o)]; }
-const char* verifyName(Verify v) { return kVerifyNames[static_cast<int>(v)]; }
 const char* fallbackName(Fallback f) { return kFallbackNames[static_cast<int>(f)]; }
 const char* steerName(Steer s) { return kSteerNames[static_cast<int>(s)]; }
 const char* faceName(Face f) { return f == Face::kNccl ? "NCCL comms" : "engine transfers"; }
@@ -410,11 +408,10 @@ bool ClassTable::mixedPriorities() const {
   return false;
 }
 
-int ClassTable::maxPriority() const {
-  int m = default_.priority;
-  for (const auto& [n, p] : nccl_) m = std::max(m, p.priority);
-  for (const auto& [n, p] : engine_) m = std::max(m, p.priority);
-  return m;
+bool ClassTable::yields(const Profile& profile) const {
+  auto above = [&](const Profile& p) { return p.priority > profile.priority; };
+  return above(default_) || std::any_of(nccl_.begin(), nccl_.end(), [&](const auto& e) { return above(e.second); }) ||
+         std::any_of(engine_.begin(), engine_.end(), [&](const auto& e) { return above(e.second); });
 }
 
 const Profile& ClassTable::forNccl(int trafficClass) const {

@@ -17,19 +17,18 @@
 #include <string_view>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/status.h"
 
 namespace pact {
 
 enum class Service : uint8_t { kAuto, kRc, kUd };
 enum class Order : uint8_t { kOrdered, kUnordered };
-enum class Verify : uint8_t { kNone, kCrc32c, kXxh3 };
 enum class Fallback : uint8_t { kTcp, kFail };
 enum class Steer : uint8_t { kAdaptive, kRoundRobin };
 
 const char* serviceName(Service s);
 const char* orderName(Order o);
-const char* verifyName(Verify v);
 const char* fallbackName(Fallback f);
 const char* steerName(Steer s);
 
@@ -133,7 +132,9 @@ class ClassTable {
   static bool isEngineClass(std::string_view name);
   // Whether classes of the table have different priorities (then send paths use priority gates).
   bool mixedPriorities() const;
-  int maxPriority() const;  // the highest priority of any class
+  // Whether a class of this profile is below another class's priority: its send paths stand back
+  // for higher classes (transport/priority.h) and its tcp socket buffer is bounded.
+  bool yields(const Profile& p) const;
   // The class a name selects: an engine class's name in upper case ("kv" -> "KV"), else DEFAULT.
   static std::string canonicalName(std::string_view name);
   static const std::vector<std::string>& engineClassNames();

@@ -5,6 +5,7 @@
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <utility>
 
 #include "common/clock.h"
@@ -162,6 +163,41 @@ Result<int> Worker::eventFd() {
 }
 
 bool Worker::arm() { return ucp_worker_arm(h_.get()) == UCS_OK; }
+
+namespace {
+// A message received only to be dropped (Worker::discardUnexpected).
+struct Discarded {
+  std::vector<uint8_t> bytes;
+  std::shared_ptr<size_t> inFlight;
+};
+void onDiscarded(void* request, ucs_status_t, const ucp_tag_recv_info_t*, void* user) {
+  auto* d = static_cast<Discarded*>(user);
+  --*d->inFlight;
+  delete d;
+  ucp_request_free(request);
+}
+}  // namespace
+
+size_t Worker::discardUnexpected(uint64_t tag, uint64_t mask, const std::shared_ptr<size_t>& inFlight) {
+  size_t n = 0;
+  for (;;) {
+    ucp_tag_recv_info_t info{};
+    ucp_tag_message_h m = ucp_tag_probe_nb(h_.get(), tag, mask, 1, &info);
+    if (m == nullptr) return n;
+    ++n;
+    auto* sink = new Discarded{std::vector<uint8_t>(std::max<size_t>(info.length, 1)), inFlight};
+    ++*inFlight;
+    ucp_request_param_t param{};
+    param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
+    param.cb.recv = onDiscarded;
+    param.user_data = sink;
+    void* req = ucp_tag_msg_recv_nbx(h_.get(), sink->bytes.data(), info.length, m, &param);
+    if (req == nullptr || UCS_PTR_IS_ERR(req)) {  // no callback comes
+      --*inFlight;
+      delete sink;
+    }
+  }
+}
 
 ucs_status_t Worker::amRecvData(void* descriptor, void* dst, size_t length, Op* op,
                                 ucs_memory_type_t memType) {

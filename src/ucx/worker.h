@@ -82,6 +82,10 @@ class Worker {
   // memType: what dst is (given to UCX explicitly; UNKNOWN lets UCX look it up).
   ucs_status_t amRecvData(void* descriptor, void* dst, size_t length, Op* op,
                           ucs_memory_type_t memType = UCS_MEMORY_TYPE_UNKNOWN);
+  // Receives and drops every tagged message waiting unexpected whose tag matches tag under mask;
+  // returns how many. A receive that does not end at once (a rendezvous) counts itself in
+  // *inFlight until its callback, so the owner knows UCX still holds it.
+  size_t discardUnexpected(uint64_t tag, uint64_t mask, const std::shared_ptr<size_t>& inFlight);
   // Gives up ownership without ucp_worker_destroy (UCX 1.13 asserts when a worker is destroyed
   // with a rendezvous still stuck on a dead link; leaking it is the lesser harm).
   void abandon() { (void)h_.release(); }
