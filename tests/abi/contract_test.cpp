@@ -723,15 +723,20 @@ TEST(ContractCredits, ABurstNeverExceedsTheClassBudgetToThePeer) {
 // ---- priority ----------------------------------------------------------------------------------
 
 // A latency class (class 2, priority 1, ordered) and a bulk class (class 1, priority 0, unordered
-// 256 KiB pieces) to the same peer. The bulk stream runs with its lanes full (2 MiB in flight);
-// then a 1 MiB latency message is posted and its receive is held back 20 ms by the receiver, so
-// the latency class has work to the peer all that time. Once the bulk comm is down to one piece
-// in flight it stays there until the latency message is through (sampled after every call), while
-// the sender keeps testing the bulk sends (as NCCL's proxy does) and their pieces complete.
+// 256 KiB pieces) to the same peer. Each round the receiver posts the bulk receives but does not
+// progress them until the sender has its lanes full (at least two pieces in flight, stuck in the
+// sockets or waiting on the rendezvous, whatever the machine's load); then the sender posts a 1 MiB
+// latency message, and the receiver holds that receive back 20 ms while draining the bulk, so the
+// latency class has work to the peer all that time. The gate's rule, asserted from what the bulk
+// comm hands to UCX: while the latency message is not through, a bulk piece is bound only when the
+// comm has none in flight, at most one per trickle period (PeerGate::kTrickle); so once down to one
+// piece in flight the comm stays there (sampled after every call), while the sender keeps testing
+// the bulk sends (as NCCL's proxy does) and their pieces complete.
 TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) {
   const Env env{{"PACT_TC_1", "unordered,chunk=256K,priority=0"}, {"PACT_TC_2", "priority=1"}};
   constexpr size_t kBulk = 4 << 20, kLatency = 1 << 20, kPiece = 256 << 10;
   constexpr int kBulkMessages = 8, kRounds = 3;
+  constexpr int64_t kTrickleUs = 10'000;  // transport::PeerGate::kTrickle
   PeerPair pair(
       kVersion,
       [&](PeerIo& io) {
@@ -762,12 +767,9 @@ TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) 
               ASSERT_EQ(bulkPlugin->test(reqs.front(), &done, nullptr), loader::kSuccess);
               if (done != 0) reqs.pop_front();
             };
+            // Nothing is progressed until the sender's lanes are full and the latency message is posted.
             int note = 0;
-            while (!io.peer->readable()) {
-              ASSERT_FALSE(deadline.expired());
-              testBulk();
-            }
-            ASSERT_TRUE(io.peer->recvValue(&note, kOpTimeout));  // the latency message is posted
+            ASSERT_TRUE(io.peer->recvValue(&note, kOpTimeout));
             for (Deadline hold(std::chrono::milliseconds(20)); !hold.expired();) testBulk();
             void* lreq = nullptr;
             void* data = small.data();
@@ -797,11 +799,17 @@ TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) 
         void *bulk = nullptr, *lat = nullptr;
         ASSERT_NO_FATAL_FAILURE(connectPeer(*bulkPlugin, *io.peer, &bulk));
         ASSERT_NO_FATAL_FAILURE(connectPeer(*latPlugin, *io.peer, &lat));
+        auto piecesBound = [&] {
+          const pact_comm_stats_t s = statsOf(*bulkPlugin, bulk);
+          uint64_t n = 0;
+          for (int i = 0; i < s.lanes; ++i) n += s.lane_pieces[i];
+          return n;
+        };
         {
           HostBuffer big(kBulk), small(kLatency);
           MemReg mb(*bulkPlugin, bulk, big.data(), big.size()), ml(*latPlugin, lat, small.data(), small.size());
           Deadline deadline(kOpTimeout * 2);
-          uint64_t worst = 0, before = 0;
+          uint64_t worst = 0, before = 0, boundWhileBusy = 0;
           for (int round = 0; round < kRounds; ++round) {
             std::deque<void*> reqs;
             for (int m = 0; m < kBulkMessages; ++m) {
@@ -815,14 +823,17 @@ TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) 
               ASSERT_EQ(bulkPlugin->test(reqs.front(), &done, nullptr), loader::kSuccess);
               if (done != 0) reqs.pop_front();
             };
-            // The bulk stream fills its lanes first.
+            // The bulk stream fills its lanes first (the receiver progresses nothing yet).
             while (contractOf(*bulkPlugin, bulk).bytes_in_flight < 2 * kPiece) {
               ASSERT_FALSE(deadline.expired()) << "the bulk stream never filled its lanes";
+              ASSERT_FALSE(reqs.empty()) << "the bulk sends completed without the receiver";
               testBulk();
             }
             before = std::max<uint64_t>(before, contractOf(*bulkPlugin, bulk).bytes_in_flight);
             void* lreq = nullptr;
             ASSERT_NO_FATAL_FAILURE(postSend(*latPlugin, lat, small.data(), kLatency, kTag, ml.handle(), deadline, &lreq));
+            const uint64_t boundBefore = piecesBound();
+            const int64_t postedAt = nowUs();
             ASSERT_TRUE(io.peer->sendValue(1));
             bool drained = false;
             for (int done = 0; done == 0;) {
@@ -834,7 +845,12 @@ TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) 
               drained = drained || inFlight <= kPiece;
               if (drained) worst = std::max(worst, inFlight);
             }
-            EXPECT_TRUE(drained) << "the bulk comm never came down to one piece in flight";
+            const uint64_t bound = piecesBound() - boundBefore;
+            const int64_t busyUs = nowUs() - postedAt;
+            EXPECT_LE(bound, static_cast<uint64_t>(1 + busyUs / kTrickleUs))
+                << "the bulk comm handed UCX " << bound << " pieces in the " << busyUs
+                << " us the latency message had work (round " << round << ")";
+            boundWhileBusy = std::max(boundWhileBusy, bound);
             while (!reqs.empty()) {
               expectComplete(*bulkPlugin, reqs.front(), deadline, "bulk send");
               reqs.pop_front();
@@ -843,8 +859,10 @@ TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) 
           EXPECT_LE(worst, kPiece) << "bulk bytes in flight rose again while the latency message had work";
           EXPECT_GT(contractOf(*bulkPlugin, bulk).priority_holds, 0u);
           EXPECT_EQ(contractOf(*latPlugin, lat).priority, 1);
-          std::printf("[   INFO   ] bulk in flight: %llu bytes before, at most %llu while the latency class had work\n",
-                      static_cast<unsigned long long>(before), static_cast<unsigned long long>(worst));
+          std::printf("[   INFO   ] bulk in flight: %llu bytes before, at most %llu once down to a piece; "
+                      "at most %llu pieces bound while the latency message had work\n",
+                      static_cast<unsigned long long>(before), static_cast<unsigned long long>(worst),
+                      static_cast<unsigned long long>(boundWhileBusy));
         }
         awaitDone(*io.peer);
         EXPECT_EQ(bulkPlugin->closeSend(bulk), loader::kSuccess);
