@@ -74,6 +74,33 @@ typedef struct {
 int pact_comm_contract(void* comm, pact_comm_contract_t* out);
 typedef int (*pact_comm_contract_fn)(void* comm, pact_comm_contract_t* out);
 
+/* ---- rail failover (docs/reliability.md, "Rail failover") ------------------------------------ */
+
+#define PACT_MAX_RAILS 8
+
+/* A comm over a virtual device of several rails survives the loss of any rail but the last: each
+ * rail to the peer is watched (PACT_RAIL_TIMEOUT); a lane whose rail fails moves to a live one and
+ * what it had in flight is sent again there; the rail is taken back once it answers again. */
+typedef struct {
+  uint32_t struct_size;        /* set by the caller to sizeof(pact_comm_rails_t); fields are only
+                                  ever added, and only those that fit are written */
+  int rails;                   /* rails the comm may use (1: no failover) */
+  int rails_up;                /* of those, taken as live now */
+  int watched;                 /* 1: the rails are probed (PACT_RAIL_TIMEOUT not 0, peer probes) */
+  uint64_t failovers;          /* times a rail of the comm was taken out */
+  uint64_t recoveries;         /* times one was taken back */
+  uint64_t pieces_resent;      /* send comm: pieces sent again on another rail after a failover */
+  uint64_t bytes_resent;       /* send comm: their bytes */
+  int rail_up[PACT_MAX_RAILS];            /* 1: live, 0: out */
+  uint64_t rail_down_us[PACT_MAX_RAILS];  /* time each rail has been out so far */
+  uint64_t rail_bytes[PACT_MAX_RAILS];    /* send comm: bytes handed to UCX on each rail */
+} pact_comm_rails_t;
+
+/* Fills *out (up to out->struct_size bytes) for a send or receive comm. 0 on success, -1 when comm
+ * is not a live pact comm, out is NULL or struct_size is too small for the first two fields. */
+int pact_comm_rails(void* comm, pact_comm_rails_t* out);
+typedef int (*pact_comm_rails_fn)(void* comm, pact_comm_rails_t* out);
+
 /* Epoch fencing. Sets this process's model epoch (any value; the application's weights version)
  * and turns fencing on: from then on every receive comm connected afterwards asks for seals, each
  * message carries its sender's epoch at isend, and a message whose epoch differs from the

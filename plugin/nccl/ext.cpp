@@ -97,6 +97,32 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_contract(void* c
   return 0;
 }
 
+extern "C" __attribute__((visibility("default"))) int pact_comm_rails(void* comm, pact_comm_rails_t* out) {
+  auto* c = static_cast<pact::net::Comm*>(comm);
+  if (c == nullptr || out == nullptr || c->magic != pact::net::Comm::kMagic ||
+      out->struct_size < offsetof(pact_comm_rails_t, watched))
+    return -1;
+  std::lock_guard lock(c->dev().mutex());
+  pact_comm_rails_t v{};
+  v.struct_size = static_cast<uint32_t>(std::min<size_t>(out->struct_size, sizeof v));
+  const pact::net::CommRails& rails = c->isSend() ? static_cast<pact::net::SendComm*>(c)->rails()
+                                                  : static_cast<pact::net::RecvComm*>(c)->rails();
+  v.watched = rails.active() ? 1 : 0;
+  v.rails = rails.active() ? static_cast<int>(rails.size()) : 1;
+  v.rails_up = rails.active() ? static_cast<int>(rails.usableCount()) : 1;
+  v.failovers = rails.failovers;
+  v.recoveries = rails.recoveries;
+  v.pieces_resent = rails.piecesResent;
+  v.bytes_resent = rails.bytesResent;
+  for (size_t r = 0; r < PACT_MAX_RAILS; ++r) {
+    v.rail_up[r] = rails.active() ? (r < rails.size() && rails.usable(r) ? 1 : 0) : (r == 0 ? 1 : 0);
+    if (r < rails.size()) v.rail_down_us[r] = static_cast<uint64_t>(rails.downTime(r).count());
+    if (c->isSend()) v.rail_bytes[r] = static_cast<pact::net::SendComm*>(c)->railBytes(r);
+  }
+  std::memcpy(out, &v, v.struct_size);
+  return 0;
+}
+
 extern "C" __attribute__((visibility("default"))) int pact_nccl_set_epoch(uint64_t epoch) {
   pact::net::Fence::process().setEpoch(epoch);
   return 0;

@@ -25,6 +25,8 @@ class ByteWriter {
     u16(static_cast<uint16_t>(b.size()));
     out.insert(out.end(), b.begin(), b.end());
   }
+  // n bytes as they are (a fixed-size field).
+  void raw(const uint8_t* b, size_t n) { out.insert(out.end(), b, b + n); }
   std::vector<uint8_t> out;
 
  private:

@@ -36,6 +36,7 @@
 #include "net/credits.h"
 #include "net/diag.h"
 #include "net/hub.h"
+#include "net/rails.h"
 #include "net/request.h"
 #include "transport/session.h"
 
@@ -69,6 +70,13 @@ inline ucx::MemoryType memoryTypeOf(const void* mh, size_t rail = 0) {
 }
 
 
+
+// What a comm with rail failover does with a part that failed (Comm::failover).
+enum class Failover {
+  kNo,        // a failure: the part completes with its error
+  kResent,    // a send: the comm sends it again on a live rail (the part is not done)
+  kCopyLost,  // a receive: one copy of a piece on a rail that is out; completes as cancelled
+};
 
 class Comm {
  public:
@@ -111,6 +119,8 @@ class Comm {
   virtual void shutdown() = 0;
   // A part finished (called from UCX callbacks and immediate completions).
   virtual void partDone(Part* p) = 0;
+  // A part failed (from UCX callbacks): whether rail failover takes it (net/rails.h).
+  virtual Failover failover(Part*) { return Failover::kNo; }
 
   // Per-NCCL-tag message counter. A comm sees a handful of tags (one per local rank sharing it),
   // so a flat list beats a hash map on the data path.
@@ -226,6 +236,14 @@ class SendComm final : public Comm, private Ticker {
   void setCredits(std::shared_ptr<SendCredits> c) { credits_ = std::move(c); }
   const SendCredits* credits() const { return credits_.get(); }
   void setGate(std::shared_ptr<transport::PeerGate> gate);
+  // Rail failover: the watched rails (before connectLanes); inactive ones change nothing.
+  // acked: the receiver acknowledges each message (it offered failover): a send completes only
+  // then, so what a rail that went out swallowed after UCX took it is known and sent again.
+  void setRails(CommRails rails, bool acked);
+  const CommRails& rails() const { return rails_; }
+  // Bytes handed to UCX on rail r.
+  uint64_t railBytes(size_t r) const { return r < railBytes_.size() ? railBytes_[r] : 0; }
+  Failover failover(Part* p) override;
 
  private:
   void progressComm(Request* r) override;
@@ -247,6 +265,15 @@ class SendComm final : public Comm, private Ticker {
   Status finish(Request* r, int* sizes) override;
   void post(Part* p, ucx::Endpoint& ep);
   void checkLinks() override;
+  // Rail failover: lanes on a rail that is out move to a live one (their old endpoint is closed,
+  // so what it held comes back through failover() and goes again); lanes go home once their rail
+  // is back; the comm fails when no rail is left.
+  void checkRails();
+  // Whether a piece a rail that went out took goes again as a copy the comm does not wait for
+  // (acknowledged comms, host memory: the receiver drops a second one, and a copy UCX holds for a
+  // receiver that already has the piece never holds the message back), or as itself.
+  bool loose(const Part& p) const;
+  void sendLoose(Part* p);
   void tick() override;  // binds waiting pieces to lanes with room, releases held ones
   // PACT_FAULT drop: whether this attempt of p is lost (then it is sent again later, or the comm
   // fails).
@@ -260,6 +287,12 @@ class SendComm final : public Comm, private Ticker {
   bool ticking() const { return !cfg_.ordered || cfg_.fault.delayLane >= 0 || cfg_.fault.onPieces(); }
 
   Lanes lanes_;
+  CommRails rails_;
+  std::vector<std::vector<uint8_t>> remoteRails_;  // the receiver's worker address per rail
+  std::vector<Part*> failedOver_;  // pieces a rail that went out gave back: sent again by tick()
+  bool closing_ = false;
+  bool acked_ = false;  // sends wait for the receiver's acknowledgement (setRails)
+  std::array<uint64_t, CommRails::kMax> railBytes_{};
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
   bool ticker_ = false;
@@ -284,6 +317,14 @@ class RecvComm final : public Comm {
                 Request** out);
   void shutdown() override;
   void partDone(Part* p) override;
+  // Rail failover: the sender's rails, watched from here; the comm fails when all are out.
+  // acks: this side offered failover, so it acknowledges each message it reports (SendComm).
+  void setRails(CommRails rails, bool acks) {
+    rails_ = std::move(rails);
+    acks_ = acks;
+  }
+  const CommRails& rails() const { return rails_; }
+  Failover failover(Part* p) override;
 
  private:
   void progressComm(Request* r) override;
@@ -291,6 +332,7 @@ class RecvComm final : public Comm {
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void cancel(Part& p);
+  void checkRails();
   // Posts the receive of part p (one rail of one piece, or a seal) into [data, data + size).
   void postPart(Part* p, void* data, size_t size);
   // Every copy of buffer b's piece k posted again (its check did not match): the part count and
@@ -300,7 +342,10 @@ class RecvComm final : public Comm {
   bool judge(Request* r);
   // Fails the comm when a message's parts did not all land within the timeout of its first.
   void checkDeadlines();
-  void checkLinks() override { checkDeadlines(); }
+  void checkLinks() override {
+    checkDeadlines();
+    if (rails_.active()) checkRails();
+  }
   // The stale copies of tag's messages in the blocks of 64 behind seq, when seq enters a block
   // (tags.h).
   void drainStale(int tag, uint32_t seq);
@@ -311,6 +356,8 @@ class RecvComm final : public Comm {
   // The loopback endpoint's lane (past any data lane) on rail 0.
   static constexpr size_t kFlushLane = 255;
   uint32_t tagSpace_;
+  CommRails rails_;
+  bool acks_ = false;
   std::shared_ptr<transport::SharedEndpoint> flushEp_;  // to this device's own worker
   uint64_t flushWord_ = 0;  // where the flush reads land (the value is never looked at)
 };

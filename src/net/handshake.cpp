@@ -42,7 +42,21 @@ struct ConnectState {
   TimePoint start = now();
   ChannelConfig cfg;
   SetupClock clock;  // PACT_DIAG: the calls before this one
+  std::shared_ptr<transport::RailProber> prober;  // rail failover: answers the peer's probes
+  std::vector<wire::ProbeAddress> probes;         // this side's, as offered
 };
+
+std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes) {
+  if (params_.rail_timeout.count() == 0 || dev.rails() < 2) return nullptr;
+  std::shared_ptr<transport::RailProber> prober;
+  {
+    std::lock_guard lock(hubsMu_);
+    if (!prober_) prober_ = transport::RailProber::acquire();
+    prober = prober_;
+  }
+  *probes = probesOf(dev, *prober, params_.rail_timeout);
+  return probes->empty() ? nullptr : prober;
+}
 
 Status Net::listen(int dev, int trafficClass, void* handle, ListenComm** out) {
   *out = nullptr;
@@ -109,12 +123,15 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     shape.chunk = cfg.chunk;
     shape.rails = static_cast<uint8_t>((*hb)->dev().rails());
     shape.contract = offerOf(params_.classes.forNccl(trafficClass));
+    std::vector<wire::ProbeAddress> probes;
+    auto prober = railProber((*hb)->dev(), &probes);
+    shape.probes = probes;
     auto channel = sessions_->open(*h, wire::encode(shape));
     if (!channel.ok()) {
       PACT_WARN("connect: %s", channel.error().message.c_str());
       return channel.status();
     }
-    st = new ConnectState{*hb, *channel, now(), cfg, SetupClock{}};
+    st = new ConnectState{*hb, *channel, now(), cfg, SetupClock{}, std::move(prober), std::move(probes)};
     std::memcpy(bytes + kScratchOffset, &st, sizeof st);
   }
   auto opened = sessions_->opened(st->channel);
@@ -147,6 +164,8 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   if (cfg.credits != 0) comm->setCredits(credits_.budgetFor(cfg.className, peerProcess, cfg.credits));
   if (params_.classes.mixedPriorities()) comm->setGate(transport::PeerGate::forPeer(peerProcess));
   st->channel = 0;  // the comm owns it now
+  comm->setRails(CommRails(st->hub->dev(), st->prober, st->probes, o->probes, params_.rail_timeout),
+                 !o->probes.empty());
   if (Status s = comm->connectLanes(o->railAddresses); s != Status::kOk) {
     comm->shutdown();
     comm.reset();
@@ -197,7 +216,12 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   // fences.
   const Profile& mine = params_.classes.forNccl(lc->trafficClass);
   const wire::Contract contract = decideContract(shape->contract, mine, Fence::process().active());
-  auto channel = lc->sessions->acceptOpen(inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses(), contract}));
+  // Rail failover when both sides offer it; a sealed comm's seals ride rail 0, so it has none.
+  std::vector<wire::ProbeAddress> probes;
+  std::shared_ptr<transport::RailProber> prober;
+  if (!shape->probes.empty() && contract.sealed == 0) prober = railProber(hub.dev(), &probes);
+  auto channel = lc->sessions->acceptOpen(
+      inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses(), contract, probes}));
   if (!channel.ok()) {
     // The connector's process went away between its open and this accept: nothing to accept.
     hub.tags()->give(*space);
@@ -210,10 +234,15 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   cfg.ordered = shape->unordered == 0;
   cfg.lanes = shape->lanes;
   cfg.chunk = shape->chunk;
-  cfg.rails = static_cast<int>(std::min<size_t>({shape->lanes, shape->rails, hub.dev().rails()}));
+  // Each piece's receive is posted on every rail it may come on: those its lanes use, or, with
+  // failover, every rail both sides have (a lane moves when its rail is out).
+  cfg.rails = static_cast<int>(std::min<size_t>({probes.empty() ? shape->lanes : size_t{wire::kMaxRails},
+                                                 shape->rails, hub.dev().rails()}));
   applyContract(contract, &cfg);
   std::lock_guard lock(hub.dev().mutex());
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
+  comm->setRails(CommRails(hub.dev(), std::move(prober), probes, shape->probes, params_.rail_timeout),
+                 !probes.empty());
   lc->clock.returned(entered);
   comm->diag().setup = lc->clock;
   comm->diag().setupTotal = now() - lc->clock.first;

@@ -117,6 +117,10 @@ class Net {
   ChannelConfig channelFor(int trafficClass) const;
   // NCCL's trafficClass as the class's name: "DEFAULT" (-1) or the number ("3").
   static std::string className(int trafficClass) { return trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass); }
+  // Rail failover (net/rails.h): the process's prober and this side's probe addresses for a comm
+  // on dev; null (and no addresses) when failover is off or dev has one rail. The Net keeps the
+  // prober from its first use to its end, so a peer's watch is answered between comms too.
+  std::shared_ptr<transport::RailProber> railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes);
 
   Params params_;
   std::unique_ptr<transport::Fabric> fabric_;
@@ -125,6 +129,7 @@ class Net {
   CreditBook credits_;  // the classes' budgets per peer process (credits)
   mutable std::mutex hubsMu_;
   std::map<const DeviceCtx*, std::shared_ptr<Hub>> hubs_;
+  std::shared_ptr<transport::RailProber> prober_;  // under hubsMu_
 };
 
 }  // namespace pact::net

@@ -20,11 +20,26 @@ telemetry::ErrorKind ucxErrorKind(ucs_status_t st) {
 }
 
 void completePart(Part* p, ucs_status_t st, size_t length) {
+  Request* owner = p->owner;
+  // Rail failover (net/rails.h): a part that failed with its rail may be sent again on another
+  // (a send: the comm has it now) or be one copy of a piece among others (a receive: a cancel).
+  Failover f = Failover::kNo;
+  // A receive this side cancelled (its piece landed on another rail) is not a failure.
+  const bool failed = st != UCS_OK && !p->canceled && (owner->isSend || st != UCS_ERR_CANCELED);
+  if (failed && owner->comm != nullptr) f = owner->comm->failover(p);
+  if (f == Failover::kResent) {
+    p->ucxRequest = nullptr;
+    return;
+  }
+  if (f == Failover::kCopyLost) {
+    p->canceled = true;
+    st = UCS_ERR_CANCELED;
+  }
   p->ucxRequest = nullptr;
   p->done = true;
   p->status = st == UCS_OK ? Status::kOk : ucx::toStatus(st);
   p->size = length;
-  Request* r = p->owner;
+  Request* r = owner;
   --r->pending;
   if (r->comm == nullptr) {  // orphaned: its comm is closed
     if (r->done()) r->slab->release(r);
@@ -47,14 +62,17 @@ void track(Part* p, void* ret) {
 }
 
 namespace {
-void onSendDone(void* /*request*/, ucs_status_t st, void* user) {
+void onSendDone(void* request, ucs_status_t st, void* user) {
   auto* p = static_cast<Part*>(user);
+  const bool owned = p->ucxOwned;
   completePart(p, st, p->size);
+  if (owned) ucp_request_free(request);
 }
 }  // namespace
 
 void sendPart(Part* p, ucx::Endpoint& ep, const void* data, const MemHandle* mh) {
   ucp_request_param_t param = sendParam(onSendDone, p);
+  if (p->ucxOwned) param.op_attr_mask &= ~UCP_OP_ATTR_FIELD_REQUEST;
   if (mh != nullptr) setMemh(&param, mh, p);
   track(p, ucp_tag_send_nbx(ep.get(), data, p->size, p->ucxTag, &param));
 }

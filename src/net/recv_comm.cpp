@@ -134,12 +134,55 @@ static const Part* landed(const Request& r, int buffer, uint32_t piece) {
   return nullptr;
 }
 
+// Whether another copy of p's piece landed before p did.
+static bool landedTwice(const Request& r, const Part& p) {
+  const size_t base = r.firstPart[p.buffer] + p.piece * static_cast<size_t>(r.rails);
+  for (size_t i = base; i < base + static_cast<size_t>(r.rails); ++i) {
+    const Part& o = r.parts[i];
+    if (&o != &p && o.done && !o.canceled && o.status == Status::kOk) return true;
+  }
+  return false;
+}
+
+Failover RecvComm::failover(Part* p) {
+  if (!rails_.active() || p->seal || p->owner->flush || error_ != Status::kOk) return Failover::kNo;
+  rails_.suspend(p->rail);
+  // The piece's copies on the other rails are still posted: the sender sends it again there.
+  return rails_.anyUsable() ? Failover::kCopyLost : Failover::kNo;
+}
+
+void RecvComm::checkRails() {
+  if (error_ != Status::kOk || byeReceived_) return;
+  const auto [out, back] = rails_.changes();
+  // A peer that closed its side (its prober may be gone with it) or died says so on the session.
+  if (out != 0) readPeer(sessions_->view(channel_, false));
+  if (byeReceived_ || error_ != Status::kOk) return;
+  for (size_t r = 0; r < rails_.size(); ++r) {
+    if (out & (1u << r))
+      PACT_WARN("recv comm %p from %s: %s out (%s); its pieces come on the other rails; %d TCP connection(s) "
+                "on it reset",
+                static_cast<void*>(this), peer_.c_str(), rails_.name(r).c_str(), rails_.cause(r).c_str(), rails_.reset(r));
+    if (back & (1u << r))
+      PACT_WARN("recv comm %p from %s: %s back after %lld ms out", static_cast<void*>(this), peer_.c_str(),
+                rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000));
+  }
+  if (rails_.anyUsable()) return;
+  std::string why = "every rail from the peer is out:";
+  for (size_t r = 0; r < rails_.size(); ++r) why += (r == 0 ? " " : "; ") + rails_.name(r) + ": " + rails_.cause(r);
+  failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, why);
+}
+
 void RecvComm::partDone(Part* p) {
   if (p->canceled || p->status != Status::kOk || p->owner->flush) return;
   Request* r = p->owner;
   if (cfg_.timeout.count() != 0 && r->firstLanded == TimePoint{}) r->firstLanded = now();
   if (p->seal) return;
+  if (r->rails > 1 && landedTwice(*r, *p)) {  // a piece sent again on another rail (failover)
+    counters_.add(telemetry::kDuplicatesFiltered);
+    return;
+  }
   counters_.add(telemetry::kPieces);
+  if (rails_.active()) rails_.heard(p->rail);
   if (p->piece != r->doneCount[p->buffer]) counters_.add(telemetry::kPiecesOutOfOrder);
   ++r->doneCount[p->buffer];
   r->landedBytes[p->buffer] += p->size;
@@ -364,6 +407,10 @@ Status RecvComm::finish(Request* r, int* sizes) {
   }
   if (result == Status::kTruncated)
     abort(result, telemetry::ErrorKind::kOutOfRange, "a message is larger than the posted receive buffer");
+  if (result == Status::kOk && acks_)  // rail failover: the sender's send completes now
+    for (int b = 0; b < r->nbuffers; ++b)
+      sessions_->verdict(channel_, wire::Verdict{0, static_cast<uint32_t>(r->tags[static_cast<size_t>(b)]),
+                                                 r->seqs[static_cast<size_t>(b)], wire::VerdictKind::kVerified, {}});
   return result;
 }
 

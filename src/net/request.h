@@ -70,6 +70,9 @@ struct Part : transport::LanePiece {
   bool canceled = false;       // receive side: cancelled because the message ended before it
   bool seal = false;           // the message's seal (transport/seal.h), not one of its pieces
   bool posted = false;         // send side: handed to UCX at least once (or lost on the way)
+  // Send side: sent again after a rail failover, in a request UCX allocates (the part's own
+  // request memory may still be tied to the closed endpoint's operation); freed at completion.
+  bool ucxOwned = false;
   bool again = false;          // send side: asked again (verdict) while UCX still had it
   uint8_t buffer = 0;          // which buffer of a multi-receive
   // Send side: delivery attempts lost so far (PACT_FAULT drop). Receive side, on a piece's first

@@ -39,7 +39,14 @@ void SendComm::setGate(std::shared_ptr<transport::PeerGate> gate) {
   startTicking();  // held pieces go when the higher classes are idle, whoever progresses
 }
 
+void SendComm::setRails(CommRails rails, bool acked) {
+  rails_ = std::move(rails);
+  acked_ = acked;
+  if (rails_.active()) startTicking();  // a rail that went out is looked at on every progress
+}
+
 Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRails) {
+  remoteRails_ = remoteRails;
   // Lane i runs on rail i mod (rails both sides have): rail r of this side talks to rail r of the
   // peer, each pinned to its own port.
   const int n = cfg_.ordered ? 1 : cfg_.lanes;
@@ -59,11 +66,108 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
 
 void SendComm::checkLinks() {
   if (error_ != Status::kOk) return;
+  if (rails_.active()) return checkRails();
   if (const ucs_status_t st = lanes_.failure(); st != UCS_OK) {
     // The endpoint is shared: a lost session (the peer process died) is the better reason.
     readPeer(sessions_->view(channel_, false));
     failPeer(Status::kRemoteError, ucxErrorKind(st), std::string("ucx endpoint error: ") + ucs_status_string(st));
   }
+}
+
+void SendComm::checkRails() {
+  if (error_ != Status::kOk || byeReceived_) return;
+  for (size_t i = 0; i < lanes_.size(); ++i)
+    if (lanes_.shared(i)->failed()) rails_.suspend(lanes_.rail(i));
+  const auto [out, back] = rails_.changes();
+  // A peer that closed its side (its prober may be gone with it) or died says so on the session.
+  if (out != 0) readPeer(sessions_->view(channel_, false));
+  if (byeReceived_ || error_ != Status::kOk) return;
+  if (!rails_.anyUsable()) {
+    std::string why = "every rail to the peer is out:";
+    for (size_t r = 0; r < rails_.size(); ++r) why += (r == 0 ? " " : "; ") + rails_.name(r) + ": " + rails_.cause(r);
+    failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, why);
+    return;
+  }
+  // Lanes off their rail: to a live one (failover), or home again (recovery).
+  std::vector<int> lanesOn = lanes_.lanesOn(rails_.size());
+  std::string moved;
+  size_t inFlight = 0;
+  for (size_t i = 0; i < lanes_.size(); ++i) {
+    const size_t from = lanes_.rail(i);
+    const int to = rails_.pick(lanes_.home(i), lanesOn);
+    if (to < 0 || static_cast<size_t>(to) == from) continue;
+    auto ep = dev().endpoint(static_cast<size_t>(to), i, remoteRails_[static_cast<size_t>(to)]);
+    if (!ep.ok()) {  // that rail is no better: tried again at the next look
+      rails_.suspend(static_cast<size_t>(to));
+      continue;
+    }
+    std::shared_ptr<transport::SharedEndpoint> old = lanes_.shared(i);
+    const bool leaving = !rails_.usable(from);
+    inFlight += leaving ? lanes_.laneInflight(i) : 0;
+    lanes_.moveLane(i, std::move(*ep), static_cast<uint8_t>(to));
+    --lanesOn[from];
+    ++lanesOn[static_cast<size_t>(to)];
+    moved += (moved.empty() ? "lane " : ", lane ") + std::to_string(i) + " to rail " + std::to_string(to);
+    if (leaving) {
+      // What UCX holds on the out rail's endpoint ends now (for every comm on it) and comes back
+      // through failover() to be sent again.
+      if (!old->failed()) old->error = UCS_ERR_CANCELED;
+      old->ep.close(true);
+    }
+  }
+  // Pieces UCX completed on an out rail may still have been in its socket: every one of a message
+  // not acknowledged yet goes again (the receiver drops a second copy).
+  size_t unacked = 0;
+  if (out != 0 && acked_)
+    for (Request* q = oldestPosted_; q != nullptr; q = q->newerPosted)
+      for (uint32_t k = 0; q->held && k < q->partCount[0]; ++k)
+        if (q->parts[k].done && (out & (1u << q->parts[k].rail)) != 0) {
+          inFlight += q->parts[k].size;
+          ++unacked;
+          ++rails_.piecesResent;
+          rails_.bytesResent += q->parts[k].size;
+          if (loose(q->parts[k]))
+            sendLoose(&q->parts[k]);
+          else
+            resend(q, k);
+        }
+  for (size_t r = 0; r < rails_.size(); ++r) {
+    if (out & (1u << r))
+      PACT_WARN("send comm %p to %s: %s out (%s): %s; %zu bytes sent over it and not acknowledged go "
+                "again (%zu pieces UCX had completed); %d TCP connection(s) on it reset",
+                static_cast<void*>(this), peer_.c_str(), rails_.name(r).c_str(), rails_.cause(r).c_str(),
+                moved.empty() ? "no lane on it" : moved.c_str(), inFlight, unacked, rails_.reset(r));
+    if (back & (1u << r))
+      PACT_WARN("send comm %p to %s: %s back after %lld ms out: %s", static_cast<void*>(this), peer_.c_str(),
+                rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000),
+                moved.empty() ? "no lane returns to it" : moved.c_str());
+  }
+}
+
+Failover SendComm::failover(Part* p) {
+  if (!rails_.active() || p->seal || error_ != Status::kOk || closing_) return Failover::kNo;
+  rails_.suspend(p->rail);  // its endpoint failed, or checkRails closed it
+  if (!rails_.anyUsable()) return Failover::kNo;
+  ++rails_.piecesResent;
+  rails_.bytesResent += p->size;
+  if (!loose(*p)) {  // the part itself goes again
+    p->status = Status::kRemoteError;  // no throughput sample
+    lanes_.completed(*p);
+    p->ucxOwned = true;
+  }
+  failedOver_.push_back(p);
+  return Failover::kResent;
+}
+
+bool SendComm::loose(const Part& p) const {
+  return acked_ && memoryTypeOf(p.owner->memHandle, p.rail) == ucx::MemoryType::kHost;
+}
+
+void SendComm::sendLoose(Part* p) {
+  p->rail = lanes_.rail(p->lane);  // a later failover of this rail sends it again
+  railBytes_[p->rail] += p->size;
+  hub_->sendLate(now(), lanes_.shared(p->lane), p->ucxTag, p->data, p->size);
+  hub_->postLate();
 }
 
 bool SendComm::lostAttempt(Part* p) {
@@ -112,6 +216,7 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
     if (ep.get() == nullptr) {  // closed under a failure of the peer
       completePart(p, UCS_ERR_NOT_CONNECTED, 0);
     } else if (!(dice_ && wireFault(p, ep))) {
+      railBytes_[p->rail] += p->size;
       sendPart(p, ep, p->data, static_cast<const MemHandle*>(r->memHandle));
       // PACT_FAULT dup: a second copy of the piece follows it on the same endpoint.
       if (dice_ && memoryTypeOf(r->memHandle, p->rail) == ucx::MemoryType::kHost && inject(cfg_.fault.dup)) {
@@ -198,6 +303,10 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   r->seqs[0] = seq;
   r->msgBytes = size;
   r->postedPieces = 0;
+  if (acked_) {  // done at the receiver's acknowledgement (a verdict)
+    r->held = true;
+    ++awaitingVerdicts_;
+  }
   if (seals != 0) {
     Part& sp = r->sealPart(0);
     sp.seal = true;
@@ -211,6 +320,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
     p->size = pieceSize(*r, static_cast<uint32_t>(k));
     p->ucxTag = tag::make(tagSpace_, tag, seq, p->piece, k + 1 == n);
     p->done = false;
+    p->ucxOwned = false;
     dispatch(p);
   }
   *out = r;
@@ -225,6 +335,7 @@ void SendComm::partDone(Part* p) {
   }
   if (p->seal) return;  // not one of the lanes' pieces
   counters_.add(telemetry::kPieces);
+  if (rails_.active() && p->status == Status::kOk) rails_.heard(p->rail);
   lanes_.completed(*p);
 }
 
@@ -290,6 +401,22 @@ void SendComm::applyVerdict(const wire::Verdict& v) {
 }
 
 void SendComm::tick() {
+  if (rails_.active()) {
+    checkRails();
+    if (!failedOver_.empty() && error_ == Status::kOk) {
+      std::vector<Part*> again;
+      again.swap(failedOver_);
+      for (Part* p : again) {
+        if (loose(*p)) {  // a copy goes; the send completes at the receiver's acknowledgement
+          sendLoose(p);
+          completePart(p, UCS_OK, p->size);
+          continue;
+        }
+        p->status = Status::kOk;
+        dispatch(p);
+      }
+    }
+  }
   lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
   if (lanes_.gated()) counters_.set(telemetry::kPriorityHolds, lanes_.holds());
   if (retransmit_.empty()) return;
@@ -311,6 +438,9 @@ void SendComm::dropHeld() {
   retransmit_.clear();
   for (Part* p : stalled_) cancelled(p);
   stalled_.clear();
+  std::vector<Part*> resend;
+  resend.swap(failedOver_);
+  for (Part* p : resend) cancelled(p);
 }
 
 Status SendComm::finish(Request* r, int* sizes) {
@@ -334,6 +464,7 @@ void SendComm::abortInFlight() {
 }
 
 void SendComm::shutdown() {
+  closing_ = true;  // what ends from here on ends: nothing is sent again
   const bool lost = byeLost();
   // PACT_FAULT delay: what the delayed lane holds is already on the wire; it arrives late.
   if (cfg_.fault.delayLane >= 0 && error_ == Status::kOk) {

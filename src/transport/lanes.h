@@ -61,6 +61,27 @@ class Lanes {
     lanes_.emplace_back();
     lanes_.back().ep = std::move(ep);
     lanes_.back().rail = rail;
+    lanes_.back().home = rail;
+  }
+  // Rail failover (net/rails.h): the rail lane i runs on now, and the one it was made on.
+  uint8_t rail(size_t i) const { return lanes_[i].rail; }
+  uint8_t home(size_t i) const { return lanes_[i].home; }
+  // Bytes lane i has handed to UCX and not seen completed.
+  size_t laneInflight(size_t i) const { return lanes_[i].inflight; }
+  // Lanes on each of `rails` rails now.
+  std::vector<int> lanesOn(size_t rails) const {
+    std::vector<int> n(rails, 0);
+    for (const auto& l : lanes_)
+      if (l.rail < rails) ++n[l.rail];
+    return n;
+  }
+  // Lane i goes on over ep on `rail`; its throughput is measured afresh. What its old endpoint
+  // still holds completes as that endpoint decides (the caller closes it when the rail is out).
+  void moveLane(size_t i, std::shared_ptr<SharedEndpoint> ep, uint8_t rail) {
+    Lane& l = lanes_[i];
+    l.ep = std::move(ep);
+    l.rail = rail;
+    l.bytesPerUs = 0;
   }
   size_t size() const { return lanes_.size(); }
   ucx::Endpoint& endpoint(size_t i) { return lanes_[i].ep->ep; }
@@ -114,6 +135,7 @@ class Lanes {
   struct Lane {
     std::shared_ptr<SharedEndpoint> ep;
     uint8_t rail = 0;
+    uint8_t home = 0;  // the rail it was made on (it returns there once that rail is back)
     size_t inflight = 0;
     double bytesPerUs = 0;    // EWMA over busy windows
     TimePoint windowStart{};  // start of the current busy window

@@ -1,4 +1,5 @@
 #include "transport/session.h"
+#include "ucx/tcp_reset.h"
 #include "transport/session_state.h"
 
 #include <arpa/inet.h>
@@ -35,9 +36,11 @@ std::string socketPeer(int fd) {
 Sessions::Sessions(Config cfg) : cfg_(std::move(cfg)), process_(randomId()) {
   epoll_.reset(::epoll_create1(EPOLL_CLOEXEC));
   if (!epoll_.valid()) PACT_WARN("%s: epoll_create1: %s", cfg_.face.c_str(), std::strerror(errno));
+  ucx::markNotUcx(epoll_.get(), true);  // a rail's reset never touches the control plane
 }
 
 Sessions::~Sessions() {
+  ucx::markNotUcx(epoll_.get(), false);
   std::lock_guard lock(mu_);
   for (const LateBye& b : lateByes_)  // the process leaves: what a fault delayed goes now
     if (auto it = sessions_.find(b.session); it != sessions_.end() && it->second->ready())

@@ -179,6 +179,30 @@ void putContract(Writer& w, const Contract& c) {
   w.u8(c.sealed);
   w.u64(c.timeoutUs);
 }
+void putProbes(Writer& w, const std::vector<ProbeAddress>& probes) {
+  const size_t n = std::min(probes.size(), kMaxRails);
+  w.u8(static_cast<uint8_t>(n));
+  for (size_t i = 0; i < n; ++i) {
+    w.u8(probes[i].family);
+    w.raw(probes[i].ip.data(), probes[i].ip.size());
+    w.u16(probes[i].port);
+  }
+}
+bool getProbes(Reader& r, std::vector<ProbeAddress>* probes) {
+  uint8_t n = 0;
+  if (!r.u8(&n, "probes")) return false;
+  if (n > kMaxRails) return r.fail("probes", std::to_string(n) + " outside 0..8");
+  probes->resize(n);
+  for (auto& p : *probes) {
+    if (!r.u8(&p.family, "probe_family") || !r.raw(p.ip.data(), p.ip.size(), "probe_ip") ||
+        !r.u16(&p.port, "probe_port"))
+      return false;
+    if (p.family != 0 && p.family != 4 && p.family != 6)
+      return r.fail("probe_family", std::to_string(p.family) + " is not 0, 4 or 6");
+    if (p.family != 0 && p.port == 0) return r.fail("probe_port", "0");
+  }
+  return true;
+}
 bool getContract(Reader& r, Contract* c) {
   if (!r.u8(&c->verify, "verify") || !r.u8(&c->retries, "retries") || !r.u8(&c->sealed, "sealed") ||
       !r.u64(&c->timeoutUs, "timeout_us"))
@@ -199,6 +223,7 @@ std::vector<uint8_t> encode(const CommShape& m) {
   w.u16(m.rails);
   w.u64(m.chunk);
   putContract(w, m.contract);
+  putProbes(w, m.probes);
   return w.out;
 }
 
@@ -208,6 +233,7 @@ std::vector<uint8_t> encode(const CommAccept& m) {
   w.u16(static_cast<uint16_t>(m.railAddresses.size()));
   for (const auto& a : m.railAddresses) w.bytes(a);
   putContract(w, m.contract);
+  putProbes(w, m.probes);
   return w.out;
 }
 
@@ -314,7 +340,7 @@ Result<CommShape> decodeCommShape(std::span<const uint8_t> payload) {
   CommShape m;
   uint16_t channel = 0, rails = 0;
   if (!r.u16(&channel, "order_lanes") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
-      !getContract(r, &m.contract) || !r.done())
+      !getContract(r, &m.contract) || !getProbes(r, &m.probes) || !r.done())
     return r.error();
   if (rails < 1 || rails > kMaxRails)
     return Error{Status::kInvalidArgument, "comm_shape.rails: " + std::to_string(rails) + " outside 1..8"};
@@ -341,7 +367,7 @@ Result<CommAccept> decodeCommAccept(std::span<const uint8_t> payload) {
   m.railAddresses.resize(rails);
   for (auto& a : m.railAddresses)
     if (!r.bytes(&a, kMaxWorkerAddress, "worker_address")) return r.error();
-  if (!getContract(r, &m.contract) || !r.done()) return r.error();
+  if (!getContract(r, &m.contract) || !getProbes(r, &m.probes) || !r.done()) return r.error();
   return m;
 }
 

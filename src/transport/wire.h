@@ -19,7 +19,7 @@ namespace pact::wire {
 inline constexpr uint32_t kMagic = 0x54434150;  // "PACT" in memory order
 // 2: auth and proof; 3: abort; 4: sessions and channels; 5: the class contract (comm shapes
 // carry verify, retries and timeout; the verdict frame)
-inline constexpr uint16_t kVersion = 5;
+inline constexpr uint16_t kVersion = 6;
 inline constexpr size_t kHeaderSize = 12;
 inline constexpr size_t kMaxBody = 4096;
 inline constexpr size_t kMaxWorkerAddress = 2048;
@@ -103,12 +103,21 @@ struct Contract {
   uint64_t timeoutUs = 0;    // 0: none
   uint8_t sealed = 0;        // CommAccept only: messages carry seals (transport/seal.h)
 };
+// Where a process answers the rail probes of one of its rails (transport/rail_probe.h): a UDP
+// address. family 0: that rail is not probed (failover off on that side).
+struct ProbeAddress {
+  uint8_t family = 0;  // 0 none, 4 IPv4, 6 IPv6
+  std::array<uint8_t, 16> ip{};  // IPv4: the first 4 bytes
+  uint16_t port = 0;
+  bool operator==(const ProbeAddress&) const = default;
+};
 struct CommShape {
   uint8_t unordered = 0;  // 0 ordered, 1 unordered
   uint8_t lanes = 1;      // 1..16
   uint8_t rails = 1;      // the sender's rails (ports of its virtual device), 1..8
   uint64_t chunk = 0;     // unordered: power of two in [4 KiB, 1 GiB]
   Contract contract;      // the sender's class (sealed unused)
+  std::vector<ProbeAddress> probes;  // the sender's rails' probe addresses (0..8; none: not probed)
 };
 inline constexpr uint8_t kMaxLanes = 16;
 inline constexpr size_t kMaxRails = 8;
@@ -118,6 +127,7 @@ struct CommAccept {
   uint32_t tagSpace = 0;  // the receive comm's tag space and generation (net/tags.h)
   std::vector<std::vector<uint8_t>> railAddresses;  // one worker address per rail, 1..8
   Contract contract;      // what the comm does, decided by the receiver
+  std::vector<ProbeAddress> probes;  // the receiver's rails' probe addresses (0..8)
 };
 inline constexpr uint8_t kMaxRetries = 100;
 inline constexpr uint64_t kMaxTimeoutUs = uint64_t{3600} * 1000 * 1000;  // an hour

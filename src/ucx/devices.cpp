@@ -218,6 +218,7 @@ DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::v
     for (const auto& dom : p->domains) addDomain(v.domains, dom);
     v.loopback = v.loopback || p->loopback;
     v.members.push_back(p->name);
+    v.memberAddresses.push_back(p->ipAddress);
   }
   const DeviceInfo& first = *ports.front();
   v.netdev = first.netdev;

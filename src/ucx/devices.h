@@ -35,6 +35,8 @@ struct DeviceInfo {
   // A virtual device fused from several ports: their names (UCX gets them all) and indices.
   std::vector<std::string> members;
   std::vector<int> memberIndices;
+  // Each member's ipAddress, in member order (where rail probes go out); a port: its own.
+  std::vector<std::string> memberAddresses;
   // The UCX_NET_DEVICES value of this device's UCP context.
   std::string ucxDevices() const;
 };

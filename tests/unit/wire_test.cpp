@@ -56,7 +56,7 @@ TEST(Handle, RefusesForeignWrongVersionAndBadFields) {
   d = decodeHandle(buf);
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status(), Status::kRefused);
-  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 5");
+  EXPECT_EQ(d.error().message, "handle.version: peer speaks wire version 7, this side 6");
 
   h.family = 99;
   encodeHandle(h, buf);
@@ -148,47 +148,66 @@ TEST(Frames, ChannelFramesRoundTrip) {
 }
 
 TEST(Frames, ThePluginsPayloadsRoundTripAndRefuseBadFields) {
-  auto sh = decodeCommShape(encode(CommShape{1, 4, 2, 65536, {}}));
+  auto sh = decodeCommShape(encode(CommShape{1, 4, 2, 65536, {}, {}}));
   ASSERT_TRUE(sh.ok()) << sh.error().message;
   EXPECT_EQ(sh->unordered, 1u);
   EXPECT_EQ(sh->lanes, 4u);
   EXPECT_EQ(sh->rails, 2u);
   EXPECT_EQ(sh->chunk, 65536u);
-  EXPECT_EQ(decodeCommShape(encode(CommShape{1, 2, 1, 5000, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{1, 2, 1, 5000, {}, {}})).error().message,
             "comm_shape.chunk: 5000 is not a power of two in [4096, 2^30]");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 17, 1, 0, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 17, 1, 0, {}, {}})).error().message,
             "comm_shape.lanes: 17 outside 1..16");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{2, 1, 1, 0, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{2, 1, 1, 0, {}, {}})).error().message,
             "comm_shape.order: 2 is not 0 or 1");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 1, 9, 0, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 1, 9, 0, {}, {}})).error().message,
             "comm_shape.rails: 9 outside 1..8");
-  auto shape = encode(CommShape{1, 2, 1, 4096, {}});
+  auto shape = encode(CommShape{1, 2, 1, 4096, {}, {}});
   for (size_t n = 0; n < shape.size(); ++n)
     EXPECT_FALSE(decodeCommShape(std::span(shape).first(n)).ok()) << n;
 
-  auto ac = decodeCommAccept(encode(CommAccept{0x2a0001, {{1}, {2, 3}}, {}}));
+  auto ac = decodeCommAccept(encode(CommAccept{0x2a0001, {{1}, {2, 3}}, {}, {}}));
   ASSERT_TRUE(ac.ok()) << ac.error().message;
   EXPECT_EQ(ac->tagSpace, 0x2a0001u);
   EXPECT_EQ(ac->railAddresses, (std::vector<std::vector<uint8_t>>{{1}, {2, 3}}));
-  EXPECT_EQ(decodeCommAccept(encode(CommAccept{1, {}, {}})).error().message,
+  EXPECT_EQ(decodeCommAccept(encode(CommAccept{1, {}, {}, {}})).error().message,
             "comm_accept.rails: 0 outside 1..8");
   std::vector<uint8_t> big(kMaxWorkerAddress + 1, 1);
-  EXPECT_FALSE(decodeCommAccept(encode(CommAccept{1, {big}, {}})).ok());
-  auto accept = encode(CommAccept{1, {{3}}, {}});
+  EXPECT_FALSE(decodeCommAccept(encode(CommAccept{1, {big}, {}, {}})).ok());
+  auto accept = encode(CommAccept{1, {{3}}, {}, {}});
   accept.push_back(0);
   EXPECT_EQ(decodeCommAccept(accept).error().message, "comm_accept.body: 1 trailing bytes");
+}
+
+// Rail failover: each side's rails' probe addresses ride the shape and the accept.
+TEST(Frames, TheRailProbeAddressesRoundTripAndRefuseBadFields) {
+  ProbeAddress v4{4, {10, 77, 1, 2}, 40123}, v6{6, {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 7};
+  CommShape shape{1, 2, 2, 65536, {}, {v4, v6}};
+  auto sh = decodeCommShape(encode(shape));
+  ASSERT_TRUE(sh.ok()) << sh.error().message;
+  EXPECT_EQ(sh->probes, (std::vector<ProbeAddress>{v4, v6}));
+  auto ac = decodeCommAccept(encode(CommAccept{7, {{1}, {2}}, {}, {v6, v4}}));
+  ASSERT_TRUE(ac.ok()) << ac.error().message;
+  EXPECT_EQ(ac->probes, (std::vector<ProbeAddress>{v6, v4}));
+  shape.probes = {ProbeAddress{5, {}, 1}};
+  EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.probe_family: 5 is not 0, 4 or 6");
+  shape.probes = {ProbeAddress{4, {127, 0, 0, 1}, 0}};
+  EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.probe_port: 0");
+  auto bytes = encode(CommShape{1, 2, 2, 65536, {}, {}});
+  bytes.back() = 9;  // nine probe addresses
+  EXPECT_EQ(decodeCommShape(bytes).error().message, "comm_shape.probes: 9 outside 0..8");
 }
 
 // The class contract rides the comm shape (the sender's class) and the accept (what the comm
 // does); the verdict frame answers each message of a verified comm.
 TEST(Frames, TheContractAndTheVerdictRoundTripAndRefuseBadFields) {
-  CommShape shape{1, 2, 1, 65536, Contract{2, 3, 200000, 0}};
+  CommShape shape{1, 2, 1, 65536, Contract{2, 3, 200000, 0}, {}};
   auto sh = decodeCommShape(encode(shape));
   ASSERT_TRUE(sh.ok()) << sh.error().message;
   EXPECT_EQ(sh->contract.verify, 2u);
   EXPECT_EQ(sh->contract.retries, 3u);
   EXPECT_EQ(sh->contract.timeoutUs, 200000u);
-  auto ac = decodeCommAccept(encode(CommAccept{7, {{1}}, Contract{1, 0, 0, 1}}));
+  auto ac = decodeCommAccept(encode(CommAccept{7, {{1}}, Contract{1, 0, 0, 1}, {}}));
   ASSERT_TRUE(ac.ok()) << ac.error().message;
   EXPECT_EQ(ac->contract.sealed, 1u);
   EXPECT_EQ(ac->contract.verify, 1u);
@@ -199,7 +218,7 @@ TEST(Frames, TheContractAndTheVerdictRoundTripAndRefuseBadFields) {
   shape.contract = Contract{0, 0, kMaxTimeoutUs + 1, 0};
   EXPECT_EQ(decodeCommShape(encode(shape)).error().message,
             "comm_shape.timeout_us: 3600000001 is more than an hour");
-  EXPECT_EQ(decodeCommAccept(encode(CommAccept{7, {{1}}, Contract{0, 0, 0, 2}})).error().message,
+  EXPECT_EQ(decodeCommAccept(encode(CommAccept{7, {{1}}, Contract{0, 0, 0, 2}, {}})).error().message,
             "comm_accept.sealed: 2 is not 0 or 1");
 
   auto v = decodeVerdict(bodyOf(encode(Verdict{9, 1, 70000, VerdictKind::kResend, {3, 5}})));

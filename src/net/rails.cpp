@@ -1,0 +1,102 @@
+#include "net/rails.h"
+
+#include "common/log.h"
+#include "common/parse.h"
+#include "ucx/tcp_reset.h"
+
+namespace pact::net {
+
+namespace {
+
+// The IP address of rail i of dev: a virtual device's member's, a port's own.
+const std::string& railAddress(const transport::DeviceCtx& dev, size_t i) {
+  const ucx::DeviceInfo& info = dev.info();
+  return i < info.memberAddresses.size() ? info.memberAddresses[i] : info.ipAddress;
+}
+
+}  // namespace
+
+std::vector<wire::ProbeAddress> probesOf(transport::DeviceCtx& dev, transport::RailProber& prober,
+                                         std::chrono::microseconds timeout) {
+  std::vector<wire::ProbeAddress> out;
+  if (timeout.count() == 0 || dev.rails() < 2 || dev.info().memberAddresses.size() < dev.rails()) return out;
+  for (size_t i = 0; i < dev.rails(); ++i) {
+    auto a = prober.listen(railAddress(dev, i));
+    if (!a.ok()) {
+      PACT_WARN("device %s: rail %zu: %s; rail failover is off for its comms", dev.info().name.c_str(), i,
+                a.error().message.c_str());
+      return {};
+    }
+    out.push_back(*a);
+  }
+  return out;
+}
+
+CommRails::CommRails(transport::DeviceCtx& dev, std::shared_ptr<transport::RailProber> prober,
+                     const std::vector<wire::ProbeAddress>& local, const std::vector<wire::ProbeAddress>& peer,
+                     std::chrono::microseconds timeout)
+    : prober_(std::move(prober)), timeout_(timeout) {
+  const size_t n = std::min({local.size(), peer.size(), dev.rails(), kMax});
+  if (n < 2 || !prober_) return;
+  for (size_t r = 0; r < n; ++r) {
+    auto w = prober_->watch(railAddress(dev, r), peer[r], timeout);
+    if (!w.ok()) {
+      PACT_WARN("device %s: watching rail %zu of the peer: %s; rail failover is off for this comm",
+                dev.info().name.c_str(), r, w.error().message.c_str());
+      watches_.clear();
+      return;
+    }
+    watches_.push_back(std::move(*w));
+    localIps_.push_back(railAddress(dev, r));
+    const std::string name = transport::RailProber::describe(peer[r]);
+    peerIps_.push_back(peer[r].family == 6 ? name.substr(1, name.rfind(']') - 1) : name.substr(0, name.rfind(':')));
+  }
+  suspendedUntil_.assign(n, TimePoint{});
+}
+
+bool CommRails::anyUsable() const { return usableCount() != 0; }
+
+size_t CommRails::usableCount() const {
+  size_t n = 0;
+  for (size_t r = 0; r < watches_.size(); ++r) n += usable(r) ? 1 : 0;
+  return n;
+}
+
+void CommRails::suspend(size_t r) {
+  if (r < suspendedUntil_.size()) suspendedUntil_[r] = now() + timeout_;
+}
+
+int CommRails::pick(size_t home, const std::vector<int>& lanesOn) const {
+  if (usable(home)) return static_cast<int>(home);
+  int best = -1;
+  for (size_t r = 0; r < watches_.size(); ++r)
+    if (usable(r) && (best < 0 || lanesOn[r] < lanesOn[static_cast<size_t>(best)])) best = static_cast<int>(r);
+  return best;
+}
+
+std::pair<unsigned, unsigned> CommRails::changes() {
+  unsigned out = 0, back = 0;
+  for (size_t r = 0; r < watches_.size(); ++r) {
+    const unsigned bit = 1u << r;
+    const bool isOut = !usable(r);
+    if (isOut && !(seenOut_ & bit)) out |= bit;
+    if (!isOut && (seenOut_ & bit)) back |= bit;
+  }
+  seenOut_ = (seenOut_ | out) & ~back;
+  failovers += static_cast<uint64_t>(__builtin_popcount(out));
+  recoveries += static_cast<uint64_t>(__builtin_popcount(back));
+  return {out, back};
+}
+
+int CommRails::reset(size_t r) const { return ucx::resetTcpConnections(localIps_[r], peerIps_[r]); }
+
+std::string CommRails::name(size_t r) const {
+  return "rail " + std::to_string(r) + " (" + watches_[r]->name() + ")";
+}
+
+std::string CommRails::cause(size_t r) const {
+  if (!watches_[r]->up()) return "no probe answered and no data for " + formatDuration(timeout_);
+  return "an endpoint on it failed";
+}
+
+}  // namespace pact::net

@@ -1,0 +1,74 @@
+// The rails of a plugin comm with failover (docs/reliability.md, "Rail failover"): one watch per
+// rail to the peer (transport/rail_probe.h), the rails a comm's lanes may use now, and what the
+// comm counts of its failovers. Both sides of a comm over a device of several rails exchange their
+// rails' probe addresses in the handshake (CommShape, CommAccept); a comm whose two sides both
+// offer them is watched. A rail is usable while its watch is up and no endpoint of the comm on
+// it failed within the last timeout (a refused or reset connection is out at once, before the
+// probes notice). Device mutex held for every call but probes().
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "transport/device_ctx.h"
+#include "transport/rail_probe.h"
+
+namespace pact::net {
+
+// The probe addresses of every rail of dev, answered by prober (bound now); empty when failover
+// is off (timeout 0), the device has one rail, or a socket could not be bound (logged).
+std::vector<wire::ProbeAddress> probesOf(transport::DeviceCtx& dev, transport::RailProber& prober,
+                                         std::chrono::microseconds timeout);
+
+class CommRails {
+ public:
+  static constexpr size_t kMax = wire::kMaxRails;
+  CommRails() = default;
+  // Watches the peer's rails (its probe addresses) from this side's rails of dev, up to the
+  // rails both sides have. Inactive (no failover) when either list is empty or a watch fails.
+  CommRails(transport::DeviceCtx& dev, std::shared_ptr<transport::RailProber> prober,
+            const std::vector<wire::ProbeAddress>& local, const std::vector<wire::ProbeAddress>& peer,
+            std::chrono::microseconds timeout);
+  bool active() const { return !watches_.empty(); }
+  size_t size() const { return watches_.size(); }
+  bool usable(size_t r) const { return r < watches_.size() && watches_[r]->up() && now() >= suspendedUntil_[r]; }
+  bool anyUsable() const;
+  size_t usableCount() const;
+  // Rail r is out: UCX's TCP connections over it to the peer are shut down (ucx/tcp_reset.h), so
+  // what they hold ends now and nothing of it can land later. The number shut down.
+  int reset(size_t r) const;
+  // Data moved over rail r (transport::RailWatch::heard).
+  void heard(size_t r) {
+    if (r < watches_.size()) watches_[r]->heard();
+  }
+  // An endpoint of the comm on rail r failed: out for one timeout (the probes then decide).
+  void suspend(size_t r);
+  // The rail a lane whose home is `home` should be on: home when usable, else the usable rail
+  // carrying the fewest lanes (lanesOn[r]); -1 when none is.
+  int pick(size_t home, const std::vector<int>& lanesOn) const;
+  // Rails whose state changed since the last call: out (first) and back (second), as bit sets,
+  // counted as failovers and recoveries.
+  std::pair<unsigned, unsigned> changes();
+  // "rail 1 (10.77.1.2:40123)", for log lines.
+  std::string name(size_t r) const;
+  // Why rail r is out: "no probe answered and no data for 100ms" or "an endpoint failed".
+  std::string cause(size_t r) const;
+  std::chrono::microseconds downTime(size_t r) const { return watches_[r]->downTime(); }
+  std::chrono::microseconds timeout() const { return timeout_; }
+
+  uint64_t failovers = 0, recoveries = 0, piecesResent = 0, bytesResent = 0;
+
+ private:
+  std::shared_ptr<transport::RailProber> prober_;
+  std::vector<std::shared_ptr<transport::RailWatch>> watches_;
+  std::vector<TimePoint> suspendedUntil_;
+  std::vector<std::string> localIps_, peerIps_;  // each rail's ends
+  unsigned seenOut_ = 0;  // rails this comm has taken as out
+  std::chrono::microseconds timeout_{};
+};
+
+}  // namespace pact::net

@@ -1,0 +1,266 @@
+#include "transport/rail_probe.h"
+
+#include <arpa/inet.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "common/clock.h"
+#include "common/log.h"
+
+namespace pact::transport {
+
+namespace {
+
+// A probe and its echo: magic, kind, the watch's id and the probe's time (echoed as sent).
+constexpr uint32_t kMagic = 0x50524231;  // "PRB1"
+constexpr uint8_t kProbe = 0, kEcho = 1;
+struct Packet {
+  uint32_t magic;
+  uint8_t kind;
+  uint8_t pad[3];
+  uint64_t id;
+  int64_t sentNs;
+};
+static_assert(sizeof(Packet) == 24);
+
+bool toSockaddr(const wire::ProbeAddress& a, sockaddr_storage* ss, socklen_t* len) {
+  std::memset(ss, 0, sizeof *ss);
+  if (a.family == 4) {
+    auto* in = reinterpret_cast<sockaddr_in*>(ss);
+    in->sin_family = AF_INET;
+    in->sin_port = htons(a.port);
+    std::memcpy(&in->sin_addr, a.ip.data(), 4);
+    *len = sizeof *in;
+    return true;
+  }
+  if (a.family == 6) {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(ss);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_port = htons(a.port);
+    std::memcpy(&in6->sin6_addr, a.ip.data(), 16);
+    *len = sizeof *in6;
+    return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int64_t RailWatch::nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(now().time_since_epoch()).count();
+}
+
+std::chrono::microseconds RailWatch::downTime() const {
+  int64_t ns = downTotal_.load(std::memory_order_relaxed);
+  if (const int64_t since = downSince_.load(std::memory_order_relaxed); since != 0) ns += RailWatch::nowNs() - since;
+  return std::chrono::microseconds(ns / 1000);
+}
+
+std::shared_ptr<RailProber> RailProber::acquire() {
+  static std::mutex mu;
+  static std::weak_ptr<RailProber> current;
+  std::lock_guard lock(mu);
+  if (auto p = current.lock()) return p;
+  std::shared_ptr<RailProber> p(new RailProber());
+  current = p;
+  return p;
+}
+
+RailProber::RailProber() {
+  epoll_ = ScopedFd(::epoll_create1(EPOLL_CLOEXEC));
+  wake_ = ScopedFd(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = wake_.get();
+  ::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, wake_.get(), &ev);
+  thread_ = std::thread([this] { run(); });
+}
+
+RailProber::~RailProber() {
+  stop_.store(true);
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string RailProber::describe(const wire::ProbeAddress& a) {
+  char text[INET6_ADDRSTRLEN] = "?";
+  ::inet_ntop(a.family == 6 ? AF_INET6 : AF_INET, a.ip.data(), text, sizeof text);
+  return (a.family == 6 ? "[" + std::string(text) + "]" : std::string(text)) + ":" + std::to_string(a.port);
+}
+
+int RailProber::socketFor(const std::string& ip, wire::ProbeAddress* out) {
+  for (const Socket& s : sockets_)
+    if (s.ip == ip) {
+      *out = s.address;
+      return s.fd.get();
+    }
+  wire::ProbeAddress a;
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (::inet_pton(AF_INET, ip.c_str(), a.ip.data()) == 1) {
+    a.family = 4;
+  } else if (::inet_pton(AF_INET6, ip.c_str(), a.ip.data()) == 1) {
+    a.family = 6;
+  } else {
+    errno = EINVAL;
+    return -1;
+  }
+  toSockaddr(a, &ss, &len);
+  ScopedFd fd(::socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) return -1;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return -1;
+  a.port = ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
+                                         : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  epoll_event ev{};
+  ev.events = EPOLLIN;
+  ev.data.fd = fd.get();
+  if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) return -1;
+  *out = a;
+  sockets_.push_back(Socket{ip, std::move(fd), a});
+  return sockets_.back().fd.get();
+}
+
+Result<wire::ProbeAddress> RailProber::listen(const std::string& ip) {
+  std::lock_guard lock(mu_);
+  wire::ProbeAddress a;
+  if (socketFor(ip, &a) < 0)
+    return Error{Status::kSystemError, "rail probe socket on " + ip + ": " + std::strerror(errno)};
+  return a;
+}
+
+Result<std::shared_ptr<RailWatch>> RailProber::watch(const std::string& ip, const wire::ProbeAddress& remote,
+                                                     std::chrono::microseconds timeout) {
+  std::lock_guard lock(mu_);
+  wire::ProbeAddress local;
+  const int fd = socketFor(ip, &local);
+  if (fd < 0) return Error{Status::kSystemError, "rail probe socket on " + ip + ": " + std::strerror(errno)};
+  sockaddr_storage ss{};
+  socklen_t len = 0;
+  if (!toSockaddr(remote, &ss, &len))
+    return Error{Status::kInvalidArgument, "rail probe address of family " + std::to_string(remote.family)};
+  std::erase_if(watches_, [](const auto& w) { return w.expired(); });
+  for (const auto& w : watches_)
+    if (auto s = w.lock(); s && s->sock == fd && s->remoteLen == len && std::memcmp(&s->remote, &ss, len) == 0)
+      return s;
+  const int64_t t = RailWatch::nowNs();
+  const int64_t to = std::chrono::duration_cast<std::chrono::nanoseconds>(timeout).count();
+  std::shared_ptr<RailWatch> w(new RailWatch(to, describe(remote)));
+  w->sock = fd;
+  w->remote = ss;
+  w->remoteLen = len;
+  w->id = nextId_++;
+  w->lastReply = t;  // up until silent for the timeout from now
+  w->lastUp = t;
+  w->interval = to / 4;
+  w->nextProbe = t;
+  w->hold = to;
+  watches_.push_back(w);
+  const uint64_t one = 1;  // the thread's wait may be longer than this watch's first interval
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  return w;
+}
+
+void RailProber::answer(int fd) {
+  for (;;) {
+    Packet p{};
+    sockaddr_storage from{};
+    socklen_t len = sizeof from;
+    const ssize_t n = ::recvfrom(fd, &p, sizeof p, 0, reinterpret_cast<sockaddr*>(&from), &len);
+    if (n < 0) return;  // EAGAIN, or an ICMP error of an earlier probe (the rail's silence tells)
+    if (n != sizeof p || p.magic != kMagic) continue;
+    if (p.kind == kProbe) {
+      p.kind = kEcho;
+      ::sendto(fd, &p, sizeof p, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), len);
+      continue;
+    }
+    if (p.kind != kEcho) continue;
+    const int64_t t = RailWatch::nowNs();
+    std::lock_guard lock(mu_);
+    for (const auto& weak : watches_) {
+      auto w = weak.lock();
+      if (!w || w->id != p.id) continue;
+      w->lastReply = t;
+      if (!w->up() && t - w->downSince_.load(std::memory_order_relaxed) >= w->hold) {
+        // Taken back: answered after its hold-down.
+        w->downTotal_.fetch_add(t - w->downSince_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+        w->downSince_.store(0, std::memory_order_relaxed);
+        w->lastUp = t;
+        w->interval = w->timeoutNs_ / 4;
+        w->nextProbe = t + w->interval;
+        w->ups_.fetch_add(1, std::memory_order_relaxed);
+        w->up_.store(true, std::memory_order_release);
+        PACT_INFO("rail probe: %s answers again after %lld ms out", w->name().c_str(),
+                  static_cast<long long>(w->downTime().count() / 1000));
+      }
+      break;
+    }
+  }
+}
+
+void RailProber::probeDue(int64_t t) {
+  std::lock_guard lock(mu_);
+  std::erase_if(watches_, [](const auto& w) { return w.expired(); });
+  for (const auto& weak : watches_) {
+    auto w = weak.lock();
+    if (!w) continue;
+    if (w->up()) w->lastReply = std::max(w->lastReply, w->heard_.load(std::memory_order_relaxed));
+    if (w->up() && t - w->lastReply > w->timeoutNs_) {
+      // Taken out. A rail that went down soon after it came back is held out longer.
+      w->flaps = t - w->lastUp < std::chrono::nanoseconds(kFlapMemory).count() && w->downs() > 0 ? w->flaps + 1 : 0;
+      w->hold = std::min<int64_t>(w->timeoutNs_ << std::min(w->flaps, 20),
+                                  std::chrono::nanoseconds(kMaxHold).count());
+      w->downSince_.store(t, std::memory_order_relaxed);
+      w->downs_.fetch_add(1, std::memory_order_relaxed);
+      w->up_.store(false, std::memory_order_release);
+      w->interval = w->timeoutNs_ / 4;
+      PACT_INFO("rail probe: %s silent for %lld ms (no probe answered, no data): out (held out at least %lld ms)", w->name().c_str(),
+                static_cast<long long>((t - w->lastReply) / 1000000), static_cast<long long>(w->hold / 1000000));
+    }
+    if (t < w->nextProbe) continue;
+    Packet p{kMagic, kProbe, {}, w->id, t};
+    ::sendto(w->sock, &p, sizeof p, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&w->remote), w->remoteLen);
+    if (!w->up())  // out: each unanswered probe waits twice as long for the next, up to the cap
+      w->interval = std::min<int64_t>(w->interval * 2, std::chrono::nanoseconds(kMaxProbeInterval).count());
+    w->nextProbe = t + std::max<int64_t>(w->interval, 1000000);
+  }
+}
+
+void RailProber::run() {
+  int64_t lastLoop = RailWatch::nowNs();
+  while (!stop_.load()) {
+    int64_t wait = 5;  // ms: well under a quarter of any sensible timeout
+    {
+      std::lock_guard lock(mu_);
+      if (watches_.empty()) wait = 100;
+    }
+    epoll_event events[8];
+    const int n = ::epoll_wait(epoll_.get(), events, 8, static_cast<int>(wait));
+    for (int i = 0; i < n; ++i) {
+      if (events[i].data.fd == wake_.get()) {
+        uint64_t v = 0;
+        [[maybe_unused]] ssize_t r = ::read(wake_.get(), &v, sizeof v);
+        continue;
+      }
+      answer(events[i].data.fd);
+    }
+    const int64_t t = RailWatch::nowNs();
+    {
+      // A loop late by more than half a watch's timeout means this thread was starved (a loaded
+      // machine): what it did not hear while it did not run says nothing of the rail, so the
+      // silence starts anew.
+      std::lock_guard lock(mu_);
+      for (const auto& weak : watches_)
+        if (auto w = weak.lock(); w && w->up() && t - lastLoop > w->timeoutNs_ / 2) w->lastReply = t;
+    }
+    lastLoop = t;
+    probeDue(t);
+  }
+}
+
+}  // namespace pact::transport
