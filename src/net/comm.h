@@ -237,9 +237,10 @@ class SendComm final : public Comm, private Ticker {
   const SendCredits* credits() const { return credits_.get(); }
   void setGate(std::shared_ptr<transport::PeerGate> gate);
   // Rail failover: the watched rails (before connectLanes); inactive ones change nothing.
-  // acked: the receiver acknowledges each message (it offered failover): a send completes only
-  // then, so what a rail that went out swallowed after UCX took it is known and sent again.
-  void setRails(CommRails rails, bool acked);
+  // acks (non-null when the receiver offered failover): the receiver acknowledges each message
+  // there (transport::AckSink); a send completes only then, so what a rail that went out
+  // swallowed after UCX took it is known and sent again.
+  void setRails(CommRails rails, std::shared_ptr<transport::AckSink> acks);
   const CommRails& rails() const { return rails_; }
   // Bytes handed to UCX on rail r.
   uint64_t railBytes(size_t r) const { return r < railBytes_.size() ? railBytes_[r] : 0; }
@@ -292,6 +293,7 @@ class SendComm final : public Comm, private Ticker {
   std::vector<Part*> failedOver_;  // pieces a rail that went out gave back: sent again by tick()
   bool closing_ = false;
   bool acked_ = false;  // sends wait for the receiver's acknowledgement (setRails)
+  std::shared_ptr<transport::AckSink> ackSink_;
   std::array<uint64_t, CommRails::kMax> railBytes_{};
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
@@ -319,9 +321,9 @@ class RecvComm final : public Comm {
   void partDone(Part* p) override;
   // Rail failover: the sender's rails, watched from here; the comm fails when all are out.
   // acks: this side offered failover, so it acknowledges each message it reports (SendComm).
-  void setRails(CommRails rails, bool acks) {
+  void setRails(CommRails rails, std::shared_ptr<transport::AckSource> acks) {
     rails_ = std::move(rails);
-    acks_ = acks;
+    acks_ = std::move(acks);
   }
   const CommRails& rails() const { return rails_; }
   Failover failover(Part* p) override;
@@ -357,7 +359,7 @@ class RecvComm final : public Comm {
   static constexpr size_t kFlushLane = 255;
   uint32_t tagSpace_;
   CommRails rails_;
-  bool acks_ = false;
+  std::shared_ptr<transport::AckSource> acks_;
   std::shared_ptr<transport::SharedEndpoint> flushEp_;  // to this device's own worker
   uint64_t flushWord_ = 0;  // where the flush reads land (the value is never looked at)
 };

@@ -44,6 +44,7 @@ struct ConnectState {
   SetupClock clock;  // PACT_DIAG: the calls before this one
   std::shared_ptr<transport::RailProber> prober;  // rail failover: answers the peer's probes
   std::vector<wire::ProbeAddress> probes;         // this side's, as offered
+  std::shared_ptr<transport::AckSink> acks;       // where the receiver acknowledges messages
 };
 
 std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes) {
@@ -126,12 +127,14 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     std::vector<wire::ProbeAddress> probes;
     auto prober = railProber((*hb)->dev(), &probes);
     shape.probes = probes;
+    std::shared_ptr<transport::AckSink> sink = prober ? prober->ackSink() : nullptr;
+    shape.ackSink = sink ? sink->id() : 0;
     auto channel = sessions_->open(*h, wire::encode(shape));
     if (!channel.ok()) {
       PACT_WARN("connect: %s", channel.error().message.c_str());
       return channel.status();
     }
-    st = new ConnectState{*hb, *channel, now(), cfg, SetupClock{}, std::move(prober), std::move(probes)};
+    st = new ConnectState{*hb, *channel, now(), cfg, SetupClock{}, std::move(prober), std::move(probes), std::move(sink)};
     std::memcpy(bytes + kScratchOffset, &st, sizeof st);
   }
   auto opened = sessions_->opened(st->channel);
@@ -165,7 +168,7 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   if (params_.classes.mixedPriorities()) comm->setGate(transport::PeerGate::forPeer(peerProcess));
   st->channel = 0;  // the comm owns it now
   comm->setRails(CommRails(st->hub->dev(), st->prober, st->probes, o->probes, params_.rail_timeout),
-                 !o->probes.empty());
+                 o->probes.empty() ? nullptr : st->acks);
   if (Status s = comm->connectLanes(o->railAddresses); s != Status::kOk) {
     comm->shutdown();
     comm.reset();
@@ -219,7 +222,9 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   // Rail failover when both sides offer it; a sealed comm's seals ride rail 0, so it has none.
   std::vector<wire::ProbeAddress> probes;
   std::shared_ptr<transport::RailProber> prober;
-  if (!shape->probes.empty() && contract.sealed == 0) prober = railProber(hub.dev(), &probes);
+  if (!shape->probes.empty() && shape->ackSink != 0 && contract.sealed == 0) prober = railProber(hub.dev(), &probes);
+  CommRails rails(hub.dev(), prober, probes, shape->probes, params_.rail_timeout);
+  if (!rails.active()) probes.clear();  // offered only when this side can watch and acknowledge
   auto channel = lc->sessions->acceptOpen(
       inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses(), contract, probes}));
   if (!channel.ok()) {
@@ -241,8 +246,9 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   applyContract(contract, &cfg);
   std::lock_guard lock(hub.dev().mutex());
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
-  comm->setRails(CommRails(hub.dev(), std::move(prober), probes, shape->probes, params_.rail_timeout),
-                 !probes.empty());
+  std::shared_ptr<transport::AckSource> acks =
+      probes.empty() ? nullptr : prober->ackSource(shape->ackSink, rails.watches());
+  comm->setRails(std::move(rails), std::move(acks));
   lc->clock.returned(entered);
   comm->diag().setup = lc->clock;
   comm->diag().setupTotal = now() - lc->clock.first;

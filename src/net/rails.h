@@ -34,6 +34,8 @@ class CommRails {
             const std::vector<wire::ProbeAddress>& local, const std::vector<wire::ProbeAddress>& peer,
             std::chrono::microseconds timeout);
   bool active() const { return !watches_.empty(); }
+  // The watches, by rail (the paths a receiver's acknowledgements take: transport::AckSource).
+  const std::vector<std::shared_ptr<transport::RailWatch>>& watches() const { return watches_; }
   size_t size() const { return watches_.size(); }
   bool usable(size_t r) const { return r < watches_.size() && watches_[r]->up() && now() >= suspendedUntil_[r]; }
   bool anyUsable() const;

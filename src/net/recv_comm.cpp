@@ -409,8 +409,7 @@ Status RecvComm::finish(Request* r, int* sizes) {
     abort(result, telemetry::ErrorKind::kOutOfRange, "a message is larger than the posted receive buffer");
   if (result == Status::kOk && acks_)  // rail failover: the sender's send completes now
     for (int b = 0; b < r->nbuffers; ++b)
-      sessions_->verdict(channel_, wire::Verdict{0, static_cast<uint32_t>(r->tags[static_cast<size_t>(b)]),
-                                                 r->seqs[static_cast<size_t>(b)], wire::VerdictKind::kVerified, {}});
+      acks_->delivered(static_cast<uint32_t>(r->tags[static_cast<size_t>(b)]), r->seqs[static_cast<size_t>(b)]);
   return result;
 }
 

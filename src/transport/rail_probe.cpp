@@ -27,6 +27,17 @@ struct Packet {
   int64_t sentNs;
 };
 static_assert(sizeof(Packet) == 24);
+// An acknowledgement (AckSource): the sink, the NCCL tag, the messages below upTo reported.
+constexpr uint8_t kAck = 2;
+struct AckPacket {
+  uint32_t magic;
+  uint8_t kind;
+  uint8_t pad[3];
+  uint64_t sink;
+  uint32_t tag;
+  uint32_t upTo;
+};
+static_assert(sizeof(AckPacket) == 24);
 
 bool toSockaddr(const wire::ProbeAddress& a, sockaddr_storage* ss, socklen_t* len) {
   std::memset(ss, 0, sizeof *ss);
@@ -174,6 +185,14 @@ void RailProber::answer(int fd) {
     const ssize_t n = ::recvfrom(fd, &p, sizeof p, 0, reinterpret_cast<sockaddr*>(&from), &len);
     if (n < 0) return;  // EAGAIN, or an ICMP error of an earlier probe (the rail's silence tells)
     if (n != sizeof p || p.magic != kMagic) continue;
+    if (p.kind == kAck) {
+      AckPacket a;
+      std::memcpy(&a, &p, sizeof a);
+      std::lock_guard lock(mu_);
+      for (const auto& weak : sinks_)
+        if (auto sink = weak.lock(); sink && sink->id() == a.sink) sink->update(a.tag, a.upTo);
+      continue;
+    }
     if (p.kind == kProbe) {
       p.kind = kEcho;
       ::sendto(fd, &p, sizeof p, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), len);
@@ -205,6 +224,9 @@ void RailProber::answer(int fd) {
 
 void RailProber::probeDue(int64_t t) {
   std::lock_guard lock(mu_);
+  std::erase_if(sources_, [](const auto& w) { return w.expired(); });
+  for (const auto& weak : sources_)
+    if (auto src = weak.lock()) src->repeat(t);
   std::erase_if(watches_, [](const auto& w) { return w.expired(); });
   for (const auto& weak : watches_) {
     auto w = weak.lock();
@@ -229,6 +251,82 @@ void RailProber::probeDue(int64_t t) {
       w->interval = std::min<int64_t>(w->interval * 2, std::chrono::nanoseconds(kMaxProbeInterval).count());
     w->nextProbe = t + std::max<int64_t>(w->interval, 1000000);
   }
+}
+
+std::shared_ptr<AckSink> RailProber::ackSink() {
+  std::lock_guard lock(mu_);
+  std::erase_if(sinks_, [](const auto& w) { return w.expired(); });
+  // Ids unique to this process and unlikely to meet an old sender's: a random high half.
+  static const uint64_t salt = static_cast<uint64_t>(RailWatch::nowNs()) << 32;
+  std::shared_ptr<AckSink> sink(new AckSink(salt ^ nextId_++));
+  sinks_.push_back(sink);
+  return sink;
+}
+
+std::shared_ptr<AckSource> RailProber::ackSource(uint64_t sink, std::vector<std::shared_ptr<RailWatch>> paths) {
+  std::shared_ptr<AckSource> src(new AckSource(sink, std::move(paths)));
+  std::lock_guard lock(mu_);
+  sources_.push_back(src);
+  return src;
+}
+
+bool AckSink::acked(uint32_t tag, uint32_t seq) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [t, upTo] : upTo_)
+    if (t == tag) return seq < upTo;
+  return false;
+}
+
+void AckSink::update(uint32_t tag, uint32_t upTo) {
+  std::lock_guard lock(mu_);
+  for (auto& [t, u] : upTo_)
+    if (t == tag) {
+      u = std::max(u, upTo);
+      return;
+    }
+  upTo_.emplace_back(tag, upTo);
+}
+
+void AckSource::delivered(uint32_t tag, uint32_t seq) {
+  std::lock_guard lock(mu_);
+  Tag* st = nullptr;
+  for (Tag& x : tags_)
+    if (x.tag == tag) st = &x;
+  if (st == nullptr) st = &tags_.emplace_back(Tag{tag, 0, {}});
+  if (seq != st->next) {
+    if (seq > st->next) st->ahead.push_back(seq);
+    return;
+  }
+  ++st->next;
+  for (bool more = true; more;) {  // reports above the gap it closed
+    more = false;
+    for (size_t i = 0; i < st->ahead.size(); ++i)
+      if (st->ahead[i] == st->next) {
+        ++st->next;
+        st->ahead[i] = st->ahead.back();
+        st->ahead.pop_back();
+        more = true;
+        break;
+      }
+  }
+  changed_ = RailWatch::nowNs();
+  send(tag, st->next);
+}
+
+void AckSource::send(uint32_t tag, uint32_t upTo) const {
+  AckPacket a{kMagic, kAck, {}, sink_, tag, upTo};
+  for (const auto& w : paths_)
+    if (w->up())
+      ::sendto(w->sock, &a, sizeof a, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&w->remote), w->remoteLen);
+}
+
+void AckSource::repeat(int64_t t) const {
+  std::lock_guard lock(mu_);
+  if (t - changed_ > std::chrono::nanoseconds(RailProber::kAckRepeat).count() ||
+      t - repeated_ < std::chrono::nanoseconds(RailProber::kAckInterval).count())
+    return;
+  repeated_ = t;
+  for (const Tag& x : tags_) send(x.tag, x.next);
 }
 
 void RailProber::run() {

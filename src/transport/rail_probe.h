@@ -38,6 +38,7 @@
 namespace pact::transport {
 
 class RailProber;
+class AckSource;
 
 // One local rail address to one peer rail address, as the prober sees it.
 class RailWatch {
@@ -59,6 +60,7 @@ class RailWatch {
 
  private:
   friend class RailProber;
+  friend class AckSource;
   RailWatch(int64_t timeoutNs, std::string name) : timeoutNs_(timeoutNs), name_(std::move(name)) {}
   const int64_t timeoutNs_;
   const std::string name_;
@@ -74,6 +76,50 @@ class RailWatch {
   uint64_t id = 0;
   int64_t lastReply = 0, nextProbe = 0, interval = 0, lastUp = 0, hold = 0;
   int flaps = 0;
+};
+
+// Acknowledgements of a failed-over comm's messages (net/rails.h) ride the probes' sockets, not
+// the session's control connection, which lives on rail 0's addresses and dies with it. The
+// receiver's AckSource tells the sender's AckSink, per NCCL tag, that every message below a count
+// was reported; each change goes at once over every live rail, and the prober thread sends the
+// latest again every kAckInterval for kAckRepeat after it changed, so a lost datagram costs a
+// probe interval, not a message.
+class AckSink {
+ public:
+  uint64_t id() const { return id_; }
+  // Whether the receiver acknowledged the seq-th message of tag.
+  bool acked(uint32_t tag, uint32_t seq) const;
+
+ private:
+  friend class RailProber;
+  explicit AckSink(uint64_t id) : id_(id) {}
+  void update(uint32_t tag, uint32_t upTo);
+  const uint64_t id_;
+  mutable std::mutex mu_;
+  std::vector<std::pair<uint32_t, uint32_t>> upTo_;  // (tag, messages below it acknowledged)
+};
+
+class AckSource {
+ public:
+  // The seq-th message of tag was reported: acknowledged once every earlier one of the tag was.
+  void delivered(uint32_t tag, uint32_t seq);
+
+ private:
+  friend class RailProber;
+  AckSource(uint64_t sink, std::vector<std::shared_ptr<RailWatch>> paths) : sink_(sink), paths_(std::move(paths)) {}
+  void send(uint32_t tag, uint32_t upTo) const;  // over every live path
+  void repeat(int64_t t) const;                  // the prober thread: the latest again
+  struct Tag {
+    uint32_t tag = 0;
+    uint32_t next = 0;               // messages below it acknowledged
+    std::vector<uint32_t> ahead;     // reported above a gap
+  };
+  const uint64_t sink_;
+  const std::vector<std::shared_ptr<RailWatch>> paths_;  // to the sender's probe sockets, by rail
+  mutable std::mutex mu_;
+  std::vector<Tag> tags_;
+  int64_t changed_ = 0;  // ns
+  mutable int64_t repeated_ = 0;  // ns: the prober thread's last repeat
 };
 
 class RailProber {
@@ -98,6 +144,12 @@ class RailProber {
                                            std::chrono::microseconds timeout);
   // "ip:port" of a probe address.
   static std::string describe(const wire::ProbeAddress& a);
+  // A sender's sink of acknowledgements (its id goes to the receiver in the handshake), and a
+  // receiver's source of them to the sink `sink` over `paths` (watches of the sender's rails).
+  std::shared_ptr<AckSink> ackSink();
+  std::shared_ptr<AckSource> ackSource(uint64_t sink, std::vector<std::shared_ptr<RailWatch>> paths);
+  static constexpr auto kAckRepeat = std::chrono::seconds(2);
+  static constexpr auto kAckInterval = std::chrono::milliseconds(20);
 
  private:
   RailProber();
@@ -114,6 +166,8 @@ class RailProber {
   std::mutex mu_;
   std::vector<Socket> sockets_;
   std::vector<std::weak_ptr<RailWatch>> watches_;
+  std::vector<std::weak_ptr<AckSink>> sinks_;
+  std::vector<std::weak_ptr<AckSource>> sources_;
   uint64_t nextId_ = 1;
   ScopedFd epoll_, wake_;  // wake_: an eventfd that ends the thread's wait
   std::atomic<bool> stop_{false};

@@ -193,8 +193,10 @@ TEST(Frames, TheRailProbeAddressesRoundTripAndRefuseBadFields) {
   EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.probe_family: 5 is not 0, 4 or 6");
   shape.probes = {ProbeAddress{4, {127, 0, 0, 1}, 0}};
   EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.probe_port: 0");
-  auto bytes = encode(CommShape{1, 2, 2, 65536, {}, {}});
-  bytes.back() = 9;  // nine probe addresses
+  CommShape acked{1, 2, 2, 65536, {}, {v4}, 0x1234};
+  EXPECT_EQ(decodeCommShape(encode(acked))->ackSink, 0x1234u);
+  auto bytes = encode(CommShape{1, 2, 2, 65536, {}, {}, 0});
+  bytes[bytes.size() - 9] = 9;  // nine probe addresses (the count is before the ack sink)
   EXPECT_EQ(decodeCommShape(bytes).error().message, "comm_shape.probes: 9 outside 0..8");
 }
 
