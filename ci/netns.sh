@@ -26,6 +26,19 @@
 #       Deletes the namespaces pactA and pactB, which destroys every veth, qdisc and nftables rule
 #       in them (`up` creates each veth end directly inside its namespace, so nothing is ever left
 #       in the caller's namespace). Idempotent: succeeds when nothing is there.
+#   ci/netns.sh link IDX up|down
+#       Sets pa<IDX> (in pactA) and pb<IDX> (in pactB) down or up: a cut cable, seen by both ends
+#       (carrier off). `up` waits (bounded, 5 s) until both ends are operationally UP again and puts
+#       back any address or connected route of the pair that is missing, so that the pair carries
+#       traffic as after `up`; its rate limit (tbf) survives the down. Idempotent.
+#   ci/netns.sh blackhole IDX on|off
+#       `on` drops every packet that arrives on pa<IDX> or pb<IDX>, in both namespaces, so nothing
+#       crosses pair IDX in either direction while both links stay UP with carrier: a black hole,
+#       not a cut. Done with nftables (table inet pact_hole, chain in<IDX>, input hook) at the
+#       receiving end only, as the --loss rule does: a drop on the output hook would hand the
+#       sender EPERM, which no real black hole does. ARP is not filtered (it is not inet), so the
+#       neighbours stay resolved and only the packets vanish. `off` removes the pair's rule (and
+#       the table once it is empty). Both are idempotent.
 #   ci/netns.sh run A|B CMD [ARGS...]
 #       Runs CMD inside pactA or pactB (ip netns exec: own /sys view of that namespace) and exits
 #       with its status.
@@ -37,9 +50,9 @@
 #       Prints the namespaces, their links, addresses, qdiscs and nftables rules (diagnostics).
 #
 # Everything this script creates carries the names above (pactA, pactB, pa<i>, pb<i>,
-# pactprobe<pid>, nftables table `pact_loss` inside the namespaces); it never touches the host's
+# pactprobe<pid>, nftables tables `pact_loss` and `pact_hole` inside the namespaces); it never touches the host's
 # own interfaces, addresses or routes. Needs root (CAP_NET_ADMIN + CAP_SYS_ADMIN), iproute2
-# (ip, tc) and, for --loss, nft.
+# (ip, tc) and, for --loss and blackhole, nft.
 set -Eeuo pipefail
 
 NS_A=pactA
@@ -174,6 +187,92 @@ table inet pact_loss {
 EOF
 }
 
+# IDX of link/blackhole: a pair that `up` built (pa<IDX> in pactA and pb<IDX> in pactB).
+check_pair() {
+  local what=$1 idx=$2
+  if ! [[ $idx =~ ^[0-9]+$ ]] || ((idx >= MAX_PAIRS)); then
+    die "$what: IDX must be 0..$((MAX_PAIRS - 1)), got '$idx'"
+  fi
+  if ! ns_exists "$NS_A" || ! ns_exists "$NS_B"; then
+    die "$what: namespaces absent (run '$0 up' first)"
+  fi
+  if ! ip -n "$NS_A" link show "pa$idx" >/dev/null 2>&1 ||
+     ! ip -n "$NS_B" link show "pb$idx" >/dev/null 2>&1; then
+    die "$what: pair $idx does not exist (built with fewer --pairs?)"
+  fi
+}
+
+# The address `up` gave one end of pair idx, and its connected route, if missing. The kernel keeps
+# addresses across down/up and adds the prefix route back on up, so this is normally a no-op; it
+# keeps `link up` correct should something have removed them while the link was down.
+ensure_addr() {
+  local ns=$1 dev=$2 addr=$3 idx=$4
+  if ! ip -n "$ns" -4 -o addr show dev "$dev" | grep -q " $addr/24 "; then
+    ip -n "$ns" addr add "$addr/24" dev "$dev"
+  fi
+  if ! ip -n "$ns" -4 route show dev "$dev" | grep -q "^10\.77\.$idx\.0/24 "; then
+    ip -n "$ns" route replace "10.77.$idx.0/24" dev "$dev" src "$addr"
+  fi
+}
+
+cmd_link() {
+  (($# == 2)) || die "link takes IDX and up|down, got: ${*:-nothing}"
+  local idx=$1 state=$2
+  [[ $state == up || $state == down ]] || die "link: state must be up or down, got '$state'"
+  check_pair link "$idx"
+  ip -n "$NS_A" link set "pa$idx" "$state"
+  ip -n "$NS_B" link set "pb$idx" "$state"
+  if [[ $state == up ]]; then
+    wait_oper_up "$NS_A" "pa$idx"
+    wait_oper_up "$NS_B" "pb$idx"
+    ensure_addr "$NS_A" "pa$idx" "10.77.$idx.1" "$idx"
+    ensure_addr "$NS_B" "pb$idx" "10.77.$idx.2" "$idx"
+  fi
+}
+
+# One base chain per pair, so that on/off of one pair never touches another pair's rule. The
+# chain is declared, flushed and filled in one nft transaction: `on` twice leaves one rule.
+hole_on() {
+  local ns=$1 dev=$2 idx=$3
+  ip netns exec "$ns" nft -f - <<EOF
+table inet pact_hole {
+  chain in$idx { type filter hook input priority -10; policy accept; }
+}
+flush chain inet pact_hole in$idx
+add rule inet pact_hole in$idx iifname "$dev" counter drop
+EOF
+}
+
+hole_off() {
+  local ns=$1 idx=$2
+  if ip netns exec "$ns" nft list chain inet pact_hole "in$idx" >/dev/null 2>&1; then
+    # A chain must be empty before it can be deleted.
+    ip netns exec "$ns" nft -f - <<EOF
+flush chain inet pact_hole in$idx
+delete chain inet pact_hole in$idx
+EOF
+  fi
+  if ip netns exec "$ns" nft list table inet pact_hole >/dev/null 2>&1 &&
+     ! ip netns exec "$ns" nft list table inet pact_hole | grep -q '^[[:space:]]*chain '; then
+    ip netns exec "$ns" nft delete table inet pact_hole
+  fi
+}
+
+cmd_blackhole() {
+  (($# == 2)) || die "blackhole takes IDX and on|off, got: ${*:-nothing}"
+  local idx=$1 state=$2
+  [[ $state == on || $state == off ]] || die "blackhole: state must be on or off, got '$state'"
+  command -v nft >/dev/null || die "blackhole needs nft (nftables)"
+  check_pair blackhole "$idx"
+  if [[ $state == on ]]; then
+    hole_on "$NS_A" "pa$idx" "$idx"
+    hole_on "$NS_B" "pb$idx" "$idx"
+  else
+    hole_off "$NS_A" "$idx"
+    hole_off "$NS_B" "$idx"
+  fi
+}
+
 cmd_run() {
   local which=${1:-}
   shift || true
@@ -227,6 +326,8 @@ cmd_status() {
 case ${1:-} in
   up) shift; cmd_up "$@" ;;
   down) shift; (($# == 0)) || die "down takes no arguments"; cmd_down ;;
+  link) shift; cmd_link "$@" ;;
+  blackhole) shift; cmd_blackhole "$@" ;;
   run) shift; cmd_run "$@" ;;
   check) shift; cmd_check ;;
   status) shift; cmd_status ;;
