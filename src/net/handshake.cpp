@@ -47,7 +47,8 @@ struct ConnectState {
   std::shared_ptr<transport::AckSink> acks;       // where the receiver acknowledges messages
 };
 
-std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes) {
+std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes,
+                                                      std::vector<wire::ProbeAddress>* acks) {
   if (params_.rail_timeout.count() == 0 || dev.rails() < 2) return nullptr;
   std::shared_ptr<transport::RailProber> prober;
   {
@@ -55,7 +56,7 @@ std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vect
     if (!prober_) prober_ = transport::RailProber::acquire();
     prober = prober_;
   }
-  *probes = probesOf(dev, *prober, params_.rail_timeout);
+  *probes = probesOf(dev, *prober, params_.rail_timeout, acks);
   return probes->empty() ? nullptr : prober;
 }
 
@@ -125,7 +126,7 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     shape.rails = static_cast<uint8_t>((*hb)->dev().rails());
     shape.contract = offerOf(params_.classes.forNccl(trafficClass));
     std::vector<wire::ProbeAddress> probes;
-    auto prober = railProber((*hb)->dev(), &probes);
+    auto prober = railProber((*hb)->dev(), &probes, &shape.ackTo);
     shape.probes = probes;
     std::shared_ptr<transport::AckSink> sink = prober ? prober->ackSink() : nullptr;
     shape.ackSink = sink ? sink->id() : 0;
@@ -222,7 +223,9 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   // Rail failover when both sides offer it; a sealed comm's seals ride rail 0, so it has none.
   std::vector<wire::ProbeAddress> probes;
   std::shared_ptr<transport::RailProber> prober;
-  if (!shape->probes.empty() && shape->ackSink != 0 && contract.sealed == 0) prober = railProber(hub.dev(), &probes);
+  if (!shape->probes.empty() && shape->ackSink != 0 && shape->ackTo.size() == shape->probes.size() &&
+      contract.sealed == 0)
+    prober = railProber(hub.dev(), &probes);
   CommRails rails(hub.dev(), prober, probes, shape->probes, params_.rail_timeout);
   if (!rails.active()) probes.clear();  // offered only when this side can watch and acknowledge
   auto channel = lc->sessions->acceptOpen(
@@ -247,7 +250,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   std::lock_guard lock(hub.dev().mutex());
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
   std::shared_ptr<transport::AckSource> acks =
-      probes.empty() ? nullptr : prober->ackSource(shape->ackSink, rails.watches());
+      probes.empty() ? nullptr : prober->ackSource(shape->ackSink, rails.watches(), shape->ackTo);
   comm->setRails(std::move(rails), std::move(acks));
   lc->clock.returned(entered);
   comm->diag().setup = lc->clock;

@@ -120,7 +120,9 @@ class Net {
   // Rail failover (net/rails.h): the process's prober and this side's probe addresses for a comm
   // on dev; null (and no addresses) when failover is off or dev has one rail. The Net keeps the
   // prober from its first use to its end, so a peer's watch is answered between comms too.
-  std::shared_ptr<transport::RailProber> railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes);
+  // acks (may be null): where this side reads acknowledgements (a sender's).
+  std::shared_ptr<transport::RailProber> railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes,
+                                                    std::vector<wire::ProbeAddress>* acks = nullptr);
 
   Params params_;
   std::unique_ptr<transport::Fabric> fabric_;

@@ -17,17 +17,20 @@ const std::string& railAddress(const transport::DeviceCtx& dev, size_t i) {
 }  // namespace
 
 std::vector<wire::ProbeAddress> probesOf(transport::DeviceCtx& dev, transport::RailProber& prober,
-                                         std::chrono::microseconds timeout) {
+                                         std::chrono::microseconds timeout, std::vector<wire::ProbeAddress>* acks) {
   std::vector<wire::ProbeAddress> out;
   if (timeout.count() == 0 || dev.rails() < 2 || dev.info().memberAddresses.size() < dev.rails()) return out;
   for (size_t i = 0; i < dev.rails(); ++i) {
     auto a = prober.listen(railAddress(dev, i));
-    if (!a.ok()) {
+    auto k = acks != nullptr ? prober.ackAddress(railAddress(dev, i)) : a;
+    if (!a.ok() || !k.ok()) {
       PACT_WARN("device %s: rail %zu: %s; rail failover is off for its comms", dev.info().name.c_str(), i,
-                a.error().message.c_str());
+                (a.ok() ? k : a).error().message.c_str());
+      if (acks != nullptr) acks->clear();
       return {};
     }
     out.push_back(*a);
+    if (acks != nullptr) acks->push_back(*k);
   }
   return out;
 }

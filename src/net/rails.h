@@ -21,8 +21,10 @@ namespace pact::net {
 
 // The probe addresses of every rail of dev, answered by prober (bound now); empty when failover
 // is off (timeout 0), the device has one rail, or a socket could not be bound (logged).
+// acks (may be null): where this side reads acknowledgements on each rail (a sender's).
 std::vector<wire::ProbeAddress> probesOf(transport::DeviceCtx& dev, transport::RailProber& prober,
-                                         std::chrono::microseconds timeout);
+                                         std::chrono::microseconds timeout,
+                                         std::vector<wire::ProbeAddress>* acks = nullptr);
 
 class CommRails {
  public:
@@ -43,6 +45,10 @@ class CommRails {
   // Rail r is out: UCX's TCP connections over it to the peer are shut down (ucx/tcp_reset.h), so
   // what they hold ends now and nothing of it can land later. The number shut down.
   int reset(size_t r) const;
+  // Reads the acknowledgements waiting for this process now (transport::RailProber::drainAcks).
+  void drainAcks() const {
+    if (prober_) prober_->drainAcks();
+  }
   // Data moved over rail r (transport::RailWatch::heard).
   void heard(size_t r) {
     if (r < watches_.size()) watches_[r]->heard();

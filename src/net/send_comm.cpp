@@ -345,6 +345,7 @@ void SendComm::progressComm(Request*) {}
 void SendComm::settle(Request*) {
   if (awaitingVerdicts_ == 0) return;
   if (ackSink_) {  // rail failover: the receiver's acknowledgements (an acked comm is not verified)
+    rails_.drainAcks();
     for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted)
       if (r->held && ackSink_->acked(static_cast<uint32_t>(r->tags[0]), r->seqs[0])) {
         r->held = false;

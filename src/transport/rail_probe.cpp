@@ -105,12 +105,7 @@ std::string RailProber::describe(const wire::ProbeAddress& a) {
   return (a.family == 6 ? "[" + std::string(text) + "]" : std::string(text)) + ":" + std::to_string(a.port);
 }
 
-int RailProber::socketFor(const std::string& ip, wire::ProbeAddress* out) {
-  for (const Socket& s : sockets_)
-    if (s.ip == ip) {
-      *out = s.address;
-      return s.fd.get();
-    }
+ScopedFd RailProber::bindUdp(const std::string& ip, wire::ProbeAddress* out) {
   wire::ProbeAddress a;
   sockaddr_storage ss{};
   socklen_t len = 0;
@@ -120,21 +115,62 @@ int RailProber::socketFor(const std::string& ip, wire::ProbeAddress* out) {
     a.family = 6;
   } else {
     errno = EINVAL;
-    return -1;
+    return ScopedFd();
   }
   toSockaddr(a, &ss, &len);
   ScopedFd fd(::socket(ss.ss_family, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0) return -1;
-  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0) return -1;
+  if (!fd.valid() || ::bind(fd.get(), reinterpret_cast<sockaddr*>(&ss), len) != 0 ||
+      ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return ScopedFd();
   a.port = ntohs(ss.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&ss)->sin_port
                                          : reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+  *out = a;
+  return fd;
+}
+
+int RailProber::socketFor(const std::string& ip, wire::ProbeAddress* out) {
+  for (const Socket& s : sockets_)
+    if (s.ip == ip) {
+      *out = s.address;
+      return s.fd.get();
+    }
+  ScopedFd fd = bindUdp(ip, out);
+  if (!fd.valid()) return -1;
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = fd.get();
   if (::epoll_ctl(epoll_.get(), EPOLL_CTL_ADD, fd.get(), &ev) != 0) return -1;
-  *out = a;
-  sockets_.push_back(Socket{ip, std::move(fd), a});
+  sockets_.push_back(Socket{ip, std::move(fd), *out});
   return sockets_.back().fd.get();
+}
+
+Result<wire::ProbeAddress> RailProber::ackAddress(const std::string& ip) {
+  std::lock_guard lock(mu_);
+  for (const Socket& s : ackSockets_)
+    if (s.ip == ip) return s.address;
+  wire::ProbeAddress a;
+  ScopedFd fd = bindUdp(ip, &a);
+  if (!fd.valid()) return Error{Status::kSystemError, "rail ack socket on " + ip + ": " + std::strerror(errno)};
+  ackSockets_.push_back(Socket{ip, std::move(fd), a});
+  return a;
+}
+
+void RailProber::dispatchAck(const void* packet) {
+  AckPacket a;
+  std::memcpy(&a, packet, sizeof a);
+  for (const auto& weak : sinks_)
+    if (auto sink = weak.lock(); sink && sink->id() == a.sink) sink->update(a.tag, a.upTo);
+}
+
+void RailProber::drainAcks() {
+  std::lock_guard lock(mu_);
+  for (const Socket& s : ackSockets_)
+    for (;;) {
+      AckPacket a{};
+      const ssize_t n = ::recv(s.fd.get(), &a, sizeof a, MSG_DONTWAIT);
+      if (n < 0) break;
+      if (n == sizeof a && a.magic == kMagic && a.kind == kAck) dispatchAck(&a);
+    }
 }
 
 Result<wire::ProbeAddress> RailProber::listen(const std::string& ip) {
@@ -185,14 +221,6 @@ void RailProber::answer(int fd) {
     const ssize_t n = ::recvfrom(fd, &p, sizeof p, 0, reinterpret_cast<sockaddr*>(&from), &len);
     if (n < 0) return;  // EAGAIN, or an ICMP error of an earlier probe (the rail's silence tells)
     if (n != sizeof p || p.magic != kMagic) continue;
-    if (p.kind == kAck) {
-      AckPacket a;
-      std::memcpy(&a, &p, sizeof a);
-      std::lock_guard lock(mu_);
-      for (const auto& weak : sinks_)
-        if (auto sink = weak.lock(); sink && sink->id() == a.sink) sink->update(a.tag, a.upTo);
-      continue;
-    }
     if (p.kind == kProbe) {
       p.kind = kEcho;
       ::sendto(fd, &p, sizeof p, MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&from), len);
@@ -263,8 +291,14 @@ std::shared_ptr<AckSink> RailProber::ackSink() {
   return sink;
 }
 
-std::shared_ptr<AckSource> RailProber::ackSource(uint64_t sink, std::vector<std::shared_ptr<RailWatch>> paths) {
-  std::shared_ptr<AckSource> src(new AckSource(sink, std::move(paths)));
+std::shared_ptr<AckSource> RailProber::ackSource(uint64_t sink, const std::vector<std::shared_ptr<RailWatch>>& paths,
+                                                 const std::vector<wire::ProbeAddress>& to) {
+  std::vector<AckSource::Path> ps;
+  for (size_t r = 0; r < paths.size() && r < to.size(); ++r) {
+    AckSource::Path p{paths[r], {}, 0};
+    if (toSockaddr(to[r], &p.to, &p.toLen)) ps.push_back(std::move(p));
+  }
+  std::shared_ptr<AckSource> src(new AckSource(sink, std::move(ps)));
   std::lock_guard lock(mu_);
   sources_.push_back(src);
   return src;
@@ -315,9 +349,11 @@ void AckSource::delivered(uint32_t tag, uint32_t seq) {
 
 void AckSource::send(uint32_t tag, uint32_t upTo) const {
   AckPacket a{kMagic, kAck, {}, sink_, tag, upTo};
-  for (const auto& w : paths_)
-    if (w->up())
-      ::sendto(w->sock, &a, sizeof a, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&w->remote), w->remoteLen);
+  for (const Path& p : paths_)
+    if (p.watch->up()) {  // the first live path; the repeats go the same way while it lives
+      ::sendto(p.watch->sock, &a, sizeof a, MSG_DONTWAIT, reinterpret_cast<const sockaddr*>(&p.to), p.toLen);
+      return;
+    }
 }
 
 void AckSource::repeat(int64_t t) const {

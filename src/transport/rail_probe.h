@@ -81,7 +81,7 @@ class RailWatch {
 // Acknowledgements of a failed-over comm's messages (net/rails.h) ride the probes' sockets, not
 // the session's control connection, which lives on rail 0's addresses and dies with it. The
 // receiver's AckSource tells the sender's AckSink, per NCCL tag, that every message below a count
-// was reported; each change goes at once over every live rail, and the prober thread sends the
+// was reported; each change goes at once over the first live rail, and the prober thread sends the
 // latest again every kAckInterval for kAckRepeat after it changed, so a lost datagram costs a
 // probe interval, not a message.
 class AckSink {
@@ -106,8 +106,15 @@ class AckSource {
 
  private:
   friend class RailProber;
-  AckSource(uint64_t sink, std::vector<std::shared_ptr<RailWatch>> paths) : sink_(sink), paths_(std::move(paths)) {}
-  void send(uint32_t tag, uint32_t upTo) const;  // over every live path
+  // A path: the watch of the sender's rail (its state, and this side's socket on the rail) and
+  // where on that rail the sender reads acknowledgements.
+  struct Path {
+    std::shared_ptr<RailWatch> watch;
+    sockaddr_storage to{};
+    socklen_t toLen = 0;
+  };
+  AckSource(uint64_t sink, std::vector<Path> paths) : sink_(sink), paths_(std::move(paths)) {}
+  void send(uint32_t tag, uint32_t upTo) const;  // over the first live path
   void repeat(int64_t t) const;                  // the prober thread: the latest again
   struct Tag {
     uint32_t tag = 0;
@@ -115,7 +122,7 @@ class AckSource {
     std::vector<uint32_t> ahead;     // reported above a gap
   };
   const uint64_t sink_;
-  const std::vector<std::shared_ptr<RailWatch>> paths_;  // to the sender's probe sockets, by rail
+  const std::vector<Path> paths_;  // to the sender's acknowledgement sockets, by rail
   mutable std::mutex mu_;
   std::vector<Tag> tags_;
   int64_t changed_ = 0;  // ns
@@ -147,7 +154,15 @@ class RailProber {
   // A sender's sink of acknowledgements (its id goes to the receiver in the handshake), and a
   // receiver's source of them to the sink `sink` over `paths` (watches of the sender's rails).
   std::shared_ptr<AckSink> ackSink();
-  std::shared_ptr<AckSource> ackSource(uint64_t sink, std::vector<std::shared_ptr<RailWatch>> paths);
+  // to[r]: where the sender reads acknowledgements on rail r (its ackAddress), watched by paths[r].
+  std::shared_ptr<AckSource> ackSource(uint64_t sink, const std::vector<std::shared_ptr<RailWatch>>& paths,
+                                       const std::vector<wire::ProbeAddress>& to);
+  // Where this process reads acknowledgements on its rail address ip: a socket of its own that the
+  // prober thread never reads (the sender's test() reads it, drainAcks), so an acknowledgement
+  // waits for no thread to be scheduled (bound on first use).
+  Result<wire::ProbeAddress> ackAddress(const std::string& ip);
+  // Reads the acknowledgements waiting on this process's ack sockets and hands them to their sinks.
+  void drainAcks();
   static constexpr auto kAckRepeat = std::chrono::seconds(2);
   static constexpr auto kAckInterval = std::chrono::milliseconds(20);
 
@@ -157,6 +172,9 @@ class RailProber {
   void answer(int fd);           // reads every datagram waiting on fd: probes echoed, echoes noted
   void probeDue(int64_t t);      // sends the probes that are due and judges silences
   int socketFor(const std::string& ip, wire::ProbeAddress* out);
+  // A non-blocking UDP socket bound on ip (port chosen by the kernel), its address in *out.
+  static ScopedFd bindUdp(const std::string& ip, wire::ProbeAddress* out);
+  void dispatchAck(const void* packet);  // mu_ held
 
   struct Socket {
     std::string ip;
@@ -165,6 +183,7 @@ class RailProber {
   };
   std::mutex mu_;
   std::vector<Socket> sockets_;
+  std::vector<Socket> ackSockets_;  // not in the epoll set: read by drainAcks only
   std::vector<std::weak_ptr<RailWatch>> watches_;
   std::vector<std::weak_ptr<AckSink>> sinks_;
   std::vector<std::weak_ptr<AckSource>> sources_;

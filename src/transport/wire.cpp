@@ -225,6 +225,7 @@ std::vector<uint8_t> encode(const CommShape& m) {
   putContract(w, m.contract);
   putProbes(w, m.probes);
   w.u64(m.ackSink);
+  putProbes(w, m.ackTo);
   return w.out;
 }
 
@@ -341,7 +342,8 @@ Result<CommShape> decodeCommShape(std::span<const uint8_t> payload) {
   CommShape m;
   uint16_t channel = 0, rails = 0;
   if (!r.u16(&channel, "order_lanes") || !r.u16(&rails, "rails") || !r.u64(&m.chunk, "chunk") ||
-      !getContract(r, &m.contract) || !getProbes(r, &m.probes) || !r.u64(&m.ackSink, "ack_sink") || !r.done())
+      !getContract(r, &m.contract) || !getProbes(r, &m.probes) || !r.u64(&m.ackSink, "ack_sink") ||
+      !getProbes(r, &m.ackTo) || !r.done())
     return r.error();
   if (rails < 1 || rails > kMaxRails)
     return Error{Status::kInvalidArgument, "comm_shape.rails: " + std::to_string(rails) + " outside 1..8"};

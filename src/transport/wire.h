@@ -118,7 +118,8 @@ struct CommShape {
   uint64_t chunk = 0;     // unordered: power of two in [4 KiB, 1 GiB]
   Contract contract;      // the sender's class (sealed unused)
   std::vector<ProbeAddress> probes;  // the sender's rails' probe addresses (0..8; none: not probed)
-  uint64_t ackSink = 0;  // where the receiver acknowledges messages (transport::AckSink; 0: none)
+  uint64_t ackSink = 0;  // whom the receiver acknowledges messages to (transport::AckSink; 0: none)
+  std::vector<ProbeAddress> ackTo;  // where, per rail (the sender's acknowledgement sockets)
 };
 inline constexpr uint8_t kMaxLanes = 16;
 inline constexpr size_t kMaxRails = 8;

@@ -148,21 +148,21 @@ TEST(Frames, ChannelFramesRoundTrip) {
 }
 
 TEST(Frames, ThePluginsPayloadsRoundTripAndRefuseBadFields) {
-  auto sh = decodeCommShape(encode(CommShape{1, 4, 2, 65536, {}, {}}));
+  auto sh = decodeCommShape(encode(CommShape{1, 4, 2, 65536, {}, {}, 0, {}}));
   ASSERT_TRUE(sh.ok()) << sh.error().message;
   EXPECT_EQ(sh->unordered, 1u);
   EXPECT_EQ(sh->lanes, 4u);
   EXPECT_EQ(sh->rails, 2u);
   EXPECT_EQ(sh->chunk, 65536u);
-  EXPECT_EQ(decodeCommShape(encode(CommShape{1, 2, 1, 5000, {}, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{1, 2, 1, 5000, {}, {}, 0, {}})).error().message,
             "comm_shape.chunk: 5000 is not a power of two in [4096, 2^30]");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 17, 1, 0, {}, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 17, 1, 0, {}, {}, 0, {}})).error().message,
             "comm_shape.lanes: 17 outside 1..16");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{2, 1, 1, 0, {}, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{2, 1, 1, 0, {}, {}, 0, {}})).error().message,
             "comm_shape.order: 2 is not 0 or 1");
-  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 1, 9, 0, {}, {}})).error().message,
+  EXPECT_EQ(decodeCommShape(encode(CommShape{0, 1, 9, 0, {}, {}, 0, {}})).error().message,
             "comm_shape.rails: 9 outside 1..8");
-  auto shape = encode(CommShape{1, 2, 1, 4096, {}, {}});
+  auto shape = encode(CommShape{1, 2, 1, 4096, {}, {}, 0, {}});
   for (size_t n = 0; n < shape.size(); ++n)
     EXPECT_FALSE(decodeCommShape(std::span(shape).first(n)).ok()) << n;
 
@@ -182,7 +182,7 @@ TEST(Frames, ThePluginsPayloadsRoundTripAndRefuseBadFields) {
 // Rail failover: each side's rails' probe addresses ride the shape and the accept.
 TEST(Frames, TheRailProbeAddressesRoundTripAndRefuseBadFields) {
   ProbeAddress v4{4, {10, 77, 1, 2}, 40123}, v6{6, {0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1}, 7};
-  CommShape shape{1, 2, 2, 65536, {}, {v4, v6}};
+  CommShape shape{1, 2, 2, 65536, {}, {v4, v6}, 0, {}};
   auto sh = decodeCommShape(encode(shape));
   ASSERT_TRUE(sh.ok()) << sh.error().message;
   EXPECT_EQ(sh->probes, (std::vector<ProbeAddress>{v4, v6}));
@@ -193,17 +193,18 @@ TEST(Frames, TheRailProbeAddressesRoundTripAndRefuseBadFields) {
   EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.probe_family: 5 is not 0, 4 or 6");
   shape.probes = {ProbeAddress{4, {127, 0, 0, 1}, 0}};
   EXPECT_EQ(decodeCommShape(encode(shape)).error().message, "comm_shape.probe_port: 0");
-  CommShape acked{1, 2, 2, 65536, {}, {v4}, 0x1234};
+  CommShape acked{1, 2, 2, 65536, {}, {v4}, 0x1234, {v6}};
   EXPECT_EQ(decodeCommShape(encode(acked))->ackSink, 0x1234u);
-  auto bytes = encode(CommShape{1, 2, 2, 65536, {}, {}, 0});
-  bytes[bytes.size() - 9] = 9;  // nine probe addresses (the count is before the ack sink)
+  EXPECT_EQ(decodeCommShape(encode(acked))->ackTo, std::vector<ProbeAddress>{v6});
+  auto bytes = encode(CommShape{1, 2, 2, 65536, {}, {}, 0, {}});
+  bytes[bytes.size() - 10] = 9;  // nine probe addresses (their count is before the ack sink and its list)
   EXPECT_EQ(decodeCommShape(bytes).error().message, "comm_shape.probes: 9 outside 0..8");
 }
 
 // The class contract rides the comm shape (the sender's class) and the accept (what the comm
 // does); the verdict frame answers each message of a verified comm.
 TEST(Frames, TheContractAndTheVerdictRoundTripAndRefuseBadFields) {
-  CommShape shape{1, 2, 1, 65536, Contract{2, 3, 200000, 0}, {}};
+  CommShape shape{1, 2, 1, 65536, Contract{2, 3, 200000, 0}, {}, 0, {}};
   auto sh = decodeCommShape(encode(shape));
   ASSERT_TRUE(sh.ok()) << sh.error().message;
   EXPECT_EQ(sh->contract.verify, 2u);
