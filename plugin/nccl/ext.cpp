@@ -110,10 +110,12 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_rails(void* comm
   v.watched = rails.active() ? 1 : 0;
   v.rails = rails.active() ? static_cast<int>(rails.size()) : 1;
   v.rails_up = rails.active() ? static_cast<int>(rails.usableCount()) : 1;
-  v.failovers = rails.failovers;
-  v.recoveries = rails.recoveries;
-  v.pieces_resent = rails.piecesResent;
-  v.bytes_resent = rails.bytesResent;
+  using namespace pact::telemetry;
+  const CounterSet& s = c->counters();
+  v.failovers = s.get(kRailFailovers);
+  v.recoveries = s.get(kRailRecoveries);
+  v.pieces_resent = s.get(kRailResentPieces);
+  v.bytes_resent = s.get(kRailResentBytes);
   for (size_t r = 0; r < PACT_MAX_RAILS; ++r) {
     v.rail_up[r] = rails.active() ? (r < rails.size() && rails.usable(r) ? 1 : 0) : (r == 0 ? 1 : 0);
     if (r < rails.size()) v.rail_down_us[r] = static_cast<uint64_t>(rails.downTime(r).count());

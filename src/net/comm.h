@@ -181,6 +181,15 @@ class Comm {
   bool byeLost();
   // Something of the comm's own failed (a lane's endpoint): the send side looks.
   virtual void checkLinks() {}
+  // Rail failover: counts the rails that went out and came back (CommRails::changes).
+  void countRailChanges(unsigned out, unsigned back) {
+    counters_.add(telemetry::kRailFailovers, static_cast<uint64_t>(__builtin_popcount(out)));
+    counters_.add(telemetry::kRailRecoveries, static_cast<uint64_t>(__builtin_popcount(back)));
+  }
+  void countResent(size_t bytes) {
+    counters_.add(telemetry::kRailResentPieces);
+    counters_.add(telemetry::kRailResentBytes, bytes);
+  }
   // One PACT_FAULT decision: true (and counted) with probability p. No dice: never.
   bool inject(double p) {
     if (!dice_ || !dice_->roll(p)) return false;

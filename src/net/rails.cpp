@@ -86,8 +86,6 @@ std::pair<unsigned, unsigned> CommRails::changes() {
     if (!isOut && (seenOut_ & bit)) back |= bit;
   }
   seenOut_ = (seenOut_ | out) & ~back;
-  failovers += static_cast<uint64_t>(__builtin_popcount(out));
-  recoveries += static_cast<uint64_t>(__builtin_popcount(back));
   return {out, back};
 }
 

@@ -58,8 +58,7 @@ class CommRails {
   // The rail a lane whose home is `home` should be on: home when usable, else the usable rail
   // carrying the fewest lanes (lanesOn[r]); -1 when none is.
   int pick(size_t home, const std::vector<int>& lanesOn) const;
-  // Rails whose state changed since the last call: out (first) and back (second), as bit sets,
-  // counted as failovers and recoveries.
+  // Rails whose state changed since the last call: out (first) and back (second), as bit sets.
   std::pair<unsigned, unsigned> changes();
   // "rail 1 (10.77.1.2:40123)", for log lines.
   std::string name(size_t r) const;
@@ -67,8 +66,6 @@ class CommRails {
   std::string cause(size_t r) const;
   std::chrono::microseconds downTime(size_t r) const { return watches_[r]->downTime(); }
   std::chrono::microseconds timeout() const { return timeout_; }
-
-  uint64_t failovers = 0, recoveries = 0, piecesResent = 0, bytesResent = 0;
 
  private:
   std::shared_ptr<transport::RailProber> prober_;

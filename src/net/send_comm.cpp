@@ -80,6 +80,7 @@ void SendComm::checkRails() {
   for (size_t i = 0; i < lanes_.size(); ++i)
     if (lanes_.shared(i)->failed()) rails_.suspend(lanes_.rail(i));
   const auto [out, back] = rails_.changes();
+  countRailChanges(out, back);
   // A peer that closed its side (its prober may be gone with it) or died says so on the session.
   if (out != 0) readPeer(sessions_->view(channel_, false));
   if (byeReceived_ || error_ != Status::kOk) return;
@@ -125,8 +126,7 @@ void SendComm::checkRails() {
         if (q->parts[k].done && (out & (1u << q->parts[k].rail)) != 0) {
           inFlight += q->parts[k].size;
           ++unacked;
-          ++rails_.piecesResent;
-          rails_.bytesResent += q->parts[k].size;
+          countResent(q->parts[k].size);
           if (loose(q->parts[k]))
             sendLoose(&q->parts[k]);
           else
@@ -149,8 +149,7 @@ Failover SendComm::failover(Part* p) {
   if (!rails_.active() || p->seal || error_ != Status::kOk || closing_) return Failover::kNo;
   rails_.suspend(p->rail);  // its endpoint failed, or checkRails closed it
   if (!rails_.anyUsable()) return Failover::kNo;
-  ++rails_.piecesResent;
-  rails_.bytesResent += p->size;
+  countResent(p->size);
   if (!loose(*p)) {  // the part itself goes again
     p->status = Status::kRemoteError;  // no throughput sample
     lanes_.completed(*p);

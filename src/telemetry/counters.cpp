@@ -43,6 +43,10 @@ constexpr CounterInfo kCommInfo[] = {
     {"checksum_mismatches", "receive: pieces whose check did not match the sender's (verify)"},
     {"credit_refusals", "send: isend calls answered with a NULL request because the class's credits to the peer were spent"},
     {"priority_holds", "send: times the comm stood back (held its waiting pieces) because a higher class had work to the same peer"},
+    {"rail_failovers", "times a rail of the comm was taken out (rail failover: no probe answered and no data for PACT_RAIL_TIMEOUT, or an endpoint failed)"},
+    {"rail_recoveries", "times an out rail of the comm was taken back"},
+    {"rail_resent_pieces", "send: pieces sent again on another rail after a failover"},
+    {"rail_resent_bytes", "send: bytes of those pieces"},
 };
 static_assert(std::size(kCommInfo) == kCommCounters);
 

@@ -117,7 +117,7 @@ extern const Catalog kEngineCatalog;
 enum CommCounter : size_t {
   kMessages, kCommBytes, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
   kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kChecksumMismatches, kCreditRefusals,
-  kPriorityHolds, kCommCounters
+  kPriorityHolds, kRailFailovers, kRailRecoveries, kRailResentPieces, kRailResentBytes, kCommCounters
 };
 extern const Catalog kCommCatalog;
 
