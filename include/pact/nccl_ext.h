@@ -4,6 +4,7 @@
 #ifndef PACT_NCCL_EXT_H
 #define PACT_NCCL_EXT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -100,6 +101,11 @@ typedef struct {
  * is not a live pact comm, out is NULL or struct_size is too small for the first two fields. */
 int pact_comm_rails(void* comm, pact_comm_rails_t* out);
 typedef int (*pact_comm_rails_fn)(void* comm, pact_comm_rails_t* out);
+
+/* 1 when rail failover can be on with the UCX this process runs (validated versions: 1.13, 1.14),
+ * 0 when not, with the reason in why (up to len bytes, NUL-terminated; why may be NULL). */
+int pact_rail_failover_available(char* why, size_t len);
+typedef int (*pact_rail_failover_available_fn)(char* why, size_t len);
 
 /* Epoch fencing. Sets this process's model epoch (any value; the application's weights version)
  * and turns fencing on: from then on every receive comm connected afterwards asks for seals, each

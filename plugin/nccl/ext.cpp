@@ -1,4 +1,5 @@
 // The pact_* control API exported beside the NCCL tables (include/pact/nccl_ext.h).
+#include "ucx/tcp_reset.h"
 #include "pact/nccl_ext.h"
 
 #include <algorithm>
@@ -123,6 +124,13 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_rails(void* comm
   }
   std::memcpy(out, &v, v.struct_size);
   return 0;
+}
+
+extern "C" __attribute__((visibility("default"))) int pact_rail_failover_available(char* why, size_t len) {
+  std::string reason;
+  const bool ok = pact::ucx::failoverValidated(&reason);
+  if (why != nullptr && len != 0) std::snprintf(why, len, "%s", reason.c_str());
+  return ok ? 1 : 0;
 }
 
 extern "C" __attribute__((visibility("default"))) int pact_nccl_set_epoch(uint64_t epoch) {

@@ -13,6 +13,7 @@
 #include "net/fence.h"
 #include "net/net.h"
 #include "transport/priority.h"
+#include "ucx/tcp_reset.h"
 
 namespace pact::net {
 
@@ -50,6 +51,13 @@ struct ConnectState {
 std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes,
                                                       std::vector<wire::ProbeAddress>* acks) {
   if (params_.rail_timeout.count() == 0 || dev.rails() < 2) return nullptr;
+  static const bool validated = [] {
+    std::string why;
+    if (ucx::failoverValidated(&why)) return true;
+    PACT_WARN("%s", why.c_str());  // once per process
+    return false;
+  }();
+  if (!validated) return nullptr;
   std::shared_ptr<transport::RailProber> prober;
   {
     std::lock_guard lock(hubsMu_);

@@ -178,7 +178,7 @@ void RecvComm::partDone(Part* p) {
   Request* r = p->owner;
   if (cfg_.timeout.count() != 0 && r->firstLanded == TimePoint{}) r->firstLanded = now();
   if (p->seal) return;
-  if (r->rails > 1 && landedTwice(*r, *p)) {  // a piece sent again on another rail (failover)
+  if (rails_.active() && landedTwice(*r, *p)) {  // a piece sent again on another rail (failover)
     counters_.add(telemetry::kDuplicatesFiltered);
     return;
   }

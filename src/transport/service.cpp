@@ -1,4 +1,5 @@
 #include "transport/service.h"
+#include "ucx/tcp_reset.h"
 
 #include <ucp/api/ucp.h>
 
@@ -180,8 +181,10 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
     if (yields) addSetting(c, notes, "TCP_SNDBUF", formatSize(kYieldingSndbuf));
     // Rail failover (net/rails.h): a receive UCX matched on a rail whose link then went out
     // cannot be cancelled; the connection's keepalive ends it within about 3 s, so the message
-    // it holds back (its pieces came again on another rail) completes then.
-    if (device.members.size() > 1) {
+    // it holds back (its pieces came again on another rail) completes then. Only where failover
+    // is on: UCX 1.22 turns these into keepalives of its own that fail a peer busy elsewhere.
+    std::string why;
+    if (device.members.size() > 1 && ucx::failoverValidated(&why)) {
       addSetting(c, notes, "TCP_KEEPIDLE", "1s");
       addSetting(c, notes, "TCP_KEEPINTVL", "1s");
       addSetting(c, notes, "TCP_KEEPCNT", "2");

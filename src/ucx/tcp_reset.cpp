@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <ucp/api/ucp.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -70,6 +71,16 @@ std::vector<int>& notUcx() {
 }
 
 }  // namespace
+
+bool failoverValidated(std::string* why) {
+  unsigned major = 0, minor = 0, release = 0;
+  ucp_get_version(&major, &minor, &release);
+  if (major == 1 && minor <= 14) return true;
+  *why = "rail failover is off with UCX " + std::to_string(major) + "." + std::to_string(minor) + "." +
+         std::to_string(release) + ": it is validated with UCX 1.13 and 1.14 only (with 1.22 a flapping rail left a "
+         "receive that no reset ended; issue #31); a rail's failure fails the comm, as without failover";
+  return false;
+}
 
 void markNotUcx(int epollFd, bool on) {
   std::lock_guard lock(notUcxMu());

@@ -374,7 +374,38 @@ Outcome runWithOneFault(const std::string& tc, const std::vector<std::string>& a
   });
 }
 
-class NetnsFailover : public Netns {};
+// Rail failover is validated with UCX 1.13 and 1.14 (ucx::failoverValidated); with another UCX
+// the plugin turns it off and says so (FailoverOffReportsWhy checks that), and these tests skip,
+// counted as skipped, with the reason.
+class NetnsFailover : public Netns {
+ protected:
+  void SetUp() override {
+    Netns::SetUp();
+    if (!IsSkipped() && !HasFailure() && !kFailoverValidated)
+      GTEST_SKIP() << "rail failover is off with UCX 1." << PACT_UCX_MINOR << " (validated with 1.13 and 1.14; issue #31)";
+  }
+  static constexpr bool kFailoverValidated = PACT_UCX_MINOR <= 14;
+};
+
+// What the plugin says of failover with the UCX it was built against: available with 1.13 and
+// 1.14, otherwise off with a sentence naming the UCX version (the visible fallback).
+TEST(NetnsFailoverAvailability, FailoverOffReportsWhy) {
+  runInChild("pact_rail_failover_available", [] {
+    std::string error;
+    auto plugin = NetPlugin::open(pluginPath(), kVersion, &error);
+    ASSERT_TRUE(plugin) << error;
+    auto available = reinterpret_cast<pact_rail_failover_available_fn>(plugin->symbol("pact_rail_failover_available"));
+    ASSERT_NE(available, nullptr);
+    char why[256] = "";
+    const int on = available(why, sizeof why);
+    EXPECT_EQ(on, PACT_UCX_MINOR <= 14 ? 1 : 0) << why;
+    if (on == 0) {
+      EXPECT_NE(std::string(why).find("rail failover is off with UCX 1." + std::to_string(PACT_UCX_MINOR)), std::string::npos)
+          << why;
+      std::printf("[   INFO   ] %s\n", why);
+    }
+  });
+}
 
 // ---- 1. link down on rail 1, both classes -------------------------------------------------------
 
