@@ -61,13 +61,15 @@ std::vector<int> watchedBy(int epfd) {
   return out;
 }
 
+// Never destroyed: a plugin's sessions may be destroyed by its own static destructors at exit,
+// after a function-local static here would be gone.
 std::mutex& notUcxMu() {
-  static std::mutex mu;
-  return mu;
+  static auto* mu = new std::mutex;
+  return *mu;
 }
 std::vector<int>& notUcx() {
-  static std::vector<int> fds;
-  return fds;
+  static auto* fds = new std::vector<int>;
+  return *fds;
 }
 
 }  // namespace

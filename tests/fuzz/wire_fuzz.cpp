@@ -23,8 +23,8 @@ std::vector<std::vector<uint8_t>> pact::fuzz::seeds() {
   setCheck(&seal, 1, 0xfeed);
   return {encode(Hello{1, 2, 3, 1, {}}), encode(Accept{5, 6, {}, {}}),
           encode(Refuse{Field::kEpoch, 1, 2}), encodeBye(), handle,
-          encode(Open{1, 2, encode(CommShape{1, 2, 1, 65536, Contract{1, 3, 200000, 0}})}),
-          encode(Opened{1, 2, encode(CommAccept{3, {{1, 2}, {3}}, Contract{1, 3, 200000, 1}})}),
+          encode(Open{1, 2, encode(CommShape{1, 2, 1, 65536, Contract{1, 3, 200000, 0}, {ProbeAddress{4, {10, 0, 0, 1}, 7}}, 9, {ProbeAddress{4, {10, 0, 0, 1}, 8}}})}),
+          encode(Opened{1, 2, encode(CommAccept{3, {{1, 2}, {3}}, Contract{1, 3, 200000, 1}, {ProbeAddress{4, {10, 0, 0, 2}, 7}}})}),
           encode(OpenRefused{1, {Field::kListenId, 0, 1}}), encode(Close{4}), encode(Abort{4, "x"}),
           encode(Verdict{4, 1, 9, VerdictKind::kResend, {0, 2}}), seal};
 }
