@@ -61,69 +61,74 @@ int contractError(const pact::net::Comm& c) {
 }
 }  // namespace
 
-extern "C" __attribute__((visibility("default"))) int pact_comm_contract(void* comm, pact_comm_contract_t* out) {
+namespace {
+// The preamble and ending of a query that fills a versioned struct (struct_size first) for a comm:
+// -1 for a dead comm, a null out or one too small for its first fields (below minSize); else
+// fill(comm, v) under the device lock and only the fields that fit copied out.
+template <typename T, typename Fill>
+int queryComm(void* comm, T* out, size_t minSize, Fill&& fill) {
   auto* c = static_cast<pact::net::Comm*>(comm);
-  if (c == nullptr || out == nullptr || c->magic != pact::net::Comm::kMagic ||
-      out->struct_size < offsetof(pact_comm_contract_t, retries))
-    return -1;
+  if (c == nullptr || out == nullptr || c->magic != pact::net::Comm::kMagic || out->struct_size < minSize) return -1;
   std::lock_guard lock(c->dev().mutex());
-  pact_comm_contract_t v{};
+  T v{};
   v.struct_size = static_cast<uint32_t>(std::min<size_t>(out->struct_size, sizeof v));
-  const pact::transport::ChannelConfig& cfg = c->channel();
-  using namespace pact::telemetry;
-  const CounterSet& s = c->counters();
-  v.verify = static_cast<int>(cfg.verify);
-  v.retries = cfg.retries;
-  v.timeout_us = static_cast<uint64_t>(cfg.timeout.count());
-  v.sealed = cfg.sealed ? 1 : 0;
-  v.priority = cfg.priority;
-  if (c->isSend()) {
-    if (const auto* credits = static_cast<pact::net::SendComm*>(c)->credits()) {
-      v.credit_budget = credits->budget();
-      v.credit_in_flight = credits->inFlight();
-      v.credit_peak = credits->peak();
-    }
-  }
-  v.credit_refusals = s.get(kCreditRefusals);
-  if (c->isSend()) {
-    const auto& lanes = static_cast<pact::net::SendComm*>(c)->lanes();
-    v.priority_holds = lanes.holds();
-    v.bytes_in_flight = lanes.inflight();
-  }
-  v.checksum_mismatches = s.get(kChecksumMismatches);
-  v.retransmits = s.get(kRetransmits);
-  v.error = contractError(*c);
-  std::snprintf(v.reason, sizeof v.reason, "%s", c->failureReason().c_str());
+  fill(*c, v);
   std::memcpy(out, &v, v.struct_size);
   return 0;
 }
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int pact_comm_contract(void* comm, pact_comm_contract_t* out) {
+  return queryComm(comm, out, offsetof(pact_comm_contract_t, retries), [](pact::net::Comm& cm, pact_comm_contract_t& v) {
+    auto* c = &cm;
+    const pact::transport::ChannelConfig& cfg = c->channel();
+    using namespace pact::telemetry;
+    const CounterSet& s = c->counters();
+    v.verify = static_cast<int>(cfg.verify);
+    v.retries = cfg.retries;
+    v.timeout_us = static_cast<uint64_t>(cfg.timeout.count());
+    v.sealed = cfg.sealed ? 1 : 0;
+    v.priority = cfg.priority;
+    if (c->isSend()) {
+      if (const auto* credits = static_cast<pact::net::SendComm*>(c)->credits()) {
+        v.credit_budget = credits->budget();
+        v.credit_in_flight = credits->inFlight();
+        v.credit_peak = credits->peak();
+      }
+    }
+    v.credit_refusals = s.get(kCreditRefusals);
+    if (c->isSend()) {
+      const auto& lanes = static_cast<pact::net::SendComm*>(c)->lanes();
+      v.priority_holds = lanes.holds();
+      v.bytes_in_flight = lanes.inflight();
+    }
+    v.checksum_mismatches = s.get(kChecksumMismatches);
+    v.retransmits = s.get(kRetransmits);
+    v.error = contractError(*c);
+    std::snprintf(v.reason, sizeof v.reason, "%s", c->failureReason().c_str());
+  });
+}
 
 extern "C" __attribute__((visibility("default"))) int pact_comm_rails(void* comm, pact_comm_rails_t* out) {
-  auto* c = static_cast<pact::net::Comm*>(comm);
-  if (c == nullptr || out == nullptr || c->magic != pact::net::Comm::kMagic ||
-      out->struct_size < offsetof(pact_comm_rails_t, watched))
-    return -1;
-  std::lock_guard lock(c->dev().mutex());
-  pact_comm_rails_t v{};
-  v.struct_size = static_cast<uint32_t>(std::min<size_t>(out->struct_size, sizeof v));
-  const pact::net::CommRails& rails = c->isSend() ? static_cast<pact::net::SendComm*>(c)->rails()
-                                                  : static_cast<pact::net::RecvComm*>(c)->rails();
-  v.watched = rails.active() ? 1 : 0;
-  v.rails = rails.active() ? static_cast<int>(rails.size()) : 1;
-  v.rails_up = rails.active() ? static_cast<int>(rails.usableCount()) : 1;
-  using namespace pact::telemetry;
-  const CounterSet& s = c->counters();
-  v.failovers = s.get(kRailFailovers);
-  v.recoveries = s.get(kRailRecoveries);
-  v.pieces_resent = s.get(kRailResentPieces);
-  v.bytes_resent = s.get(kRailResentBytes);
-  for (size_t r = 0; r < PACT_MAX_RAILS; ++r) {
-    v.rail_up[r] = rails.active() ? (r < rails.size() && rails.usable(r) ? 1 : 0) : (r == 0 ? 1 : 0);
-    if (r < rails.size()) v.rail_down_us[r] = static_cast<uint64_t>(rails.downTime(r).count());
-    if (c->isSend()) v.rail_bytes[r] = static_cast<pact::net::SendComm*>(c)->railBytes(r);
-  }
-  std::memcpy(out, &v, v.struct_size);
-  return 0;
+  return queryComm(comm, out, offsetof(pact_comm_rails_t, watched), [](pact::net::Comm& cm, pact_comm_rails_t& v) {
+    auto* c = &cm;
+    const pact::net::CommRails& rails = c->isSend() ? static_cast<pact::net::SendComm*>(c)->rails()
+                                                    : static_cast<pact::net::RecvComm*>(c)->rails();
+    v.watched = rails.active() ? 1 : 0;
+    v.rails = rails.active() ? static_cast<int>(rails.size()) : 1;
+    v.rails_up = rails.active() ? static_cast<int>(rails.usableCount()) : 1;
+    using namespace pact::telemetry;
+    const CounterSet& s = c->counters();
+    v.failovers = s.get(kRailFailovers);
+    v.recoveries = s.get(kRailRecoveries);
+    v.pieces_resent = s.get(kRailResentPieces);
+    v.bytes_resent = s.get(kRailResentBytes);
+    for (size_t r = 0; r < PACT_MAX_RAILS; ++r) {
+      v.rail_up[r] = rails.active() ? (r < rails.size() && rails.usable(r) ? 1 : 0) : (r == 0 ? 1 : 0);
+      if (r < rails.size()) v.rail_down_us[r] = static_cast<uint64_t>(rails.downTime(r).count());
+      if (c->isSend()) v.rail_bytes[r] = static_cast<pact::net::SendComm*>(c)->railBytes(r);
+    }
+  });
 }
 
 extern "C" __attribute__((visibility("default"))) int pact_rail_failover_available(char* why, size_t len) {

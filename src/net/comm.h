@@ -301,8 +301,7 @@ class SendComm final : public Comm, private Ticker {
   std::vector<std::vector<uint8_t>> remoteRails_;  // the receiver's worker address per rail
   std::vector<Part*> failedOver_;  // pieces a rail that went out gave back: sent again by tick()
   bool closing_ = false;
-  bool acked_ = false;  // sends wait for the receiver's acknowledgement (setRails)
-  std::shared_ptr<transport::AckSink> ackSink_;
+  std::shared_ptr<transport::AckSink> ackSink_;  // non-null: sends wait for the receiver's acknowledgement
   std::array<uint64_t, CommRails::kMax> railBytes_{};
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent

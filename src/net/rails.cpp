@@ -51,8 +51,7 @@ CommRails::CommRails(transport::DeviceCtx& dev, std::shared_ptr<transport::RailP
     }
     watches_.push_back(std::move(*w));
     localIps_.push_back(railAddress(dev, r));
-    const std::string name = transport::RailProber::describe(peer[r]);
-    peerIps_.push_back(peer[r].family == 6 ? name.substr(1, name.rfind(']') - 1) : name.substr(0, name.rfind(':')));
+    peerIps_.push_back(transport::RailProber::ipOf(peer[r]));
   }
   suspendedUntil_.assign(n, TimePoint{});
 }

@@ -39,7 +39,11 @@ class CommRails {
   // The watches, by rail (the paths a receiver's acknowledgements take: transport::AckSource).
   const std::vector<std::shared_ptr<transport::RailWatch>>& watches() const { return watches_; }
   size_t size() const { return watches_.size(); }
-  bool usable(size_t r) const { return r < watches_.size() && watches_[r]->up() && now() >= suspendedUntil_[r]; }
+  // Called on every test() of a failed-over comm: the clock is read only while r is suspended.
+  bool usable(size_t r) const {
+    return r < watches_.size() && watches_[r]->up() &&
+           (suspendedUntil_[r] == TimePoint{} || now() >= suspendedUntil_[r]);
+  }
   bool anyUsable() const;
   size_t usableCount() const;
   // Rail r is out: UCX's TCP connections over it to the peer are shut down (ucx/tcp_reset.h), so

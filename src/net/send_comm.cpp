@@ -42,7 +42,6 @@ void SendComm::setGate(std::shared_ptr<transport::PeerGate> gate) {
 void SendComm::setRails(CommRails rails, std::shared_ptr<transport::AckSink> acks) {
   rails_ = std::move(rails);
   ackSink_ = std::move(acks);
-  acked_ = ackSink_ != nullptr;
   if (rails_.active()) startTicking();  // a rail that went out is looked at on every progress
 }
 
@@ -120,7 +119,7 @@ void SendComm::checkRails() {
   // Pieces UCX completed on an out rail may still have been in its socket: every one of a message
   // not acknowledged yet goes again (the receiver drops a second copy).
   size_t unacked = 0;
-  if (out != 0 && acked_)
+  if (out != 0 && ackSink_)
     for (Request* q = oldestPosted_; q != nullptr; q = q->newerPosted)
       for (uint32_t k = 0; q->held && k < q->partCount[0]; ++k)
         if (q->parts[k].done && (out & (1u << q->parts[k].rail)) != 0) {
@@ -160,7 +159,7 @@ Failover SendComm::failover(Part* p) {
 }
 
 bool SendComm::loose(const Part& p) const {
-  return acked_ && memoryTypeOf(p.owner->memHandle, p.rail) == ucx::MemoryType::kHost;
+  return ackSink_ && memoryTypeOf(p.owner->memHandle, p.rail) == ucx::MemoryType::kHost;
 }
 
 void SendComm::sendLoose(Part* p) {
@@ -303,7 +302,7 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   r->seqs[0] = seq;
   r->msgBytes = size;
   r->postedPieces = 0;
-  if (acked_) {  // done at the receiver's acknowledgement (a verdict)
+  if (ackSink_) {  // done at the receiver's acknowledgement (a verdict)
     r->held = true;
     ++awaitingVerdicts_;
   }

@@ -99,10 +99,14 @@ RailProber::~RailProber() {
   if (thread_.joinable()) thread_.join();
 }
 
-std::string RailProber::describe(const wire::ProbeAddress& a) {
+std::string RailProber::ipOf(const wire::ProbeAddress& a) {
   char text[INET6_ADDRSTRLEN] = "?";
   ::inet_ntop(a.family == 6 ? AF_INET6 : AF_INET, a.ip.data(), text, sizeof text);
-  return (a.family == 6 ? "[" + std::string(text) + "]" : std::string(text)) + ":" + std::to_string(a.port);
+  return text;
+}
+
+std::string RailProber::describe(const wire::ProbeAddress& a) {
+  return (a.family == 6 ? "[" + ipOf(a) + "]" : ipOf(a)) + ":" + std::to_string(a.port);
 }
 
 ScopedFd RailProber::bindUdp(const std::string& ip, wire::ProbeAddress* out) {

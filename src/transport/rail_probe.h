@@ -149,8 +149,9 @@ class RailProber {
   // every other caller asking for the same pair while one holds it (the first caller's timeout).
   Result<std::shared_ptr<RailWatch>> watch(const std::string& ip, const wire::ProbeAddress& remote,
                                            std::chrono::microseconds timeout);
-  // "ip:port" of a probe address.
+  // "ip:port" of a probe address ("[ip]:port" for IPv6), and its IP alone.
   static std::string describe(const wire::ProbeAddress& a);
+  static std::string ipOf(const wire::ProbeAddress& a);
   // A sender's sink of acknowledgements (its id goes to the receiver in the handshake), and a
   // receiver's source of them to the sink `sink` over `paths` (watches of the sender's rails).
   std::shared_ptr<AckSink> ackSink();
