@@ -305,6 +305,12 @@ typedef struct pact_stats {
   uint64_t bytes_received;
   uint64_t bytes_sent;
   uint64_t faults_injected;     /**< PACT_FAULT faults this engine applied */
+  /* Rail failover (docs/reliability.md): rails to peers taken out and taken back, and the pieces
+   * (and their bytes) sent again because the rail they went over was taken out. */
+  uint64_t rail_failovers;
+  uint64_t rail_recoveries;
+  uint64_t rail_resent_pieces;
+  uint64_t rail_resent_bytes;
 } pact_stats_t;
 
 pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats);

@@ -112,7 +112,7 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_contract(void* c
 extern "C" __attribute__((visibility("default"))) int pact_comm_rails(void* comm, pact_comm_rails_t* out) {
   return queryComm(comm, out, offsetof(pact_comm_rails_t, watched), [](pact::net::Comm& cm, pact_comm_rails_t& v) {
     auto* c = &cm;
-    const pact::net::CommRails& rails = c->isSend() ? static_cast<pact::net::SendComm*>(c)->rails()
+    const pact::transport::RailSet& rails = c->isSend() ? static_cast<pact::net::SendComm*>(c)->rails()
                                                     : static_cast<pact::net::RecvComm*>(c)->rails();
     v.watched = rails.active() ? 1 : 0;
     v.rails = rails.active() ? static_cast<int>(rails.size()) : 1;

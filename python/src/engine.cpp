@@ -196,6 +196,10 @@ struct Engine {
     d["bytes_received"] = s.bytes_received;
     d["bytes_sent"] = s.bytes_sent;
     d["faults_injected"] = s.faults_injected;
+    d["rail_failovers"] = s.rail_failovers;
+    d["rail_recoveries"] = s.rail_recoveries;
+    d["rail_resent_pieces"] = s.rail_resent_pieces;
+    d["rail_resent_bytes"] = s.rail_resent_bytes;
     std::lock_guard<std::mutex> g(core->policy.mu);
     d["policy_committed"] = core->policy.committed;
     d["policy_refused"] = core->policy.rejected;

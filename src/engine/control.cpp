@@ -78,6 +78,7 @@ struct Encoder {
       w.u8(static_cast<uint8_t>(c.rails.size()));
       for (const auto& a : c.rails) w.bytes(a);
     }
+    wire::putProbes(w, m.probes);
     return Type::kHello;
   }
   Type operator()(const Cancel& m) {
@@ -217,7 +218,7 @@ Result<Control> decodeHello(ByteReader& r) {
       if (!r.bytes(&a, kMaxWorkerAddress, "contexts.address")) return r.error();
     m.contexts.push_back(std::move(c));
   }
-  if (!r.done()) return r.error();
+  if (!wire::getProbes(r, &m.probes) || !r.done()) return r.error();
   m.name.assign(name.begin(), name.end());
   return Control(std::move(m));
 }

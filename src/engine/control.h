@@ -17,11 +17,12 @@
 #include "common/codec.h"
 #include "common/status.h"
 #include "common/transfer_key.h"
+#include "transport/wire.h"
 
 namespace pact::engine {
 
 inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
-inline constexpr uint16_t kControlVersion = 4;  // 2: Hello lists the engine's contexts; 3: auth moved to the session; 4: eager offers
+inline constexpr uint16_t kControlVersion = 5;  // 2: Hello lists the engine's contexts; 3: auth moved to the session; 4: eager offers; 5: Hello carries rail probe addresses
 inline constexpr size_t kControlHeader = kFrameHeader;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
@@ -128,6 +129,9 @@ struct Hello {
   uint64_t epoch = 0;                  // the sender's current model epoch
   std::vector<uint8_t> workerAddress;  // 1..kMaxWorkerAddress bytes: where control messages go
   std::vector<ContextAddress> contexts{};  // 0..kMaxContexts: where each class's pieces go
+  // The probe addresses of the engine's rails (transport/rail_probe.h), 0..kMaxRails: none when
+  // it has one rail or rail failover is off.
+  std::vector<wire::ProbeAddress> probes{};
 };
 
 // Sender -> receiver: the sender's application released (or destroyed) the transfer before its

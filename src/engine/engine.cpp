@@ -172,6 +172,7 @@ int Engine::progressLocked() {
     if (n == 0) break;
     events += static_cast<int>(n);
   }
+  if (prober_) checkRails();
   pumpLanes();
   // The sessions only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
   // (every call while a handshake is under way), not on every spin of a busy progress loop.

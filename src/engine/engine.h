@@ -49,6 +49,7 @@
 #include "transport/control_socket.h"
 #include "transport/fabric.h"
 #include "transport/lanes.h"
+#include "transport/rail_probe.h"
 #include "transport/session.h"
 #include "transport/slab.h"
 #include "transport/wire.h"
@@ -222,6 +223,26 @@ class Engine final : private Link {
   Peer* peerByToken(uint64_t token);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
+  // ---- rail failover (failover.cpp) ----
+  // A peer's lane set: the control lane, or a class's lanes (context: whose endpoints they are).
+  struct LaneSet {
+    transport::Lanes* lanes;
+    size_t context;
+    std::string name;
+  };
+  void openRails();  // the prober and this side's probe addresses, when failover is wanted
+  void watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProbes);
+  std::vector<LaneSet> laneSets(Peer& p);
+  // A piece UCX ended (posted: it was handed to UCX): whether failover keeps it (completed: until
+  // its transfer settles; failed with its rail: parked until the lanes moved).
+  bool railsTake(Peer& p, PieceOp* op, ucs_status_t st);
+  void pruneSent(Peer& p);
+  void dropKept(Peer& p);
+  void checkRails();  // every failed-over peer, on every progress
+  void checkRails(Peer& p);
+  std::string moveLanes(Peer& p, const std::vector<LaneSet>& sets);
+  const std::vector<std::vector<uint8_t>>* remoteRails(const Peer& p, size_t context) const;
+
   EngineConfig config_;
   Params params_;
   const cuda::Driver* driver_ = nullptr;  // PACT_CUDA_DRIVER's (GPU blocks)
@@ -261,6 +282,8 @@ class Engine final : private Link {
   TimePoint lastSessionCheck_{};
   size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
   std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
+  std::shared_ptr<transport::RailProber> prober_;  // rail failover: answers the peers' probes
+  std::vector<wire::ProbeAddress> probes_;           // this side's rails' probe addresses
   Advertise spareAdvertise_;  // the last Advertise decoded: the next one reuses its vectors
 };
 

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "common/auth.h"
+#include "transport/rail_set.h"
 
 #include "engine/engine.h"
 
@@ -32,6 +33,14 @@ struct Engine::Peer {
   std::string lostReason;
   bool refused = false;      // the handshake was refused (by either side): connect says REFUSED
   std::vector<uint8_t> peerWorker;
+  // Rail failover (failover.cpp): the peer's rails as watched from here, the pieces UCX completed
+  // over them whose transfer is still live (sent again if their rail goes out), and those that
+  // failed with their rail (sent again once the lanes moved).
+  transport::RailSet rails;
+  std::vector<PieceOp*> sent;
+  std::vector<PieceOp*> parked;
+  static constexpr size_t kMinSentPrune = 256;
+  size_t sentPruneAt = kMinSentPrune;  // sent is pruned of settled transfers' pieces at this size
 };
 
 // A UCX operation on a transfer's blocks (a piece sent or received), from the engine's slab: its
@@ -45,6 +54,7 @@ struct Engine::PieceOp : ucx::Op, transport::LanePiece {
   size_t route = 0;      // send: which class's lanes
   uint8_t* addr = nullptr;  // send: the source; receive: the destination
   ucs_memory_type_t memType = UCS_MEMORY_TYPE_HOST;  // what addr is, as UCX is told
+  bool posted = false;   // send: handed to UCX (a failure then is its rail's, not a withdrawal)
   uint8_t header[kPieceHeaderSize] = {};
 };
 
@@ -55,6 +65,7 @@ struct Engine::ControlOp : ucx::Op {
   Engine* engine = nullptr;
   std::vector<uint8_t> bytes;
   uint64_t xfer = 0;
+  uint64_t peer = 0;  // an eager offer's
   std::vector<ucx::Iov> iov;
 };
 
@@ -62,6 +73,7 @@ struct Engine::ControlOp : ucx::Op {
 struct Engine::AmSource {
   Engine* engine;
   ucx::Worker* worker;
+  uint8_t rail;
 };
 
 }  // namespace pact::engine

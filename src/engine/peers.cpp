@@ -23,7 +23,7 @@ Status Engine::address(std::string* out) {
 
 std::vector<uint8_t> Engine::helloFor(const Peer& p) {
   transport::DeviceCtx& ctrl = *contexts_[routes_[ctrlRoute_].context].dev;
-  Hello hello{config_.name, p.id, proto_->epoch(), ctrl.worker(0).address(), {}};
+  Hello hello{config_.name, p.id, proto_->epoch(), ctrl.worker(0).address(), {}, probes_};
   for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
   return encode(Control(hello));
 }
@@ -185,7 +185,9 @@ Status Engine::onHello(Peer& p, const Hello& hello) {
   p.remoteToken = hello.token;
   p.peerWorker = hello.workerAddress;
   p.contexts = hello.contexts;
-  return connectEndpoint(p);
+  const Status s = connectEndpoint(p);
+  if (s == Status::kOk) watchRails(p, hello.probes);
+  return s;
 }
 
 Status Engine::connectEndpoint(Peer& p) {
@@ -225,11 +227,18 @@ void Engine::peerLost(Peer& p, const std::string& why, Status transfers) {
   cv_.notify_all();
 }
 
-void Engine::onEndpointError(void* arg, ucp_ep_h, ucs_status_t status) {
+void Engine::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   auto* p = static_cast<Peer*>(arg);
   // Runs inside ucp_worker_progress with the engine lock held. The peer's session reports a dead
-  // peer (pollPeers -> peerLost); this only keeps UCX's reason for a send refused before that.
-  if (p->lostReason.empty()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
+  // peer (pollPeers -> peerLost); this keeps UCX's reason for a send refused before that, and
+  // marks the lane's endpoint failed (rail failover takes its rail out: failover.cpp).
+  const auto mark = [&](transport::Lanes* l) {
+    for (size_t i = 0; l != nullptr && i < l->size(); ++i)
+      if (l->endpoint(i).get() == ep) l->shared(i)->error = status;
+  };
+  mark(p->ctrl.get());
+  for (auto& l : p->lanes) mark(l.get());
+  if (p->lostReason.empty() && !p->rails.active()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
 }
 
 Engine::Peer* Engine::peerByToken(uint64_t token) {

@@ -47,6 +47,20 @@ void Protocol::peerLost(uint64_t id, Status status) {
   if (auto it = peers_.find(id); it != peers_.end()) it->second.lost = true;  // its credit view stays readable
 }
 
+void Protocol::setRailFailover(uint64_t id, std::chrono::microseconds grace) {
+  peers_[id].failoverGrace = grace;
+}
+
+void Protocol::railOut(uint64_t id) {
+  forEachLive([&](const Transfer& x) { return x.peer == id; }, [&](Transfer& x) {
+    if (x.role == Role::kSender && !x.eager && x.state == State::kAllocated) {
+      link_.sendControl(id, Offer{x.key, x.bytes, remainingUs(x.deadline), kOfferRepeat});
+    } else if (x.role == Role::kReceiver && x.advertised && !x.doneSeen && x.landedBytes == 0) {
+      sendAdvertise(x);  // the sender takes it only while it still waits for one
+    }
+  });
+}
+
 Status Protocol::peerCredit(uint64_t id, uint64_t* budget, uint64_t* inUse) const {
   auto it = peers_.find(id);
   if (it == peers_.end()) return fail(Status::kNotFound, "peer " + std::to_string(id) + ": unknown");

@@ -102,6 +102,20 @@ class Protocol {
   void pieceSent(uint64_t xfer, bool ok);
   void pieceFetched(uint64_t xfer, uint32_t attempt, uint8_t* dst, uint64_t length, bool ok);
 
+  // ---- rail failover (the link's: docs/reliability.md, "Rail failover") ----
+  // The link fails the peer's rails over (grace > 0): a receiver waits at least grace for pieces
+  // missing after Done, and longer while they still arrive (the sender sends again what went
+  // over a rail taken out).
+  void setRailFailover(uint64_t peer, std::chrono::microseconds grace);
+  // A piece the link sent (and reported) once goes again: the attempt waits for it.
+  void pieceResent(uint64_t xfer, uint64_t length);
+  // A fetch failed with its rail: the piece is taken again from the copy sent again.
+  void pieceLost(uint64_t xfer, uint32_t attempt, uint8_t* dst);
+  // A rail to peer was taken out: the control messages it may have swallowed go again (each
+  // side's own: an offer not advertised yet, an advertisement not yet answered by pieces).
+  void railOut(uint64_t peer);
+  void count(telemetry::EngineCounter c, uint64_t n = 1) { counters_.add(c, n); }
+
   // ---- time and teardown ----
   int fireTimers();
   TimePoint nextTimer() const { return timers_.next(); }
@@ -129,6 +143,7 @@ class Protocol {
     uint64_t eagerInFlight = 0;
     bool creditKnown = false;   // a CreditUpdate came (eager offers wait for one)
     bool lost = false;          // gone; what it was granted stays readable (pact_peer_credit)
+    std::chrono::microseconds failoverGrace{0};  // setRailFailover
   };
   // Open sends are per receiver: (peer, key), ordered by the key's identity.
   struct BySendIdentity {

@@ -351,6 +351,18 @@ PieceVerdict Protocol::onPiece(uint64_t from, const PieceHeader& h, const void* 
   return PieceVerdict::kDone;
 }
 
+void Protocol::pieceLost(uint64_t xferId, uint32_t attempt, uint8_t* dst) {
+  opDone(xferId);
+  auto it = xfers_.find(xferId);
+  if (it == xfers_.end()) return;
+  Transfer& x = *it->second;
+  if (!x.live() || x.attempt != attempt) return;
+  for (uint32_t b = 0; b < x.blocks.size(); ++b)
+    if (dst >= x.blocks[b].addr && dst < x.blocks[b].addr + x.blocks[b].length)
+      x.forgetLanded(b, static_cast<uint64_t>(dst - x.blocks[b].addr));
+  tryComplete(x);  // Done may have come: the grace for missing pieces starts
+}
+
 // A fetched piece: the operation is over first, so completing the transfer sees none pending.
 void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length,
                             bool ok) {
@@ -432,6 +444,12 @@ bool Protocol::retryAttempt(Transfer& x, Event why, Reason reason) {
 
 void Protocol::checkMissing(Transfer& x) {
   if (!x.live() || !x.doneSeen || x.pendingOps != 0 || x.landedBytes == x.bytes) return;
+  if (const PeerView* p = peer(x.peer);
+      p != nullptr && p->failoverGrace.count() != 0 && x.landedBytes != x.landedAtArm && now() < x.deadline) {
+    x.landedAtArm = x.landedBytes;  // still arriving (sent again over another rail): wait on
+    addTimer(now() + p->failoverGrace, x.id, TimerKind::kMissing, x.attempt);
+    return;
+  }
   PACT_INFO("engine %s: %s attempt %u: %lu of %lu bytes arrived", config_.name.c_str(),
             keyText(x.key).c_str(), x.attempt, static_cast<unsigned long>(x.landedBytes),
             static_cast<unsigned long>(x.bytes));
@@ -478,7 +496,11 @@ void Protocol::tryComplete(Transfer& x) {
     // attempt, however often Done is repeated).
     if (!x.missingArmed) {
       x.missingArmed = true;
-      addTimer(now() + kStragglerGrace, x.id, TimerKind::kMissing, x.attempt);
+      x.landedAtArm = x.landedBytes;
+      const PeerView* p = peer(x.peer);
+      addTimer(now() + (p != nullptr ? std::max<std::chrono::microseconds>(kStragglerGrace, p->failoverGrace)
+                                     : kStragglerGrace),
+               x.id, TimerKind::kMissing, x.attempt);
     }
     return;
   }

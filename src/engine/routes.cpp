@@ -61,7 +61,7 @@ Status Engine::openContexts() {
         auto fd = w.eventFd();
         if (!fd.ok()) return fail(fd.status(), fd.error().message);
         c.eventFds.push_back(*fd);
-        amSources_.push_back(std::make_unique<AmSource>(AmSource{this, &w}));
+        amSources_.push_back(std::make_unique<AmSource>(AmSource{this, &w, static_cast<uint8_t>(i)}));
         if (w.setAmHandler(kAmControl, &Engine::onControlAm, amSources_.back().get()) != Status::kOk ||
             w.setAmHandler(kAmPiece, &Engine::onPieceAm, amSources_.back().get()) != Status::kOk ||
             w.setAmHandler(kAmEager, &Engine::onEagerAm, amSources_.back().get()) != Status::kOk)
@@ -80,6 +80,7 @@ Status Engine::openContexts() {
     queuedLanes_ = queuedLanes_ || r.channel.lanes > 1 || !r.channel.ordered || params_.classes.mixedPriorities();
     routes_.push_back(std::move(r));
   }
+  openRails();
   return Status::kOk;
 }
 
@@ -202,6 +203,7 @@ void Engine::closePeerEndpoints(Peer& p) {
   for (auto& l : p.lanes)
     if (l) l->closeAll();
   if (p.ctrl) p.ctrl->closeAll();
+  dropKept(p);
 }
 
 // ---- the Link ---------------------------------------------------------------------------------
@@ -258,6 +260,7 @@ void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<co
   op->engine = this;
   op->done = &Engine::onEagerSent;
   op->xfer = xfer;
+  op->peer = peer;
   encodeInto(m, &op->bytes);  // the AM header: the peer's token, then the offer's frame
   op->bytes.insert(op->bytes.begin(), reinterpret_cast<const uint8_t*>(&p->remoteToken),
                    reinterpret_cast<const uint8_t*>(&p->remoteToken) + sizeof p->remoteToken);
@@ -271,8 +274,11 @@ void Engine::onEagerSent(ucx::Op* o, ucs_status_t st) {
   auto* op = static_cast<ControlOp*>(o);
   Engine* e = op->engine;
   const uint64_t xfer = op->xfer;
+  // With rail failover an offer lost with its rail is no failure: it is repeated until answered.
+  auto p = e->peers_.find(op->peer);
+  const bool failsOver = p != e->peers_.end() && p->second->rails.active() && p->second->phase == Peer::Phase::kReady;
   e->controlOps_.give(op);
-  e->proto_->pieceSent(xfer, st == UCS_OK);
+  e->proto_->pieceSent(xfer, st == UCS_OK || failsOver);
   e->cv_.notify_all();
 }
 
@@ -297,6 +303,7 @@ void Engine::postPiece(PieceOp* op, ucx::Endpoint& ep) {
     onPieceSent(op, UCS_ERR_CANCELED);  // settled while the piece waited for its lane
     return;
   }
+  op->posted = true;
   const ucs_status_t st =
       ep.amSend(kAmPiece, op->header, kPieceHeaderSize, op->addr, op->size, false, op, op->memType);
   if (st != UCS_INPROGRESS) onPieceSent(op, st);
@@ -309,6 +316,10 @@ void Engine::onPieceSent(ucx::Op* o, ucs_status_t st) {
   auto p = e->peers_.find(op->peer);
   if (p != e->peers_.end() && op->route < p->second->lanes.size() && p->second->lanes[op->route])
     p->second->lanes[op->route]->completed(*op);
+  if (p != e->peers_.end() && op->posted && e->railsTake(*p->second, op, st)) {
+    e->cv_.notify_all();
+    return;
+  }
   const uint64_t xfer = op->xfer;
   e->pieceOps_.give(op);
   // A piece withdrawn before it left (cancelled) is no delivery failure.
@@ -324,7 +335,13 @@ void Engine::onPieceFetched(ucx::Op* o, ucs_status_t st) {
   uint8_t* dst = op->addr;
   const uint64_t length = op->size;
   e->pieceOps_.give(op);
-  e->proto_->pieceFetched(xfer, attempt, dst, length, st == UCS_OK);
+  // A fetch that failed with its rail: the sender sends the piece again over another.
+  const Transfer* x = st == UCS_OK ? nullptr : e->proto_->find(xfer);
+  auto p = x == nullptr ? e->peers_.end() : e->peers_.find(x->peer);
+  if (p != e->peers_.end() && p->second->rails.active() && p->second->phase == Peer::Phase::kReady)
+    e->proto_->pieceLost(xfer, attempt, dst);
+  else
+    e->proto_->pieceFetched(xfer, attempt, dst, length, st == UCS_OK);
   e->cv_.notify_all();
 }
 
@@ -383,6 +400,7 @@ ucx::AmVerdict Engine::onPieceAm(void* arg, const ucx::AmMessage& m) {
     return ucx::AmVerdict::kRefuse;
   }
   Peer* p = e->peerByToken(h->token);
+  if (p != nullptr && p->rails.active()) p->rails.heard(src->rail);
   e->fetchWorker_ = src->worker;
   const PieceVerdict v =
       e->proto_->onPiece(p == nullptr ? 0 : p->id, *h, m.data, m.length, m.rendezvous, m.data);

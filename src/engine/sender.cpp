@@ -198,6 +198,14 @@ void Protocol::pieceSent(uint64_t xferId, bool ok) {
   if (y.live() && y.pendingOps == 0 && y.state == State::kInFlight) sendDone(y);
 }
 
+void Protocol::pieceResent(uint64_t xferId, uint64_t length) {
+  auto it = xfers_.find(xferId);
+  if (it == xfers_.end()) return;
+  ++it->second->pendingOps;
+  counters_.add(telemetry::kEngineRailResentPieces);
+  counters_.add(telemetry::kEngineRailResentBytes, length);
+}
+
 Result<uint64_t> Protocol::digestBlocks(const Transfer& x) {
   Digest digest(x.verify);
   for (const Extent& b : x.blocks) {

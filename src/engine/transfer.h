@@ -60,6 +60,11 @@ struct Transfer {
   // search, and the vector keeps its capacity across attempts (no allocation per piece).
   std::vector<std::pair<uint32_t, uint64_t>> landed;
   // Notes a piece; false when it is in already (a duplicate).
+  // A piece whose fetch failed with its rail (rail failover): a copy sent again is taken.
+  void forgetLanded(uint32_t block, uint64_t offset) {
+    auto it = std::lower_bound(landed.begin(), landed.end(), std::pair<uint32_t, uint64_t>{block, offset});
+    if (it != landed.end() && *it == std::pair<uint32_t, uint64_t>{block, offset}) landed.erase(it);
+  }
   bool noteLanded(uint32_t block, uint64_t offset) {
     const std::pair<uint32_t, uint64_t> at{block, offset};
     auto it = std::lower_bound(landed.begin(), landed.end(), at);
@@ -70,6 +75,7 @@ struct Transfer {
   uint64_t landedBytes = 0;
   bool doneSeen = false;
   bool missingArmed = false;      // the grace timer for missing pieces runs (this attempt)
+  uint64_t landedAtArm = 0;       // landedBytes when it was armed (rail failover: still moving?)
   Done done;                      // the sender's last Done of this attempt
 
   bool eagerLanded = false;       // this attempt's bytes are the eager offer's (docs/engine.md)

@@ -36,7 +36,7 @@
 #include "net/credits.h"
 #include "net/diag.h"
 #include "net/hub.h"
-#include "net/rails.h"
+#include "transport/rail_set.h"
 #include "net/request.h"
 #include "transport/session.h"
 
@@ -119,7 +119,7 @@ class Comm {
   virtual void shutdown() = 0;
   // A part finished (called from UCX callbacks and immediate completions).
   virtual void partDone(Part* p) = 0;
-  // A part failed (from UCX callbacks): whether rail failover takes it (net/rails.h).
+  // A part failed (from UCX callbacks): whether rail failover takes it (transport/rail_set.h).
   virtual Failover failover(Part*) { return Failover::kNo; }
 
   // Per-NCCL-tag message counter. A comm sees a handful of tags (one per local rank sharing it),
@@ -181,7 +181,7 @@ class Comm {
   bool byeLost();
   // Something of the comm's own failed (a lane's endpoint): the send side looks.
   virtual void checkLinks() {}
-  // Rail failover: counts the rails that went out and came back (CommRails::changes).
+  // Rail failover: counts the rails that went out and came back (transport::RailSet::changes).
   void countRailChanges(unsigned out, unsigned back) {
     counters_.add(telemetry::kRailFailovers, static_cast<uint64_t>(__builtin_popcount(out)));
     counters_.add(telemetry::kRailRecoveries, static_cast<uint64_t>(__builtin_popcount(back)));
@@ -249,8 +249,8 @@ class SendComm final : public Comm, private Ticker {
   // acks (non-null when the receiver offered failover): the receiver acknowledges each message
   // there (transport::AckSink); a send completes only then, so what a rail that went out
   // swallowed after UCX took it is known and sent again.
-  void setRails(CommRails rails, std::shared_ptr<transport::AckSink> acks);
-  const CommRails& rails() const { return rails_; }
+  void setRails(transport::RailSet rails, std::shared_ptr<transport::AckSink> acks);
+  const transport::RailSet& rails() const { return rails_; }
   // Bytes handed to UCX on rail r.
   uint64_t railBytes(size_t r) const { return r < railBytes_.size() ? railBytes_[r] : 0; }
   Failover failover(Part* p) override;
@@ -297,12 +297,12 @@ class SendComm final : public Comm, private Ticker {
   bool ticking() const { return !cfg_.ordered || cfg_.fault.delayLane >= 0 || cfg_.fault.onPieces(); }
 
   Lanes lanes_;
-  CommRails rails_;
+  transport::RailSet rails_;
   std::vector<std::vector<uint8_t>> remoteRails_;  // the receiver's worker address per rail
   std::vector<Part*> failedOver_;  // pieces a rail that went out gave back: sent again by tick()
   bool closing_ = false;
   std::shared_ptr<transport::AckSink> ackSink_;  // non-null: sends wait for the receiver's acknowledgement
-  std::array<uint64_t, CommRails::kMax> railBytes_{};
+  std::array<uint64_t, transport::RailSet::kMax> railBytes_{};
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
   bool ticker_ = false;
@@ -329,11 +329,11 @@ class RecvComm final : public Comm {
   void partDone(Part* p) override;
   // Rail failover: the sender's rails, watched from here; the comm fails when all are out.
   // acks: this side offered failover, so it acknowledges each message it reports (SendComm).
-  void setRails(CommRails rails, std::shared_ptr<transport::AckSource> acks) {
+  void setRails(transport::RailSet rails, std::shared_ptr<transport::AckSource> acks) {
     rails_ = std::move(rails);
     acks_ = std::move(acks);
   }
-  const CommRails& rails() const { return rails_; }
+  const transport::RailSet& rails() const { return rails_; }
   Failover failover(Part* p) override;
 
  private:
@@ -366,7 +366,7 @@ class RecvComm final : public Comm {
   // The loopback endpoint's lane (past any data lane) on rail 0.
   static constexpr size_t kFlushLane = 255;
   uint32_t tagSpace_;
-  CommRails rails_;
+  transport::RailSet rails_;
   std::shared_ptr<transport::AckSource> acks_;
   std::shared_ptr<transport::SharedEndpoint> flushEp_;  // to this device's own worker
   uint64_t flushWord_ = 0;  // where the flush reads land (the value is never looked at)

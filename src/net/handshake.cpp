@@ -13,7 +13,6 @@
 #include "net/fence.h"
 #include "net/net.h"
 #include "transport/priority.h"
-#include "ucx/tcp_reset.h"
 
 namespace pact::net {
 
@@ -50,21 +49,14 @@ struct ConnectState {
 
 std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes,
                                                       std::vector<wire::ProbeAddress>* acks) {
-  if (params_.rail_timeout.count() == 0 || dev.rails() < 2) return nullptr;
-  static const bool validated = [] {
-    std::string why;
-    if (ucx::failoverValidated(&why)) return true;
-    PACT_WARN("%s", why.c_str());  // once per process
-    return false;
-  }();
-  if (!validated) return nullptr;
+  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout)) return nullptr;
   std::shared_ptr<transport::RailProber> prober;
   {
     std::lock_guard lock(hubsMu_);
     if (!prober_) prober_ = transport::RailProber::acquire();
     prober = prober_;
   }
-  *probes = probesOf(dev, *prober, params_.rail_timeout, acks);
+  *probes = transport::probesOf(dev, *prober, params_.rail_timeout, acks);
   return probes->empty() ? nullptr : prober;
 }
 
@@ -176,7 +168,7 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   if (cfg.credits != 0) comm->setCredits(credits_.budgetFor(cfg.className, peerProcess, cfg.credits));
   if (params_.classes.mixedPriorities()) comm->setGate(transport::PeerGate::forPeer(peerProcess));
   st->channel = 0;  // the comm owns it now
-  comm->setRails(CommRails(st->hub->dev(), st->prober, st->probes, o->probes, params_.rail_timeout),
+  comm->setRails(transport::RailSet(st->hub->dev(), st->prober, st->probes, o->probes, params_.rail_timeout),
                  o->probes.empty() ? nullptr : st->acks);
   if (Status s = comm->connectLanes(o->railAddresses); s != Status::kOk) {
     comm->shutdown();
@@ -234,7 +226,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   if (!shape->probes.empty() && shape->ackSink != 0 && shape->ackTo.size() == shape->probes.size() &&
       contract.sealed == 0)
     prober = railProber(hub.dev(), &probes);
-  CommRails rails(hub.dev(), prober, probes, shape->probes, params_.rail_timeout);
+  transport::RailSet rails(hub.dev(), prober, probes, shape->probes, params_.rail_timeout);
   if (!rails.active()) probes.clear();  // offered only when this side can watch and acknowledge
   auto channel = lc->sessions->acceptOpen(
       inc, wire::encode(wire::CommAccept{*space, hub.dev().addresses(), contract, probes}));

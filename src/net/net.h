@@ -117,7 +117,7 @@ class Net {
   ChannelConfig channelFor(int trafficClass) const;
   // NCCL's trafficClass as the class's name: "DEFAULT" (-1) or the number ("3").
   static std::string className(int trafficClass) { return trafficClass < 0 ? "DEFAULT" : std::to_string(trafficClass); }
-  // Rail failover (net/rails.h): the process's prober and this side's probe addresses for a comm
+  // Rail failover (transport/rail_set.h): the process's prober and this side's probe addresses for a comm
   // on dev; null (and no addresses) when failover is off or dev has one rail. The Net keeps the
   // prober from its first use to its end, so a peer's watch is answered between comms too.
   // acks (may be null): where this side reads acknowledgements (a sender's).

@@ -21,7 +21,7 @@ telemetry::ErrorKind ucxErrorKind(ucs_status_t st) {
 
 void completePart(Part* p, ucs_status_t st, size_t length) {
   Request* owner = p->owner;
-  // Rail failover (net/rails.h): a part that failed with its rail may be sent again on another
+  // Rail failover (transport/rail_set.h): a part that failed with its rail may be sent again on another
   // (a send: the comm has it now) or be one copy of a piece among others (a receive: a cancel).
   Failover f = Failover::kNo;
   // A receive this side cancelled (its piece landed on another rail) is not a failure.

@@ -39,7 +39,7 @@ void SendComm::setGate(std::shared_ptr<transport::PeerGate> gate) {
   startTicking();  // held pieces go when the higher classes are idle, whoever progresses
 }
 
-void SendComm::setRails(CommRails rails, std::shared_ptr<transport::AckSink> acks) {
+void SendComm::setRails(transport::RailSet rails, std::shared_ptr<transport::AckSink> acks) {
   rails_ = std::move(rails);
   ackSink_ = std::move(acks);
   if (rails_.active()) startTicking();  // a rail that went out is looked at on every progress

@@ -26,6 +26,10 @@ constexpr CounterInfo kEngineInfo[] = {
     {"bytes_received", "payload bytes landed"},
     {"bytes_sent", "payload bytes handed to the transport"},
     {"faults_injected", "PACT_FAULT faults this engine applied"},
+    {"rail_failovers", "rails to a peer taken out (docs/reliability.md, \"Rail failover\")"},
+    {"rail_recoveries", "rails to a peer taken back after an outage"},
+    {"rail_resent_pieces", "pieces sent again because the rail they went over was taken out"},
+    {"rail_resent_bytes", "bytes of those pieces"},
 };
 static_assert(std::size(kEngineInfo) == kEngineCounters);
 

@@ -109,7 +109,8 @@ class Registry {
 enum EngineCounter : size_t {
   kCommitted, kAborted, kRetried, kDuplicatesDropped, kStaleRejected, kOutOfRange,
   kChecksumFailures, kOpenRegistrations, kOpenTransfers, kStagedBytes, kPeakStagedBytes,
-  kCreditBudget, kCreditStallNs, kBytesReceived, kBytesSent, kFaultsInjected, kEngineCounters
+  kCreditBudget, kCreditStallNs, kBytesReceived, kBytesSent, kFaultsInjected,
+  kEngineRailFailovers, kEngineRailRecoveries, kEngineRailResentPieces, kEngineRailResentBytes, kEngineCounters
 };
 extern const Catalog kEngineCatalog;
 

@@ -63,7 +63,7 @@ class Lanes {
     lanes_.back().rail = rail;
     lanes_.back().home = rail;
   }
-  // Rail failover (net/rails.h): the rail lane i runs on now, and the one it was made on.
+  // Rail failover (transport/rail_set.h): the rail lane i runs on now, and the one it was made on.
   uint8_t rail(size_t i) const { return lanes_[i].rail; }
   uint8_t home(size_t i) const { return lanes_[i].home; }
   // Bytes lane i has handed to UCX and not seen completed.

@@ -78,7 +78,7 @@ class RailWatch {
   int flaps = 0;
 };
 
-// Acknowledgements of a failed-over comm's messages (net/rails.h) ride the probes' sockets, not
+// Acknowledgements of a failed-over comm's messages (transport/rail_set.h) ride the probes' sockets, not
 // the session's control connection, which lives on rail 0's addresses and dies with it. The
 // receiver's AckSource tells the sender's AckSink, per NCCL tag, that every message below a count
 // was reported; each change goes at once over the first live rail, and the prober thread sends the

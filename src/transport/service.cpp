@@ -179,7 +179,7 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
     addSetting(c, notes, "TCP_TX_SEG_SIZE", formatSize(tx));
     addSetting(c, notes, "TCP_RX_SEG_SIZE", formatSize(rx));
     if (yields) addSetting(c, notes, "TCP_SNDBUF", formatSize(kYieldingSndbuf));
-    // Rail failover (net/rails.h): a receive UCX matched on a rail whose link then went out
+    // Rail failover (transport/rail_set.h): a receive UCX matched on a rail whose link then went out
     // cannot be cancelled; the connection's keepalive ends it within about 3 s, so the message
     // it holds back (its pieces came again on another rail) completes then. Only where failover
     // is on: UCX 1.22 turns these into keepalives of its own that fail a peer busy elsewhere.

@@ -172,13 +172,6 @@ std::vector<uint8_t> encode(const Opened& m) {
   return channelFrame(FrameType::kOpened, m.channel, m.peerChannel, m.payload);
 }
 
-namespace {
-void putContract(Writer& w, const Contract& c) {
-  w.u8(c.verify);
-  w.u8(c.retries);
-  w.u8(c.sealed);
-  w.u64(c.timeoutUs);
-}
 void putProbes(Writer& w, const std::vector<ProbeAddress>& probes) {
   const size_t n = std::min(probes.size(), kMaxRails);
   w.u8(static_cast<uint8_t>(n));
@@ -202,6 +195,14 @@ bool getProbes(Reader& r, std::vector<ProbeAddress>* probes) {
     if (p.family != 0 && p.port == 0) return r.fail("probe_port", "0");
   }
   return true;
+}
+
+namespace {
+void putContract(Writer& w, const Contract& c) {
+  w.u8(c.verify);
+  w.u8(c.retries);
+  w.u8(c.sealed);
+  w.u64(c.timeoutUs);
 }
 bool getContract(Reader& r, Contract* c) {
   if (!r.u8(&c->verify, "verify") || !r.u8(&c->retries, "retries") || !r.u8(&c->sealed, "sealed") ||

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/codec.h"
 #include "common/status.h"
 
 namespace pact::wire {
@@ -111,6 +112,10 @@ struct ProbeAddress {
   uint16_t port = 0;
   bool operator==(const ProbeAddress&) const = default;
 };
+// The probe addresses of a side's rails (0..kMaxRails) in a frame, as CommShape, CommAccept and
+// the engine's Hello carry them; getProbes names the field that is wrong.
+void putProbes(ByteWriter& w, const std::vector<ProbeAddress>& probes);
+bool getProbes(ByteReader& r, std::vector<ProbeAddress>* probes);
 struct CommShape {
   uint8_t unordered = 0;  // 0 ordered, 1 unordered
   uint8_t lanes = 1;      // 1..16

@@ -21,6 +21,8 @@ std::vector<std::vector<uint8_t>> pact::fuzz::seeds() {
           encode(EpochChange{3}), encode(CreditUpdate{1 << 20}), encode(Cancel{{1, 2, 3, 4}}),
           encode(Offer{{1, 2, 3, 4}, 8192, 1000, kOfferEager, Checksum::kCrc32c, 7}),
           encode(Hello{"decode-0", 9, 1, {1, 2, 3}}),
+          encode(Hello{"rails-0", 9, 1, {1, 2, 3}, {{"tcp", {{4, 5}, {6, 7}}}},
+                       {{4, {10, 77, 0, 1}, 4000}, {4, {10, 77, 1, 1}, 4001}}}),
           std::vector<uint8_t>(piece, piece + kPieceHeaderSize)};
 }
 

@@ -46,16 +46,7 @@ constexpr const char* kRailTimeoutValue = "100ms";  // PACT_RAIL_TIMEOUT of both
 constexpr const char* kUnordered = "unordered,lanes=2";
 constexpr const char* kOrdered = "";  // the default class: ordered, one lane (on rail 0)
 
-// Fault notes from the parent (sent just before the fault).
-constexpr char kNoteDown = 'D';
-constexpr char kNoteUp = 'U';
-// The receiver's notes to the parent are ints: a count of messages checked, or kEnd right before
-// its final report (so that a stream that ends early is never mistaken for a count).
-constexpr int kEnd = -1;
 
-long long msSince(Clock::time_point t) {
-  return std::chrono::duration_cast<milliseconds>(Clock::now() - t).count();
-}
 
 size_t fullMessage(int) { return kMaxMessage; }
 // A stream of `messages` messages of 4 MiB. Its budget is about 5x what it takes here at 1 Gbit/s
@@ -224,51 +215,6 @@ struct Outcome {
   bool gotRecv = false, gotSend = false;
 };
 
-// Parent side: the receiver's notes (counts, then kEnd and its report), read in order.
-class ReceiverNotes {
- public:
-  explicit ReceiverNotes(Channel& ch) : ch_(ch) {}
-
-  // The next note must say that `n` messages arrived (bounded wait).
-  bool await(int n) {
-    int got = 0;
-    if (!ch_.recvValue(&got, kStreamBudget)) {
-      ADD_FAILURE() << "the receiver did not report " << n << " messages (it died?)";
-      return false;
-    }
-    ended_ = got == kEnd;
-    EXPECT_EQ(got, n) << (ended_ ? "the stream ended before the fault point" : "bad note");
-    return got == n;
-  }
-
-  // Skips the counts the parent did not wait for, up to kEnd, then reads the report.
-  template <class T>
-  bool report(T* out) {
-    Deadline deadline(kStreamPairTimeout);
-    while (!ended_) {
-      int note = 0;
-      if (!ch_.recvValue(&note, deadline.remaining())) return false;
-      ended_ = note == kEnd;
-    }
-    return ch_.recvValue(out, deadline.remaining());
-  }
-
- private:
-  Channel& ch_;
-  bool ended_ = false;
-};
-
-// Parent side: one fault. The note goes to the sender first, so that it times its reaction from
-// just before the fault (a note to a sender already done is lost, which is fine).
-bool fault(PeerPair& pair, const std::vector<std::string>& args) {
-  const char note = args.back() == "down" || args.back() == "on" ? kNoteDown : kNoteUp;
-  pair.controlB().sendValue(note);
-  return script(args);
-}
-
-// Parent side: the duration of a fault (not a synchronisation): waits `d`, or less when the
-// receiver ends its stream first (its end note becomes readable). True when the stream outlasted.
-bool holdFault(PeerPair& pair, milliseconds d) { return !pair.controlA().readable(d); }
 
 // A (pactA) receives `messages` 4 MiB messages, B (pactB) sends them, over the two-rail device on
 // class `tc`. A notes the parent at each count in `reportAt`; `faults` (the parent) strikes then.
@@ -374,18 +320,6 @@ Outcome runWithOneFault(const std::string& tc, const std::vector<std::string>& a
   });
 }
 
-// Rail failover is validated with UCX 1.13 and 1.14 (ucx::failoverValidated); with another UCX
-// the plugin turns it off and says so (FailoverOffReportsWhy checks that), and these tests skip,
-// counted as skipped, with the reason.
-class NetnsFailover : public Netns {
- protected:
-  void SetUp() override {
-    Netns::SetUp();
-    if (!IsSkipped() && !HasFailure() && !kFailoverValidated)
-      GTEST_SKIP() << "rail failover is off with UCX 1." << PACT_UCX_MINOR << " (validated with 1.13 and 1.14; issue #31)";
-  }
-  static constexpr bool kFailoverValidated = PACT_UCX_MINOR <= 14;
-};
 
 // What the plugin says of failover with the UCX it was built against: available with 1.13 and
 // 1.14, otherwise off with a sentence naming the UCX version (the visible fallback).

@@ -223,4 +223,34 @@ void sendStream(NetPlugin& plugin, void* comm, Channel& peer, const StreamSpec& 
   }
 }
 
+pact_engine_t makeEngine(const char* name, const char* listenIp) {
+  pact_engine_config_t c;
+  pact_engine_config_init(&c);
+  c.name = name;
+  c.listen_ip = listenIp;
+  c.progress_thread = 1;
+  pact_engine_t e = nullptr;
+  EXPECT_EQ(pact_engine_create(&c, &e), PACT_OK) << pact_last_error();
+  return e;
+}
+
+// ---- faults ------------------------------------------------------------------------------------
+
+bool ReceiverNotes::await(int n) {
+  int got = 0;
+  if (!ch_.recvValue(&got, kStreamBudget)) {
+    ADD_FAILURE() << "the receiver did not report " << n << " messages (it died?)";
+    return false;
+  }
+  ended_ = got == kEnd;
+  EXPECT_EQ(got, n) << (ended_ ? "the stream ended before the fault point" : "bad note");
+  return got == n;
+}
+
+bool fault(PeerPair& pair, const std::vector<std::string>& args) {
+  const char note = args.back() == "down" || args.back() == "on" ? kNoteDown : kNoteUp;
+  pair.controlB().sendValue(note);
+  return script(args);
+}
+
 }  // namespace pact::netns_test

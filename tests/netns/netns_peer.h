@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "pact/pact.h"
 #include "tests/abi/harness.h"
 #include "tests/common/scoped_env.h"
 #include "tests/netns/netns_util.h"
@@ -75,6 +76,10 @@ std::unique_ptr<loader::NetPlugin> openIn(const Side& side, test::ScopedEnv* env
 // Index of the device named `name`; ADD_FAILURE (listing the names seen) and -1 when absent.
 int findDevice(loader::NetPlugin& plugin, const std::string& name);
 
+// An engine named `name` listening on listenIp (nullptr: no listener) with a progress thread, in
+// the namespace entered; nullptr (with a failure) when it cannot be made.
+pact_engine_t makeEngine(const char* name, const char* listenIp);
+
 // ---- the message stream ---------------------------------------------------------------------
 
 inline constexpr int kMessages = 64;  // the default stream
@@ -120,5 +125,65 @@ void receiveStream(loader::NetPlugin& plugin, void* comm, test::Channel& peer,
 // while a send is pending: where a test watches the comm (or its parent) during the stream.
 void sendStream(loader::NetPlugin& plugin, void* comm, test::Channel& peer,
                 const StreamSpec& spec = {}, const std::function<void()>& poll = {});
+
+// ---- faults struck by the parent (the failover tests of both faces) ---------------------------
+
+// Fault notes from the parent to the peers (sent just before the fault).
+inline constexpr char kNoteDown = 'D';
+inline constexpr char kNoteUp = 'U';
+// The receiver's notes to the parent are ints: a count of messages (or transfers) checked, or
+// kEnd right before its final report (so that a stream that ends early is never mistaken for a count).
+inline constexpr int kEnd = -1;
+
+inline long long msSince(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t).count();
+}
+
+// Parent side: the receiver's notes (counts, then kEnd and its report), read in order.
+class ReceiverNotes {
+ public:
+  explicit ReceiverNotes(test::Channel& ch) : ch_(ch) {}
+
+  // The next note must say that `n` messages arrived (bounded wait).
+  bool await(int n);
+
+  // Skips the counts the parent did not wait for, up to kEnd, then reads the report.
+  template <class T>
+  bool report(T* out) {
+    abi_test::Deadline deadline(kStreamPairTimeout);
+    while (!ended_) {
+      int note = 0;
+      if (!ch_.recvValue(&note, deadline.remaining())) return false;
+      ended_ = note == kEnd;
+    }
+    return ch_.recvValue(out, deadline.remaining());
+  }
+
+ private:
+  test::Channel& ch_;
+  bool ended_ = false;
+};
+
+// Parent side: one fault (`ci/netns.sh ARGS...`). The note goes to the sender (B) first, so that
+// it times its reaction from just before the fault (a note to a sender already done is lost,
+// which is fine).
+bool fault(abi_test::PeerPair& pair, const std::vector<std::string>& args);
+
+// Parent side: the duration of a fault (not a synchronisation): waits `d`, or less when the
+// receiver ends its stream first (its end note becomes readable). True when the stream outlasted.
+inline bool holdFault(abi_test::PeerPair& pair, std::chrono::milliseconds d) { return !pair.controlA().readable(d); }
+
+// Rail failover is validated with UCX 1.13 and 1.14 (ucx::failoverValidated); with another UCX
+// pact turns it off and says so (FailoverOffReportsWhy checks that), and these tests skip,
+// counted as skipped, with the reason.
+class NetnsFailover : public Netns {
+ protected:
+  void SetUp() override {
+    Netns::SetUp();
+    if (!IsSkipped() && !HasFailure() && !kFailoverValidated)
+      GTEST_SKIP() << "rail failover is off with UCX 1." << PACT_UCX_MINOR << " (validated with 1.13 and 1.14; issue #31)";
+  }
+  static constexpr bool kFailoverValidated = PACT_UCX_MINOR <= 14;
+};
 
 }  // namespace pact::netns_test

@@ -733,16 +733,6 @@ EngineKvReport runEngineKv(const EngineKvRun& run) {
     env->set("UCX_NET_DEVICES", run.pinUcx ? std::optional<std::string>(devices) : std::nullopt);
     env->set("PACT_TC_KV", run.kvClass);
   };
-  const auto engine = [](const char* name, const char* ip) {
-    pact_engine_config_t c;
-    pact_engine_config_init(&c);
-    c.name = name;
-    c.listen_ip = ip;
-    c.progress_thread = 1;
-    pact_engine_t e = nullptr;
-    EXPECT_EQ(pact_engine_create(&c, &e), PACT_OK) << pact_last_error();
-    return e;
-  };
   const int n = run.transfers;
   const uint64_t size = run.size;
   PeerPair pair(
@@ -750,7 +740,7 @@ EngineKvReport runEngineKv(const EngineKvRun& run) {
       [&](PeerIo& io) {
         ScopedEnv env;
         enter(sideA(), run.devicesA, &env);
-        pact_engine_t e = engine("netns-rx", "10.77.0.1");
+        pact_engine_t e = makeEngine("netns-rx", "10.77.0.1");
         ASSERT_NE(e, nullptr);
         char addr[128];
         ASSERT_EQ(pact_engine_address(e, addr, sizeof addr), PACT_OK);
@@ -788,7 +778,7 @@ EngineKvReport runEngineKv(const EngineKvRun& run) {
       [&](PeerIo& io) {
         ScopedEnv env;
         enter(sideB(), run.devicesB, &env);
-        pact_engine_t e = engine("netns-tx", nullptr);
+        pact_engine_t e = makeEngine("netns-tx", nullptr);
         ASSERT_NE(e, nullptr);
         char addr[128];
         ASSERT_TRUE(io.peer->recv(addr, sizeof addr, kOpTimeout));

@@ -65,6 +65,14 @@ TEST(Control, EveryMessageRoundTrips) {
   EXPECT_EQ(std::get<Hello>(*h).name, "decode-3");
   EXPECT_EQ(std::get<Hello>(*h).token, 42u);
   EXPECT_EQ(std::get<Hello>(*h).workerAddress, (std::vector<uint8_t>{1, 2, 3, 4}));
+  // Rail failover: the engine's probe addresses ride its Hello (control version 5).
+  wire::ProbeAddress probe{4, {10, 77, 1, 2}, 40123};
+  auto hp = decode(encode(Hello{"rails", 1, 0, {1}, {}, {probe, probe}}));
+  ASSERT_TRUE(hp.ok()) << hp.error().message;
+  EXPECT_EQ(std::get<Hello>(*hp).probes, (std::vector<wire::ProbeAddress>{probe, probe}));
+  probe.family = 5;
+  EXPECT_EQ(decode(encode(Hello{"rails", 1, 0, {1}, {}, {probe}})).error().message,
+            "hello.probe_family: 5 is not 0, 4 or 6");
   EXPECT_EQ(decode(encode(Hello{"", 1, 0, {1}})).error().message,
             "hello.name: length 0 outside 1..256");
   EXPECT_EQ(decode(encode(Hello{"x", 1, 0, {}})).error().message,
@@ -112,7 +120,7 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   bad = f;
   bad[4] = 1;  // an engine of wire version 1 (before Hello listed contexts)
   EXPECT_EQ(decode(bad).status(), Status::kRefused);
-  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 4");
+  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 5");
   bad = f;
   bad[6] = 10;  // the first type past kCancel (9)
   EXPECT_EQ(decode(bad).error().message, "control.type: unknown type 10");

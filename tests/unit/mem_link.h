@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -81,6 +82,7 @@ class MemNet {
       msg.bytes.assign(src, src + n);
       msg.senderXfer = xfer;
       msg.what = net_.label(side_, "piece@" + std::to_string(h.offset));
+      net_.sentPieces_.push_back(msg);  // what a failed-over link sends again (setRailOut)
       net_.enqueue(std::move(msg));
     }
     void sendEager(uint64_t, size_t, const Offer& m, std::span<const Extent> src,
@@ -114,6 +116,12 @@ class MemNet {
   void setLatency(std::chrono::microseconds l) { latency_ = l; }
   // The fault to apply to the message with this sequence number (0 = the first one sent).
   void setFault(size_t seq, Fault f) { faultSeq_ = seq, fault_ = f; }
+  // Rail failover as the engine's link does it (engine/failover.cpp): when the message with this
+  // sequence number is due, its rail dies with it and everything still in flight (pieces and
+  // eager offers as sends UCX had completed: their senders are told they went; fetches under way
+  // fail), then the link fails over: every piece of a live attempt it sent goes again
+  // (Protocol::pieceResent) and both sides repeat what the rail may have swallowed (railOut).
+  void setRailOut(size_t seq) { railOutSeq_ = seq; }
   // Called after each message has been handled (or dropped): its sequence number.
   std::function<void(size_t)> afterEach;
 
@@ -177,7 +185,33 @@ class MemNet {
     log_.push_back("#" + std::to_string(sent_) + " " + m.what);
     queue_.push_back({sent_++, std::move(m)});
   }
+  void failOver(Queued due) {
+    std::deque<Queued> lost = std::move(queue_);
+    queue_.clear();
+    lost.push_front(std::move(due));
+    for (const Queued& l : lost) {
+      log_.push_back("   lost with the rail: " + l.msg.what);
+      finishPiece(l.msg);
+    }
+    for (const Fetch& f : std::exchange(fetches_, {})) protocols_[f.side]->pieceLost(f.xfer, f.attempt, f.dst);
+    for (const Message& m : sentPieces_) {
+      Protocol& from = *protocols_[1 - m.to];
+      const Transfer* x = from.find(m.senderXfer);
+      if (x == nullptr || !x->live() || x->attempt != m.header.attempt) continue;
+      from.pieceResent(m.senderXfer, m.bytes.size());
+      Message again = m;
+      again.what += " again";
+      enqueue(std::move(again));
+    }
+    protocols_[0]->railOut(kPeerOfA);
+    protocols_[1]->railOut(kPeerOfB);
+  }
   void handle(Queued q) {
+    if (q.seq == railOutSeq_) {
+      railOutSeq_ = SIZE_MAX;
+      failOver(std::move(q));
+      return;
+    }
     if (q.seq == faultSeq_ && !q.faultApplied) {
       q.faultApplied = true;
       switch (fault_) {
@@ -258,6 +292,8 @@ class MemNet {
   std::vector<std::string> log_;
   size_t sent_ = 0;
   size_t faultSeq_ = SIZE_MAX;
+  size_t railOutSeq_ = SIZE_MAX;
+  std::vector<Message> sentPieces_;
   Fault fault_ = Fault::kNone;
   bool rendezvous_ = false;
   std::chrono::microseconds latency_{0};

@@ -47,9 +47,9 @@ struct Exchange {
   int commits = 0;
 
   explicit Exchange(Mode mode, int retries = 2, const char* senderFault = nullptr,  // NOLINT
-                    const char* receiverFault = nullptr) {
+                    const char* receiverFault = nullptr, Order order = Order::kUnordered) {
     Profile p;
-    p.order = Order::kUnordered;  // cut at the chunk: three pieces
+    p.order = order;  // unordered: cut at the chunk, three pieces (ordered: one)
     p.chunk = kChunk;
     p.eager = mode == Mode::kEagerOffer ? kBytes : 0;
     p.retries = retries;
@@ -191,6 +191,37 @@ TEST_P(ProtocolFaults, EverySingleFaultOfEveryMessageEndsCommittedOnceOrInASpeci
   EXPECT_GE(committed, static_cast<int>(4 * tried) - (mode == Mode::kEagerOffer ? 0 : 2));
   std::printf("[   INFO   ] %s: %zu messages x 4 faults: %d committed, %d ended DEADLINE\n",
               modeName(mode), tried, committed, failed);
+}
+
+// Rail failover (engine/failover.cpp; MemNet::setRailOut) at every message of a clean run: the
+// rail dies as that message is due, with everything then in flight (before the first piece,
+// between pieces, after the last piece before its Done, with the verdict); the link sends again
+// the pieces of live attempts and each side repeats its own control messages. Ordered (one
+// piece) and unordered (three), pieces copied or fetched, or an eager offer: every run commits
+// once, byte-exact, on both sides, and uses no retry (there are none to use).
+TEST_P(ProtocolFaults, ARailLostAtEveryStepIsFailedOverAndCommitsOnce) {
+  const Mode mode = GetParam();
+  for (Order order : {Order::kUnordered, Order::kOrdered}) {
+    size_t messages = 0;
+    {
+      Exchange clean(mode, 0, nullptr, nullptr, order);
+      clean.start();
+      ASSERT_EQ(clean.finish().rx, Status::kOk);
+      messages = clean.net.sent();
+    }
+    for (size_t seq = firstMessage(mode); seq < messages; ++seq) {
+      Exchange run(mode, 0, nullptr, nullptr, order);
+      run.a->setRailFailover(MemNet::kPeerOfA, std::chrono::milliseconds(400));
+      run.b->setRailFailover(MemNet::kPeerOfB, std::chrono::milliseconds(400));
+      run.net.setRailOut(seq);
+      run.start();
+      const Result r = run.finish();
+      const std::string what = std::string(order == Order::kOrdered ? "ordered" : "unordered") +
+                               ", rail lost at message " + std::to_string(seq);
+      expectSound(r, what, {});
+      EXPECT_EQ(r.rx, Status::kOk) << what << "\n" << r.log;
+    }
+  }
 }
 
 TEST_P(ProtocolFaults, AnEpochSwitchAtEveryStepNeverCommitsAStaleTransfer) {

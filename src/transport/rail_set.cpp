@@ -1,22 +1,33 @@
-#include "net/rails.h"
+#include "transport/rail_set.h"
 
 #include "common/log.h"
 #include "common/parse.h"
 #include "ucx/tcp_reset.h"
 
-namespace pact::net {
+namespace pact::transport {
 
 namespace {
 
 // The IP address of rail i of dev: a virtual device's member's, a port's own.
-const std::string& railAddress(const transport::DeviceCtx& dev, size_t i) {
+const std::string& railAddress(const DeviceCtx& dev, size_t i) {
   const ucx::DeviceInfo& info = dev.info();
   return i < info.memberAddresses.size() ? info.memberAddresses[i] : info.ipAddress;
 }
 
 }  // namespace
 
-std::vector<wire::ProbeAddress> probesOf(transport::DeviceCtx& dev, transport::RailProber& prober,
+bool failoverWanted(size_t rails, std::chrono::microseconds timeout) {
+  if (timeout.count() == 0 || rails < 2) return false;
+  static const bool validated = [] {
+    std::string why;
+    if (ucx::failoverValidated(&why)) return true;
+    PACT_WARN("%s", why.c_str());
+    return false;
+  }();
+  return validated;
+}
+
+std::vector<wire::ProbeAddress> probesOf(DeviceCtx& dev, RailProber& prober,
                                          std::chrono::microseconds timeout, std::vector<wire::ProbeAddress>* acks) {
   std::vector<wire::ProbeAddress> out;
   if (timeout.count() == 0 || dev.rails() < 2 || dev.info().memberAddresses.size() < dev.rails()) return out;
@@ -35,7 +46,7 @@ std::vector<wire::ProbeAddress> probesOf(transport::DeviceCtx& dev, transport::R
   return out;
 }
 
-CommRails::CommRails(transport::DeviceCtx& dev, std::shared_ptr<transport::RailProber> prober,
+RailSet::RailSet(DeviceCtx& dev, std::shared_ptr<RailProber> prober,
                      const std::vector<wire::ProbeAddress>& local, const std::vector<wire::ProbeAddress>& peer,
                      std::chrono::microseconds timeout)
     : prober_(std::move(prober)), timeout_(timeout) {
@@ -51,24 +62,24 @@ CommRails::CommRails(transport::DeviceCtx& dev, std::shared_ptr<transport::RailP
     }
     watches_.push_back(std::move(*w));
     localIps_.push_back(railAddress(dev, r));
-    peerIps_.push_back(transport::RailProber::ipOf(peer[r]));
+    peerIps_.push_back(RailProber::ipOf(peer[r]));
   }
   suspendedUntil_.assign(n, TimePoint{});
 }
 
-bool CommRails::anyUsable() const { return usableCount() != 0; }
+bool RailSet::anyUsable() const { return usableCount() != 0; }
 
-size_t CommRails::usableCount() const {
+size_t RailSet::usableCount() const {
   size_t n = 0;
   for (size_t r = 0; r < watches_.size(); ++r) n += usable(r) ? 1 : 0;
   return n;
 }
 
-void CommRails::suspend(size_t r) {
+void RailSet::suspend(size_t r) {
   if (r < suspendedUntil_.size()) suspendedUntil_[r] = now() + timeout_;
 }
 
-int CommRails::pick(size_t home, const std::vector<int>& lanesOn) const {
+int RailSet::pick(size_t home, const std::vector<int>& lanesOn) const {
   if (usable(home)) return static_cast<int>(home);
   int best = -1;
   for (size_t r = 0; r < watches_.size(); ++r)
@@ -76,7 +87,7 @@ int CommRails::pick(size_t home, const std::vector<int>& lanesOn) const {
   return best;
 }
 
-std::pair<unsigned, unsigned> CommRails::changes() {
+std::pair<unsigned, unsigned> RailSet::changes() {
   unsigned out = 0, back = 0;
   for (size_t r = 0; r < watches_.size(); ++r) {
     const unsigned bit = 1u << r;
@@ -88,15 +99,21 @@ std::pair<unsigned, unsigned> CommRails::changes() {
   return {out, back};
 }
 
-int CommRails::reset(size_t r) const { return ucx::resetTcpConnections(localIps_[r], peerIps_[r]); }
+int RailSet::reset(size_t r) const {
+  // Out only because an endpoint failed (the probes still answered): the rail carries the peer's
+  // other connections, and shutting them down would take it out on the peer's side too (and so
+  // on, back and forth); the failed endpoint's own connection is dead already.
+  if (watches_[r]->up()) return 0;
+  return ucx::resetTcpConnections(localIps_[r], peerIps_[r]);
+}
 
-std::string CommRails::name(size_t r) const {
+std::string RailSet::name(size_t r) const {
   return "rail " + std::to_string(r) + " (" + watches_[r]->name() + ")";
 }
 
-std::string CommRails::cause(size_t r) const {
+std::string RailSet::cause(size_t r) const {
   if (!watches_[r]->up()) return "no probe answered and no data for " + formatDuration(timeout_);
   return "an endpoint on it failed";
 }
 
-}  // namespace pact::net
+}  // namespace pact::transport

@@ -1,4 +1,4 @@
-// The rails of a plugin comm with failover (docs/reliability.md, "Rail failover"): one watch per
+// The rails of a plugin comm or an engine peer with failover (docs/reliability.md, "Rail failover"): one watch per
 // rail to the peer (transport/rail_probe.h), the rails a comm's lanes may use now, and what the
 // comm counts of its failovers. Both sides of a comm over a device of several rails exchange their
 // rails' probe addresses in the handshake (CommShape, CommAccept); a comm whose two sides both
@@ -17,27 +17,32 @@
 #include "transport/device_ctx.h"
 #include "transport/rail_probe.h"
 
-namespace pact::net {
+namespace pact::transport {
 
 // The probe addresses of every rail of dev, answered by prober (bound now); empty when failover
 // is off (timeout 0), the device has one rail, or a socket could not be bound (logged).
 // acks (may be null): where this side reads acknowledgements on each rail (a sender's).
-std::vector<wire::ProbeAddress> probesOf(transport::DeviceCtx& dev, transport::RailProber& prober,
+std::vector<wire::ProbeAddress> probesOf(DeviceCtx& dev, RailProber& prober,
                                          std::chrono::microseconds timeout,
                                          std::vector<wire::ProbeAddress>* acks = nullptr);
 
-class CommRails {
+// Whether a device of `rails` rails fails over under `timeout` (PACT_RAIL_TIMEOUT): several
+// rails, a timeout, and a UCX failover is validated with (ucx::failoverValidated; why not is
+// logged once per process).
+bool failoverWanted(size_t rails, std::chrono::microseconds timeout);
+
+class RailSet {
  public:
   static constexpr size_t kMax = wire::kMaxRails;
-  CommRails() = default;
+  RailSet() = default;
   // Watches the peer's rails (its probe addresses) from this side's rails of dev, up to the
   // rails both sides have. Inactive (no failover) when either list is empty or a watch fails.
-  CommRails(transport::DeviceCtx& dev, std::shared_ptr<transport::RailProber> prober,
+  RailSet(DeviceCtx& dev, std::shared_ptr<RailProber> prober,
             const std::vector<wire::ProbeAddress>& local, const std::vector<wire::ProbeAddress>& peer,
             std::chrono::microseconds timeout);
   bool active() const { return !watches_.empty(); }
-  // The watches, by rail (the paths a receiver's acknowledgements take: transport::AckSource).
-  const std::vector<std::shared_ptr<transport::RailWatch>>& watches() const { return watches_; }
+  // The watches, by rail (the paths a receiver's acknowledgements take: AckSource).
+  const std::vector<std::shared_ptr<RailWatch>>& watches() const { return watches_; }
   size_t size() const { return watches_.size(); }
   // Called on every test() of a failed-over comm: the clock is read only while r is suspended.
   bool usable(size_t r) const {
@@ -47,13 +52,14 @@ class CommRails {
   bool anyUsable() const;
   size_t usableCount() const;
   // Rail r is out: UCX's TCP connections over it to the peer are shut down (ucx/tcp_reset.h), so
-  // what they hold ends now and nothing of it can land later. The number shut down.
+  // what they hold ends now and nothing of it can land later. The number shut down. Only when the
+  // probes took it out: an endpoint's failure alone leaves the rail's other connections be.
   int reset(size_t r) const;
-  // Reads the acknowledgements waiting for this process now (transport::RailProber::drainAcks).
+  // Reads the acknowledgements waiting for this process now (RailProber::drainAcks).
   void drainAcks() const {
     if (prober_) prober_->drainAcks();
   }
-  // Data moved over rail r (transport::RailWatch::heard).
+  // Data moved over rail r (RailWatch::heard).
   void heard(size_t r) {
     if (r < watches_.size()) watches_[r]->heard();
   }
@@ -72,12 +78,12 @@ class CommRails {
   std::chrono::microseconds timeout() const { return timeout_; }
 
  private:
-  std::shared_ptr<transport::RailProber> prober_;
-  std::vector<std::shared_ptr<transport::RailWatch>> watches_;
+  std::shared_ptr<RailProber> prober_;
+  std::vector<std::shared_ptr<RailWatch>> watches_;
   std::vector<TimePoint> suspendedUntil_;
   std::vector<std::string> localIps_, peerIps_;  // each rail's ends
   unsigned seenOut_ = 0;  // rails this comm has taken as out
   std::chrono::microseconds timeout_{};
 };
 
-}  // namespace pact::net
+}  // namespace pact::transport

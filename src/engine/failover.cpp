@@ -1,0 +1,187 @@
+// Rail failover on the engine's face (docs/reliability.md, "Rail failover"): the plugin's
+// detection (transport/rail_set.h: a UDP probe per rail, endpoint errors), per peer. A rail taken
+// out moves every lane to the peer that ran on it, the control lane's too, to a live rail, shuts
+// down UCX's TCP connections over it (nothing it held can land later), and sends again every
+// piece of a live attempt that went over it: those UCX still held come back failed (parked) and
+// those it had completed are kept until their transfer settles (over TCP a completed send is
+// only in the kernel). The commit protocol is untouched: the receiver keeps the first copy of a
+// piece, waits for missing pieces while they still arrive, and each side repeats the control
+// messages of its own that the rail may have swallowed (Protocol::railOut).
+#include <bit>
+
+#include "common/log.h"
+#include "common/parse.h"
+#include "engine/engine.h"
+#include "engine/peer.h"
+
+namespace pact::engine {
+
+void Engine::openRails() {
+  transport::DeviceCtx& dev = *contexts_[routes_[ctrlRoute_].context].dev;
+  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout)) return;
+  prober_ = transport::RailProber::acquire();
+  probes_ = transport::probesOf(dev, *prober_, params_.rail_timeout);
+  if (probes_.empty()) prober_.reset();
+}
+
+void Engine::watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProbes) {
+  if (!prober_ || peerProbes.empty()) return;
+  p.rails = transport::RailSet(*contexts_[routes_[ctrlRoute_].context].dev, prober_, probes_, peerProbes,
+                               params_.rail_timeout);
+  if (!p.rails.active()) return;
+  // A receiver waits this long for pieces missing after Done: the detection bound and a margin.
+  proto_->setRailFailover(p.id, 4 * params_.rail_timeout);
+  PACT_INFO("engine %s: peer %s: rail failover over %zu rails (PACT_RAIL_TIMEOUT %s)", config_.name.c_str(),
+            p.name.c_str(), p.rails.size(), formatDuration(params_.rail_timeout).c_str());
+}
+
+std::vector<Engine::LaneSet> Engine::laneSets(Peer& p) {
+  std::vector<LaneSet> out;
+  if (p.ctrl) out.push_back({p.ctrl.get(), routes_[ctrlRoute_].context, "control"});
+  for (size_t r = 0; r < p.lanes.size(); ++r)
+    if (p.lanes[r] && p.lanes[r] != p.ctrl) out.push_back({p.lanes[r].get(), routes_[r].context, routes_[r].name});
+  return out;
+}
+
+bool Engine::railsTake(Peer& p, PieceOp* op, ucs_status_t st) {
+  if (!p.rails.active() || p.phase != Peer::Phase::kReady) return false;
+  const Transfer* x = proto_->find(op->xfer);
+  if (x == nullptr || !x->live() || x->attempt != op->attempt) return false;
+  if (st != UCS_OK) {  // went with its rail: sent again once the lanes moved (checkRails)
+    p.rails.suspend(op->rail);
+    p.parked.push_back(op);
+    return true;
+  }
+  p.rails.heard(op->rail);
+  p.sent.push_back(op);
+  if (p.sent.size() >= p.sentPruneAt) pruneSent(p);
+  proto_->pieceSent(op->xfer, true);
+  return true;
+}
+
+void Engine::pruneSent(Peer& p) {
+  std::erase_if(p.sent, [&](PieceOp* op) {
+    const Transfer* x = proto_->find(op->xfer);
+    if (x != nullptr && x->live() && x->attempt == op->attempt) return false;
+    pieceOps_.give(op);
+    return true;
+  });
+  p.sentPruneAt = std::max<size_t>(Peer::kMinSentPrune, 2 * p.sent.size());
+}
+
+void Engine::dropKept(Peer& p) {
+  for (PieceOp* op : std::exchange(p.parked, {})) {
+    const uint64_t xfer = op->xfer;
+    pieceOps_.give(op);
+    proto_->pieceSent(xfer, false);
+  }
+  for (PieceOp* op : std::exchange(p.sent, {})) pieceOps_.give(op);
+}
+
+void Engine::checkRails() {
+  for (auto& [id, p] : peers_)
+    if (p->phase == Peer::Phase::kReady && p->rails.active()) checkRails(*p);
+}
+
+void Engine::checkRails(Peer& p) {
+  const std::vector<LaneSet> sets = laneSets(p);
+  for (const LaneSet& s : sets)
+    for (size_t i = 0; i < s.lanes->size(); ++i)
+      if (s.lanes->shared(i)->failed()) p.rails.suspend(s.lanes->rail(i));
+  const auto [out, back] = p.rails.changes();
+  if (out != 0) proto_->count(telemetry::kEngineRailFailovers, static_cast<uint64_t>(std::popcount(out)));
+  if (back != 0) proto_->count(telemetry::kEngineRailRecoveries, static_cast<uint64_t>(std::popcount(back)));
+  if (!p.rails.anyUsable()) {
+    std::string why = "every rail to the peer is out:";
+    for (size_t r = 0; r < p.rails.size(); ++r)
+      why += (r == 0 ? " " : "; ") + p.rails.name(r) + ": " + p.rails.cause(r);
+    PACT_WARN("engine %s: peer %s: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
+    peerLost(p, why);
+    return;
+  }
+  const std::string moved = moveLanes(p, sets);
+  std::vector<PieceOp*> again = std::exchange(p.parked, {});  // still pending: no new count
+  uint64_t resentBytes = 0;
+  size_t resent = 0;
+  if (out != 0) {
+    pruneSent(p);
+    std::erase_if(p.sent, [&](PieceOp* op) {
+      if ((out & (1u << op->rail)) == 0) return false;
+      proto_->pieceResent(op->xfer, op->size);  // the attempt waits for it again
+      again.push_back(op);
+      resentBytes += op->size;
+      ++resent;
+      return true;
+    });
+  }
+  for (PieceOp* op : again) {
+    transport::Lanes* lanes = op->route < p.lanes.size() ? p.lanes[op->route].get() : nullptr;
+    if (lanes == nullptr) {
+      op->posted = false;  // not a rail's failure: reported as one
+      onPieceSent(op, UCS_ERR_NOT_CONNECTED);
+      continue;
+    }
+    lanes->dispatch(op, [this](transport::LanePiece* q, ucx::Endpoint& ep) { postPiece(static_cast<PieceOp*>(q), ep); });
+  }
+  for (size_t r = 0; r < p.rails.size(); ++r) {
+    if (out & (1u << r)) {
+      proto_->railOut(p.id);
+      PACT_WARN("engine %s: peer %s: %s out (%s): %s; %zu piece(s) UCX had completed over it (%s) go again; "
+                "%d TCP connection(s) on it reset",
+                config_.name.c_str(), p.name.c_str(), p.rails.name(r).c_str(), p.rails.cause(r).c_str(),
+                moved.empty() ? "no lane on it" : moved.c_str(), resent, formatSize(resentBytes).c_str(),
+                p.rails.reset(r));
+    }
+    if (back & (1u << r))
+      PACT_WARN("engine %s: peer %s: %s back after %lld ms out: %s", config_.name.c_str(), p.name.c_str(),
+                p.rails.name(r).c_str(), static_cast<long long>(p.rails.downTime(r).count() / 1000),
+                moved.empty() ? "no lane returns to it" : moved.c_str());
+  }
+}
+
+// Lanes off their rail: to a live one (failover) or home again (recovery). What the old endpoint
+// of a lane leaving an out rail holds fails now (forced close) and comes back parked.
+std::string Engine::moveLanes(Peer& p, const std::vector<LaneSet>& sets) {
+  std::string moved;
+  for (const LaneSet& s : sets) {
+    transport::DeviceCtx& dev = *contexts_[s.context].dev;
+    const std::vector<std::vector<uint8_t>>* remote = remoteRails(p, s.context);
+    std::vector<int> lanesOn = s.lanes->lanesOn(p.rails.size());
+    for (size_t i = 0; i < s.lanes->size(); ++i) {
+      const size_t from = s.lanes->rail(i);
+      const int to = p.rails.pick(s.lanes->home(i), lanesOn);
+      if (to < 0 || static_cast<size_t>(to) == from || remote == nullptr ||
+          static_cast<size_t>(to) >= remote->size())
+        continue;
+      auto ep = dev.ownEndpoint(static_cast<size_t>(to), (*remote)[static_cast<size_t>(to)], &Engine::onEndpointError, &p);
+      if (!ep.ok()) {  // that rail is no better: tried again at the next look
+        p.rails.suspend(static_cast<size_t>(to));
+        continue;
+      }
+      std::shared_ptr<transport::SharedEndpoint> old = s.lanes->shared(i);
+      s.lanes->moveLane(i, std::move(*ep), static_cast<uint8_t>(to));
+      --lanesOn[from];
+      ++lanesOn[static_cast<size_t>(to)];
+      moved += (moved.empty() ? "" : ", ") + std::string(s.name) + " lane " + std::to_string(i) + " to rail " +
+               std::to_string(to);
+      if (!p.rails.usable(from)) {
+        if (!old->failed()) old->error = UCS_ERR_CANCELED;
+        old->ep.close(true);
+      } else {
+        // Home again from a live rail: what the old endpoint holds is delivered first (a forced
+        // close would reset the connection the peer's endpoints share with it).
+        old->ep.closeLater(false);  // UCX finishes it (ucx::PendingClose)
+      }
+    }
+  }
+  return moved;
+}
+
+const std::vector<std::vector<uint8_t>>* Engine::remoteRails(const Peer& p, size_t context) const {
+  const std::string& service = contexts_[context].dev->serviceKey();
+  for (const ContextAddress& c : p.contexts)
+    if (c.service == service) return &c.rails;
+  return nullptr;
+}
+
+}  // namespace pact::engine
