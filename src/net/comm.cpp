@@ -143,6 +143,7 @@ void endRequest(Request* r, Ending* ending) {
 
 Status Comm::test(Request* r, bool* done, int* sizes, Ending* ending) {
   *done = false;
+  beforeTest();
   // Ordered: reported only after every earlier request. A request that can be reported already
   // (an eager send) needs no progress.
   auto ready = [&] { return r->done() && !r->held && !(cfg_.ordered && earlierInFlight(r)); };

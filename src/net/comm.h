@@ -36,6 +36,7 @@
 #include "net/credits.h"
 #include "net/diag.h"
 #include "net/hub.h"
+#include "net/kept.h"
 #include "transport/rail_set.h"
 #include "net/request.h"
 #include "transport/session.h"
@@ -144,6 +145,9 @@ class Comm {
   // The class contract's step for a request that is done with UCX but held (Request::held): the
   // sender takes its verdicts, the receiver judges its seals.
   virtual void settle(Request* r) = 0;
+  // At the start of every test(): a receive comm's lazy acknowledgements leave (rail failover:
+  // transport::kLazyAckMax), after the answer to the message they acknowledge, if any.
+  virtual void beforeTest() {}
   // Failure was recorded: cancel/abort what UCX still holds so every part completes.
   virtual void abortInFlight() = 0;
   // Final status and sizes of a finished request.
@@ -284,6 +288,11 @@ class SendComm final : public Comm, private Ticker {
   // receiver that already has the piece never holds the message back), or as itself.
   bool loose(const Part& p) const;
   void sendLoose(Part* p);
+  // Rail failover, small host messages (net/kept.h): whether the send completes from a kept copy
+  // (else it waits for its acknowledgement); every copy not acknowledged goes again (a rail went
+  // out): the pieces sent.
+  bool keepCopy(const void* data, size_t size, uint32_t tag, uint32_t seq, MemHandle* mh);
+  size_t resendKept();
   void tick() override;  // binds waiting pieces to lanes with room, releases held ones
   // PACT_FAULT drop: whether this attempt of p is lost (then it is sent again later, or the comm
   // fails).
@@ -302,6 +311,7 @@ class SendComm final : public Comm, private Ticker {
   std::vector<Part*> failedOver_;  // pieces a rail that went out gave back: sent again by tick()
   bool closing_ = false;
   std::shared_ptr<transport::AckSink> ackSink_;  // non-null: sends wait for the receiver's acknowledgement
+  KeptCopies kept_;  // small sends completed before their acknowledgement
   std::array<uint64_t, transport::RailSet::kMax> railBytes_{};
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
@@ -339,6 +349,9 @@ class RecvComm final : public Comm {
  private:
   void progressComm(Request* r) override;
   void settle(Request* r) override;
+  void beforeTest() override {
+    if (acks_) acks_->flush();
+  }
   void abortInFlight() override;
   Status finish(Request* r, int* sizes) override;
   void cancel(Part& p);

@@ -34,6 +34,7 @@ RecvComm::~RecvComm() = default;
 Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int* tags,
                        MemHandle* const* mhs, Request** out) {
   *out = nullptr;
+  beforeTest();  // lazy acknowledgements of messages reported earlier
   if (Status s = failure(); s != Status::kOk) return s;
   if (n < 1 || n > dev().params().max_recvs) return Status::kInvalidArgument;
   const size_t rails = static_cast<size_t>(std::max(1, cfg_.rails));
@@ -50,6 +51,10 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
   r->rails = static_cast<int>(rails);
   r->seals = seals;
   r->held = seals != 0;  // reported once its seals are judged
+  // Every part is in flight from here: one that completes inside its own post (a message that
+  // came before its receive: UCX runs the callback at once) must not take a later copy of its
+  // piece, not posted yet, for one that landed (a fresh part reads done).
+  for (Part& p : r->parts) p.done = false;
   if (seals != 0) {
     size_t at = 0;
     for (int i = 0; i < n; ++i) {
@@ -409,8 +414,8 @@ Status RecvComm::finish(Request* r, int* sizes) {
   if (result == Status::kTruncated)
     abort(result, telemetry::ErrorKind::kOutOfRange, "a message is larger than the posted receive buffer");
   if (result == Status::kOk && acks_)  // rail failover: the sender's send completes now
-    for (int b = 0; b < r->nbuffers; ++b)
-      acks_->delivered(static_cast<uint32_t>(r->tags[static_cast<size_t>(b)]), r->seqs[static_cast<size_t>(b)]);
+    for (size_t b = 0; b < static_cast<size_t>(r->nbuffers); ++b)  // small ones: lazily (rail_probe.h)
+      acks_->delivered(static_cast<uint32_t>(r->tags[b]), r->seqs[b], r->landedBytes[b] > transport::kLazyAckMax);
   return result;
 }
 

@@ -119,6 +119,10 @@ void SendComm::checkRails() {
   // Pieces UCX completed on an out rail may still have been in its socket: every one of a message
   // not acknowledged yet goes again (the receiver drops a second copy).
   size_t unacked = 0;
+  if (out != 0 && ackSink_) {
+    rails_.drainAcks();
+    unacked += resendKept();  // small messages, completed from their copies
+  }
   if (out != 0 && ackSink_)
     for (Request* q = oldestPosted_; q != nullptr; q = q->newerPosted)
       for (uint32_t k = 0; q->held && k < q->partCount[0]; ++k)
@@ -156,6 +160,35 @@ Failover SendComm::failover(Part* p) {
   }
   failedOver_.push_back(p);
   return Failover::kResent;
+}
+
+bool SendComm::keepCopy(const void* data, size_t size, uint32_t tag, uint32_t seq, MemHandle* mh) {
+  if (size > transport::kLazyAckMax || memoryTypeOf(mh) != ucx::MemoryType::kHost) return false;
+  if (kept_.prunesDue() || kept_.bytes() + size > KeptCopies::kMaxBytes) {
+    rails_.drainAcks();
+    kept_.prune(*ackSink_);
+  }
+  return kept_.keep(tag, seq, data, size, *ackSink_);
+}
+
+size_t SendComm::resendKept() {
+  size_t pieces = 0;
+  kept_.forEachUnacked(*ackSink_, [&](uint32_t tag, uint32_t seq, std::span<const uint8_t> bytes) {
+    const size_t chunk = chunkFor(bytes.size());
+    const size_t n = cfg_.ordered ? 1 : piecesFor(bytes.size(), chunk);
+    for (size_t k = 0; k < n; ++k) {
+      const size_t off = std::min(bytes.size(), k * chunk);
+      const size_t len = std::min(chunk, bytes.size() - off);
+      const size_t lane = k % lanes_.size();
+      railBytes_[lanes_.rail(lane)] += len;
+      countResent(len);
+      hub_->sendLate(now(), lanes_.shared(lane), tag::make(tagSpace_, tag, seq, static_cast<uint32_t>(k), k + 1 == n),
+                     bytes.data() + off, len);
+      ++pieces;
+    }
+  });
+  if (pieces != 0) hub_->postLate();
+  return pieces;
 }
 
 bool SendComm::loose(const Part& p) const {
@@ -302,7 +335,8 @@ Status SendComm::isend(const void* data, size_t size, int tag, MemHandle* mh, Re
   r->seqs[0] = seq;
   r->msgBytes = size;
   r->postedPieces = 0;
-  if (ackSink_) {  // done at the receiver's acknowledgement (a verdict)
+  // Rail failover: done at the receiver's acknowledgement (a verdict), or now from a kept copy.
+  if (ackSink_ && !keepCopy(data, size, static_cast<uint32_t>(tag), seq, mh)) {
     r->held = true;
     ++awaitingVerdicts_;
   }

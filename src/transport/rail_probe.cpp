@@ -94,8 +94,7 @@ RailProber::RailProber() {
 
 RailProber::~RailProber() {
   stop_.store(true);
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  wake();
   if (thread_.joinable()) thread_.join();
 }
 
@@ -212,9 +211,13 @@ Result<std::shared_ptr<RailWatch>> RailProber::watch(const std::string& ip, cons
   w->nextProbe = t;
   w->hold = to;
   watches_.push_back(w);
-  const uint64_t one = 1;  // the thread's wait may be longer than this watch's first interval
-  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
+  wake();  // the thread's wait may be longer than this watch's first interval
   return w;
+}
+
+void RailProber::wake() {
+  const uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(wake_.get(), &one, sizeof one);
 }
 
 void RailProber::answer(int fd) {
@@ -325,7 +328,7 @@ void AckSink::update(uint32_t tag, uint32_t upTo) {
   upTo_.emplace_back(tag, upTo);
 }
 
-void AckSource::delivered(uint32_t tag, uint32_t seq) {
+void AckSource::delivered(uint32_t tag, uint32_t seq, bool now) {
   std::lock_guard lock(mu_);
   Tag* st = nullptr;
   for (Tag& x : tags_)
@@ -348,7 +351,16 @@ void AckSource::delivered(uint32_t tag, uint32_t seq) {
       }
   }
   changed_ = RailWatch::nowNs();
-  send(tag, st->next);
+  if (now)
+    send(tag, st->next);
+  else
+    lazy_.store(true, std::memory_order_relaxed);
+}
+
+void AckSource::sendLazy() {
+  std::lock_guard lock(mu_);
+  if (!lazy_.exchange(false)) return;
+  for (const Tag& x : tags_) send(x.tag, x.next);
 }
 
 void AckSource::send(uint32_t tag, uint32_t upTo) const {
@@ -362,6 +374,11 @@ void AckSource::send(uint32_t tag, uint32_t upTo) const {
 
 void AckSource::repeat(int64_t t) const {
   std::lock_guard lock(mu_);
+  if (lazy_.exchange(false)) {  // the receiver made no call since: the thread's loop sends it
+    repeated_ = t;
+    for (const Tag& x : tags_) send(x.tag, x.next);
+    return;
+  }
   if (t - changed_ > std::chrono::nanoseconds(RailProber::kAckRepeat).count() ||
       t - repeated_ < std::chrono::nanoseconds(RailProber::kAckInterval).count())
     return;

@@ -99,10 +99,22 @@ class AckSink {
   std::vector<std::pair<uint32_t, uint32_t>> upTo_;  // (tag, messages below it acknowledged)
 };
 
+// Messages of at most this many bytes are acknowledged lazily: the receiver's call that reports
+// one does not send the datagram itself (its next call does, flush(), or else the prober thread
+// within a few ms), and a sender completes such a message at once from a copy it keeps until the
+// acknowledgement comes (net::SendComm's kept copies), so no small message waits for a round
+// trip of its own, and the receiver's answer to it leaves before the acknowledgement does.
+inline constexpr size_t kLazyAckMax = size_t{64} << 10;
+
 class AckSource {
  public:
-  // The seq-th message of tag was reported: acknowledged once every earlier one of the tag was.
-  void delivered(uint32_t tag, uint32_t seq);
+  // The seq-th message of tag was reported: acknowledged once every earlier one of the tag was,
+  // at once (now) or lazily (kLazyAckMax).
+  void delivered(uint32_t tag, uint32_t seq, bool now = true);
+  // Sends the lazy acknowledgements due (the receiver's next call; cheap when none is).
+  void flush() {
+    if (lazy_.load(std::memory_order_relaxed)) sendLazy();
+  }
 
  private:
   friend class RailProber;
@@ -114,8 +126,10 @@ class AckSource {
     socklen_t toLen = 0;
   };
   AckSource(uint64_t sink, std::vector<Path> paths) : sink_(sink), paths_(std::move(paths)) {}
+  void sendLazy();
   void send(uint32_t tag, uint32_t upTo) const;  // over the first live path
-  void repeat(int64_t t) const;                  // the prober thread: the latest again
+  // The prober thread: what delivered() left to it now, and the latest again every kAckInterval.
+  void repeat(int64_t t) const;
   struct Tag {
     uint32_t tag = 0;
     uint32_t next = 0;               // messages below it acknowledged
@@ -123,6 +137,7 @@ class AckSource {
   };
   const uint64_t sink_;
   const std::vector<Path> paths_;  // to the sender's acknowledgement sockets, by rail
+  mutable std::atomic<bool> lazy_{false};  // a lazy acknowledgement is due
   mutable std::mutex mu_;
   std::vector<Tag> tags_;
   int64_t changed_ = 0;  // ns
@@ -164,6 +179,7 @@ class RailProber {
   Result<wire::ProbeAddress> ackAddress(const std::string& ip);
   // Reads the acknowledgements waiting on this process's ack sockets and hands them to their sinks.
   void drainAcks();
+  void wake();  // ends the thread's wait now
   static constexpr auto kAckRepeat = std::chrono::seconds(2);
   static constexpr auto kAckInterval = std::chrono::milliseconds(20);
 
