@@ -133,7 +133,7 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_rails(void* comm
 
 extern "C" __attribute__((visibility("default"))) int pact_rail_failover_available(char* why, size_t len) {
   std::string reason;
-  const bool ok = pact::ucx::failoverValidated(&reason);
+  const bool ok = pact::ucx::failoverValidated(pact::ucx::FailoverFace::kTagMatched, &reason);
   if (why != nullptr && len != 0) std::snprintf(why, len, "%s", reason.c_str());
   return ok ? 1 : 0;
 }

@@ -18,7 +18,7 @@ namespace pact::engine {
 
 void Engine::openRails() {
   transport::DeviceCtx& dev = *contexts_[routes_[ctrlRoute_].context].dev;
-  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout)) return;
+  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout, ucx::FailoverFace::kActiveMessages)) return;
   prober_ = transport::RailProber::acquire();
   probes_ = transport::probesOf(dev, *prober_, params_.rail_timeout);
   if (probes_.empty()) prober_.reset();

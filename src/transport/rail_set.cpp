@@ -1,5 +1,7 @@
 #include "transport/rail_set.h"
 
+#include <mutex>
+
 #include "common/log.h"
 #include "common/parse.h"
 #include "ucx/tcp_reset.h"
@@ -16,15 +18,13 @@ const std::string& railAddress(const DeviceCtx& dev, size_t i) {
 
 }  // namespace
 
-bool failoverWanted(size_t rails, std::chrono::microseconds timeout) {
+bool failoverWanted(size_t rails, std::chrono::microseconds timeout, ucx::FailoverFace face) {
   if (timeout.count() == 0 || rails < 2) return false;
-  static const bool validated = [] {
-    std::string why;
-    if (ucx::failoverValidated(&why)) return true;
-    PACT_WARN("%s", why.c_str());
-    return false;
-  }();
-  return validated;
+  std::string why;
+  if (ucx::failoverValidated(face, &why)) return true;
+  static std::once_flag warned;  // once per process
+  std::call_once(warned, [&] { PACT_WARN("%s", why.c_str()); });
+  return false;
 }
 
 std::vector<wire::ProbeAddress> probesOf(DeviceCtx& dev, RailProber& prober,

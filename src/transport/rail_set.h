@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "transport/device_ctx.h"
 #include "transport/rail_probe.h"
+#include "ucx/tcp_reset.h"
 
 namespace pact::transport {
 
@@ -26,10 +27,10 @@ std::vector<wire::ProbeAddress> probesOf(DeviceCtx& dev, RailProber& prober,
                                          std::chrono::microseconds timeout,
                                          std::vector<wire::ProbeAddress>* acks = nullptr);
 
-// Whether a device of `rails` rails fails over under `timeout` (PACT_RAIL_TIMEOUT): several
-// rails, a timeout, and a UCX failover is validated with (ucx::failoverValidated; why not is
-// logged once per process).
-bool failoverWanted(size_t rails, std::chrono::microseconds timeout);
+// Whether a device of `rails` rails fails over under `timeout` (PACT_RAIL_TIMEOUT) on `face`:
+// several rails, a timeout, and a UCX failover is validated with for that face
+// (ucx::failoverValidated; why not is logged once per process).
+bool failoverWanted(size_t rails, std::chrono::microseconds timeout, ucx::FailoverFace face);
 
 class RailSet {
  public:

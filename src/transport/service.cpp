@@ -184,7 +184,7 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
     // it holds back (its pieces came again on another rail) completes then. Only where failover
     // is on: UCX 1.22 turns these into keepalives of its own that fail a peer busy elsewhere.
     std::string why;
-    if (device.members.size() > 1 && ucx::failoverValidated(&why)) {
+    if (device.members.size() > 1 && ucx::failoverValidated(ucx::FailoverFace::kTagMatched, &why)) {
       addSetting(c, notes, "TCP_KEEPIDLE", "1s");
       addSetting(c, notes, "TCP_KEEPINTVL", "1s");
       addSetting(c, notes, "TCP_KEEPCNT", "2");

@@ -333,7 +333,7 @@ TEST(NetnsFailoverAvailability, FailoverOffReportsWhy) {
     const int on = available(why, sizeof why);
     EXPECT_EQ(on, PACT_UCX_MINOR <= 14 ? 1 : 0) << why;
     if (on == 0) {
-      EXPECT_NE(std::string(why).find("rail failover is off with UCX 1." + std::to_string(PACT_UCX_MINOR)), std::string::npos)
+      EXPECT_NE(std::string(why).find("rail failover is off for NCCL comms with UCX 1." + std::to_string(PACT_UCX_MINOR)), std::string::npos)
           << why;
       std::printf("[   INFO   ] %s\n", why);
     }

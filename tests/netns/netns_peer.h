@@ -173,15 +173,15 @@ bool fault(abi_test::PeerPair& pair, const std::vector<std::string>& args);
 // receiver ends its stream first (its end note becomes readable). True when the stream outlasted.
 inline bool holdFault(abi_test::PeerPair& pair, std::chrono::milliseconds d) { return !pair.controlA().readable(d); }
 
-// Rail failover is validated with UCX 1.13 and 1.14 (ucx::failoverValidated); with another UCX
-// pact turns it off and says so (FailoverOffReportsWhy checks that), and these tests skip,
+// Rail failover on NCCL comms is validated with UCX 1.13 and 1.14 (ucx::failoverValidated); with
+// another UCX pact turns it off for them and says so (FailoverOffReportsWhy checks that), and these tests skip,
 // counted as skipped, with the reason.
 class NetnsFailover : public Netns {
  protected:
   void SetUp() override {
     Netns::SetUp();
     if (!IsSkipped() && !HasFailure() && !kFailoverValidated)
-      GTEST_SKIP() << "rail failover is off with UCX 1." << PACT_UCX_MINOR << " (validated with 1.13 and 1.14; issue #31)";
+      GTEST_SKIP() << "rail failover on NCCL comms is off with UCX 1." << PACT_UCX_MINOR << " (validated with 1.13 and 1.14; issue #31)";
   }
   static constexpr bool kFailoverValidated = PACT_UCX_MINOR <= 14;
 };
