@@ -29,6 +29,8 @@ void Engine::watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProb
   p.rails = transport::RailSet(*contexts_[routes_[ctrlRoute_].context].dev, prober_, probes_, peerProbes,
                                params_.rail_timeout);
   if (!p.rails.active()) return;
+  if (!params_.trace_file.empty())
+    p.rails.trace("engine " + config_.name + " to " + p.name, 4 * static_cast<size_t>(params_.trace_events));
   // A receiver waits this long for pieces missing after Done: the detection bound and a margin.
   proto_->setRailFailover(p.id, 4 * params_.rail_timeout);
   PACT_INFO("engine %s: peer %s: rail failover over %zu rails (PACT_RAIL_TIMEOUT %s)", config_.name.c_str(),

@@ -168,8 +168,9 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
   if (cfg.credits != 0) comm->setCredits(credits_.budgetFor(cfg.className, peerProcess, cfg.credits));
   if (params_.classes.mixedPriorities()) comm->setGate(transport::PeerGate::forPeer(peerProcess));
   st->channel = 0;  // the comm owns it now
-  comm->setRails(transport::RailSet(st->hub->dev(), st->prober, st->probes, o->probes, params_.rail_timeout),
-                 o->probes.empty() ? nullptr : st->acks);
+  transport::RailSet rails(st->hub->dev(), st->prober, st->probes, o->probes, params_.rail_timeout);
+  if (!params_.trace_file.empty()) rails.trace("send comm to " + peer, 4 * static_cast<size_t>(params_.trace_events));
+  comm->setRails(std::move(rails), o->probes.empty() ? nullptr : st->acks);
   if (Status s = comm->connectLanes(o->railAddresses); s != Status::kOk) {
     comm->shutdown();
     comm.reset();
@@ -251,6 +252,7 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   auto* comm = new RecvComm(lc->hub, lc->sessions, *channel, *space, inc.peer, cfg);
   std::shared_ptr<transport::AckSource> acks =
       probes.empty() ? nullptr : prober->ackSource(shape->ackSink, rails.watches(), shape->ackTo);
+  if (!params_.trace_file.empty()) rails.trace("recv comm from " + inc.peer, 4 * static_cast<size_t>(params_.trace_events));
   comm->setRails(std::move(rails), std::move(acks));
   lc->clock.returned(entered);
   comm->diag().setup = lc->clock;

@@ -1,9 +1,13 @@
 #include "transport/rail_set.h"
 
+#include <unistd.h>
+
 #include <mutex>
 
 #include "common/log.h"
 #include "common/parse.h"
+#include "telemetry/timeline.h"
+#include "telemetry/trace.h"
 #include "ucx/tcp_reset.h"
 
 namespace pact::transport {
@@ -96,7 +100,46 @@ std::pair<unsigned, unsigned> RailSet::changes() {
     if (!isOut && (seenOut_ & bit)) back |= bit;
   }
   seenOut_ = (seenOut_ | out) & ~back;
+  if (!traceOwner_.empty() && (out | back) != 0) traceChanges(out, back);
   return {out, back};
+}
+
+void RailSet::trace(const std::string& owner, size_t maxKept) {
+  if (!active()) return;
+  traceOwner_ = owner;
+  traceTrack_ = telemetry::timelineTrack();
+  traceKept_ = maxKept;
+  outAtNs_.assign(watches_.size(), 0);
+  outCause_.assign(watches_.size(), "");
+  telemetry::addToTimeline({"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(::getpid()) +
+                            ",\"tid\":" + std::to_string(traceTrack_) + ",\"args\":{\"name\":\"rails of " +
+                            telemetry::jsonEscape(owner) + "\"}}"},
+                           traceKept_);
+}
+
+void RailSet::traceChanges(unsigned out, unsigned back) {
+  using telemetry::jsonEscape;
+  const uint64_t t = telemetry::monotonicNs();  // the timeline's clock
+  std::vector<std::string> events;
+  for (size_t r = 0; r < watches_.size(); ++r) {
+    const std::string head = "{\"name\":\"rail " + std::to_string(r) + " out\",\"cat\":\"rail failover\",\"pid\":" +
+                             std::to_string(::getpid()) + ",\"tid\":" + std::to_string(traceTrack_);
+    const auto args = [&](const std::string& cause) {
+      return ",\"args\":{\"owner\":\"" + jsonEscape(traceOwner_) + "\",\"peer_rail\":\"" +
+             jsonEscape(watches_[r]->name()) + "\",\"cause\":\"" + jsonEscape(cause) + "\"}}";
+    };
+    if (out & (1u << r)) {
+      outAtNs_[r] = t;
+      outCause_[r] = cause(r);
+      events.push_back(head + ",\"ph\":\"i\",\"s\":\"t\",\"ts\":" + telemetry::timelineUs(t) + args(outCause_[r]));
+    }
+    if ((back & (1u << r)) && outAtNs_[r] != 0) {
+      events.push_back(head + ",\"ph\":\"X\",\"ts\":" + telemetry::timelineUs(outAtNs_[r]) + ",\"dur\":" +
+                       telemetry::timelineUs(t - outAtNs_[r]) + args(outCause_[r]));
+      outAtNs_[r] = 0;
+    }
+  }
+  telemetry::addToTimeline(std::move(events), traceKept_);
 }
 
 int RailSet::reset(size_t r) const {

@@ -70,7 +70,12 @@ class RailSet {
   // carrying the fewest lanes (lanesOn[r]); -1 when none is.
   int pick(size_t home, const std::vector<int>& lanesOn) const;
   // Rails whose state changed since the last call: out (first) and back (second), as bit sets.
+  // Traced (trace()): each outage joins the process's timeline (PACT_TRACE_FILE).
   std::pair<unsigned, unsigned> changes();
+  // PACT_TRACE_FILE is set: each rail's outage becomes a span "rail R out" (from the failover to
+  // the recovery, with owner, peer rail and cause; an instant event at the failover, so an outage
+  // that never ends shows too) on a track of its own named `owner` ("send comm to 10.77.0.1:...").
+  void trace(const std::string& owner, size_t maxKept);
   // "rail 1 (10.77.1.2:40123)", for log lines.
   std::string name(size_t r) const;
   // Why rail r is out: "no probe answered and no data for 100ms" or "an endpoint failed".
@@ -84,6 +89,13 @@ class RailSet {
   std::vector<TimePoint> suspendedUntil_;
   std::vector<std::string> localIps_, peerIps_;  // each rail's ends
   unsigned seenOut_ = 0;  // rails this comm has taken as out
+  // trace(): the owner, its track, the timeline's bound; per rail, when and why it went out.
+  std::string traceOwner_;
+  int traceTrack_ = 0;
+  size_t traceKept_ = 0;
+  std::vector<uint64_t> outAtNs_;
+  std::vector<std::string> outCause_;
+  void traceChanges(unsigned out, unsigned back);
   std::chrono::microseconds timeout_{};
 };
 

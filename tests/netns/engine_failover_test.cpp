@@ -8,12 +8,17 @@
 //
 // PACT_RAIL_TIMEOUT is 100ms on both sides (the default, set so the bounds stay if it moves).
 #include <sys/prctl.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <csignal>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <regex>
 #include <functional>
 #include <optional>
 #include <string>
@@ -58,7 +63,8 @@ struct Report {
   pact_stats_t stats{};
 };
 
-pact_engine_t engineIn(bool isA, const std::optional<std::string>& kv, ScopedEnv* env) {
+pact_engine_t engineIn(bool isA, const std::optional<std::string>& kv, ScopedEnv* env,
+                       const std::string& traceFile = "") {
   EXPECT_EQ(::prctl(PR_SET_PDEATHSIG, SIGKILL), 0);
   enterNamespace(isA ? "pactA" : "pactB", isA ? "pa0" : "pb0");
   env->set("UCX_TLS", "tcp");
@@ -66,6 +72,7 @@ pact_engine_t engineIn(bool isA, const std::optional<std::string>& kv, ScopedEnv
   env->set("UCX_NET_DEVICES", std::nullopt);  // each rail pins its own
   env->set("PACT_RAIL_TIMEOUT", "100ms");
   env->set("PACT_TC_KV", kv);
+  if (!traceFile.empty()) env->set("PACT_TRACE_FILE", traceFile);
   return makeEngine(isA ? "netns-rx" : "netns-tx", isA ? "10.77.0.1" : nullptr);
 }
 
@@ -168,9 +175,9 @@ void receive(PeerIo& io, const std::optional<std::string>& kv, int n, const std:
 }
 
 // B: sends every transfer, kInFlight at a time, sampling its counters while it waits.
-void send(PeerIo& io, const std::optional<std::string>& kv, int n) {
+void send(PeerIo& io, const std::optional<std::string>& kv, int n, const std::string& traceFile) {
   ScopedEnv env;
-  pact_engine_t e = engineIn(false, kv, &env);
+  pact_engine_t e = engineIn(false, kv, &env, traceFile);
   ASSERT_NE(e, nullptr) << pact_last_error();
   char addr[128];
   ASSERT_TRUE(io.peer->recv(addr, sizeof addr, kOpTimeout));
@@ -225,9 +232,10 @@ struct Outcome {
 };
 
 Outcome run(const std::optional<std::string>& kv, const std::vector<int>& reportAt,
-            const std::function<void(PeerPair&, ReceiverNotes&)>& faults, int n = kTransfers) {
+            const std::function<void(PeerPair&, ReceiverNotes&)>& faults, int n = kTransfers,
+            const std::string& senderTrace = "") {
   PeerPair pair(
-      kVersion, [&](PeerIo& io) { receive(io, kv, n, reportAt); }, [&](PeerIo& io) { send(io, kv, n); },
+      kVersion, [&](PeerIo& io) { receive(io, kv, n, reportAt); }, [&](PeerIo& io) { send(io, kv, n, senderTrace); },
       kStreamWatchdog);
   ReceiverNotes notes(pair.controlA());
   faults(pair, notes);
@@ -300,18 +308,30 @@ TEST_F(NetnsEngineFailover, EngineRail0DownOrdered) {
 }
 
 // Rail 1 down for 2 s, then up: the stream completes and the rail is taken back (a stream of
-// 640 MiB, about 5 s: it outlasts the outage).
+// 640 MiB, about 5 s: it outlasts the outage). The sender's PACT_TRACE_FILE shows the outage as a
+// span "rail 1 out" of at least the 2 s on the rails' track (and the instant it began).
 TEST_F(NetnsEngineFailover, EngineRail1DownThenUp) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", "1gbit"}));
+  const std::string trace =
+      (std::filesystem::temp_directory_path() / ("pact-rail-trace-" + std::to_string(::getpid()) + ".json")).string();
   bool outlasted = false;
   const Outcome o = run(kUnorderedKv, {kFaultAt}, [&](PeerPair& pair, ReceiverNotes& notes) {
     if (!notes.await(kFaultAt) || !fault(pair, {"link", "1", "down"})) return;
     outlasted = holdFault(pair, milliseconds(2000));
     fault(pair, {"link", "1", "up"});
-  }, kLongStream);
+  }, kLongStream, trace);
   ASSERT_NO_FATAL_FAILURE(expectCommitted(o, "rail 1 down 2 s, then up"));
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::remove(trace.c_str());
+  EXPECT_NE(text.find("\"name\":\"rail 1 out\",\"cat\":\"rail failover\""), std::string::npos) << "no rail span in the trace";
+  EXPECT_NE(text.find("\"ph\":\"i\""), std::string::npos) << "no instant at the failover";
   if (outlasted) {
     EXPECT_GE(o.tx.stats.rail_recoveries, 1u) << "rail 1 was not taken back";
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(text, m, std::regex("\"name\":\"rail 1 out\"[^}]*\"ph\":\"X\",\"ts\":[0-9.]+,\"dur\":([0-9.]+)")))
+        << "no span from the failover to the recovery";
+    EXPECT_GE(std::stod(m[1].str()), 2000e3) << "the span is shorter than the outage (us)";
   }
 }
 
