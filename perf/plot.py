@@ -124,11 +124,12 @@ def size_label(b: int) -> str:
     return "%dB" % b
 
 
-def render(lines, metric: str, title: str, xlabel: str = "message size (bytes)") -> str:
+def render(lines, metric: str, title: str, xlabel: str = "message size (bytes)", linear_x: bool = False) -> str:
+    """linear_x: x is a plain number (time), not a size on a log2 axis."""
     pts = [p for _, ps in lines for p in ps]
     if not pts:
         sys.exit("plot: no points to plot")
-    xs = [math.log2(max(s, 1)) for s, _ in pts]
+    xs = [s if linear_x else math.log2(max(s, 1)) for s, _ in pts]
     x0, x1 = min(xs), max(xs)
     x1 = x1 if x1 > x0 else x0 + 1
     log_y = metric == "lat"
@@ -139,15 +140,17 @@ def render(lines, metric: str, title: str, xlabel: str = "message size (bytes)")
     else:
         y0, y1 = 0.0, nice_max(max(v for _, v in pts))
     pw, ph = W - L - R, H - T - B
-    fx = lambda s: L + (math.log2(max(s, 1)) - x0) / (x1 - x0) * pw
+    fx = lambda s: L + ((s if linear_x else math.log2(max(s, 1))) - x0) / (x1 - x0) * pw
     fy = lambda v: T + ph - ((math.log10(max(v, 1e-3)) if log_y else v) - y0) / (y1 - y0) * ph
     o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '
          'font-size="12">' % (W, H), '<rect width="100%" height="100%" fill="white"/>',
          '<text x="%d" y="22" font-size="15">%s</text>' % (L, escape(title))]
-    for i in range(int(x0), int(math.ceil(x1)) + 1, max(1, int((x1 - x0) // 10) or 1)):
-        x = fx(2 ** i)
+    xticks = ([(x0 + (x1 - x0) * k / 10, "%.0f" % (x0 + (x1 - x0) * k / 10)) for k in range(11)] if linear_x else
+              [(2 ** i, size_label(2 ** i)) for i in range(int(x0), int(math.ceil(x1)) + 1, max(1, int((x1 - x0) // 10) or 1))])
+    for v, label in xticks:
+        x = fx(v)
         o.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#ddd"/>' % (x, T, x, T + ph))
-        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (x, T + ph + 18, size_label(2 ** i)))
+        o.append('<text x="%.1f" y="%d" text-anchor="middle">%s</text>' % (x, T + ph + 18, label))
     ticks = [10 ** k for k in range(int(y0), int(y1) + 1)] if log_y else [y0 + (y1 - y0) * k / 5 for k in range(6)]
     for v in ticks:
         y = fy(v)
@@ -155,7 +158,7 @@ def render(lines, metric: str, title: str, xlabel: str = "message size (bytes)")
         o.append('<text x="%d" y="%.1f" text-anchor="end">%g</text>' % (L - 6, y + 4, v))
     o.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="black"/>' % (L, T, pw, ph))
     o.append('<text x="%d" y="%d" text-anchor="middle">%s</text>' % (L + pw / 2, H - 18, escape(xlabel)))
-    ylab = {"bw": "GB/s", "busbw-in": "GB/s (in place)", "lat": "us (log)"}[metric]
+    ylab = {"bw": "GB/s", "busbw-in": "GB/s (in place)", "lat": "us (log)", "gbit": "Gbit/s"}[metric]
     o.append('<text x="16" y="%d" transform="rotate(-90 16 %d)" text-anchor="middle">%s</text>' % (T + ph / 2, T + ph / 2, ylab))
     for k, (label, ps) in enumerate(lines):
         c = COLORS[k % len(COLORS)]
