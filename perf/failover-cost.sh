@@ -29,13 +29,7 @@ BUDGET=${BUDGET:-256M}
 WINDOW=${WINDOW:-8}
 RUN_TIMEOUT=${RUN_TIMEOUT:-180}
 JSON_DIR=""
-while (($#)); do
-  case $1 in
-    --json) JSON_DIR=${2:?--json needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1'" 2 ;;
-  esac
-done
+netns_args --json JSON_DIR "$@"
 need_positive ROUNDS WINDOW RUN_TIMEOUT
 [[ -z $RATE ]] || need_rate "$RATE"
 need_built "$PERF" "$PLUGIN"

@@ -18,13 +18,7 @@ NETNS_SCRIPT=failover-timeline.sh
 # shellcheck source=perf/netns-rails-lib.sh
 source "$here/perf/netns-rails-lib.sh"
 OUT=failover-timeline
-while (($#)); do
-  case $1 in
-    --out) OUT=${2:?--out needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1'" 2 ;;
-  esac
-done
+netns_args --out OUT "$@"
 RATE=${RATE:-1gbit}
 need_rate "$RATE"
 [[ -d $BUILD/python/pact ]] || die "the Python package is not built in $BUILD/python (ci/build.sh)"

@@ -53,13 +53,7 @@ DEADLINE=${DEADLINE:-1200}
 PORT=${PORT:-17000}
 KEEP=""
 
-while (($#)); do
-  case $1 in
-    --keep) KEEP=${2:?--keep needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" 2 ;;
-  esac
-done
+netns_args --keep KEEP "$@"
 
 [[ -n ${SLOW_RATE:-} ]] || SLOW_RATE=$(quarter_rate "$RATE") || exit 2  # RATE/4 by default
 need_positive ROUNDS COUNT RUN_TIMEOUT PORT

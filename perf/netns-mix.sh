@@ -61,13 +61,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-240}
 DEADLINE=${DEADLINE:-900}
 JSON_DIR=""
 
-while (($#)); do
-  case $1 in
-    --json) JSON_DIR=${2:?--json needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" 2 ;;
-  esac
-done
+netns_args --json JSON_DIR "$@"
 
 # The value of the last priority= token of a profile (0 when none), and the profile without them.
 priority_of() {

@@ -33,6 +33,20 @@ need_built() {
 }
 
 # Exits 77 with the reason when `ci/netns.sh check` says that namespaces are unavailable.
+# netns_args FLAG VAR ARGS...: the script's one option (FLAG DIR, into the variable VAR) and
+# -h/--help (the script's header comment, up to `set -Eeuo`); anything else exits 2.
+netns_args() {
+  local flag=$1 var=$2
+  shift 2
+  while (($#)); do
+    case $1 in
+      "$flag") printf -v "$var" '%s' "${2:?$flag needs a directory}"; shift 2 ;;
+      -h|--help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
+      *) die "unknown argument '$1' (see --help)" 2 ;;
+    esac
+  done
+}
+
 netns_check() {
   local why
   if ! why=$(timeout 60 "$NETNS" check 2>&1); then

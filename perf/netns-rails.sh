@@ -56,13 +56,7 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-180}
 DEADLINE=${DEADLINE:-1800}
 JSON_DIR=""
 
-while (($#)); do
-  case $1 in
-    --json) JSON_DIR=${2:?--json needs a directory}; shift 2 ;;
-    -h|--help) sed -n '2,/^set -Eeuo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-    *) die "unknown argument '$1' (see --help)" 2 ;;
-  esac
-done
+netns_args --json JSON_DIR "$@"
 
 [[ -n ${SLOW_RATE:-} ]] || SLOW_RATE=$(quarter_rate "$RATE") || exit 2  # RATE/4 by default
 need_positive ROUNDS

@@ -130,14 +130,8 @@ void receive(PeerIo& io, const std::optional<std::string>& kv, int n, const std:
   std::vector<uint8_t> mem(n * kSize);
   pact_mr_t mr = nullptr;
   ASSERT_EQ(pact_mem_register(e, mem.data(), mem.size(), &mr), PACT_OK);
-  std::vector<pact_xfer_t> xs;
-  for (int i = 0; i < n; ++i) {
-    pact_key_t k{static_cast<uint64_t>(i) + 1, 0, 0, 0};
-    pact_block_t b{mr, static_cast<uint64_t>(i) * kSize, kSize};
-    pact_xfer_t x = 0;
-    ASSERT_EQ(pact_expect(e, &k, &b, 1, 0, "KV", &x), PACT_OK) << pact_last_error();
-    xs.push_back(x);
-  }
+  const std::vector<pact_xfer_t> xs = expectKv(e, mr, n, kSize);
+  ASSERT_EQ(xs.size(), static_cast<size_t>(n));
   Report r;
   Notes notes{*io.parent, {}};
   const auto start = Clock::now();

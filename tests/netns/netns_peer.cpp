@@ -234,6 +234,20 @@ pact_engine_t makeEngine(const char* name, const char* listenIp) {
   return e;
 }
 
+std::vector<pact_xfer_t> expectKv(pact_engine_t e, pact_mr_t mr, int n, uint64_t size) {
+  std::vector<pact_xfer_t> xs;
+  for (int i = 0; i < n; ++i) {
+    pact_key_t k{static_cast<uint64_t>(i) + 1, 0, 0, 0};
+    pact_block_t b{mr, static_cast<uint64_t>(i) * size, size};
+    pact_xfer_t x = 0;
+    const pact_status_t rc = pact_expect(e, &k, &b, 1, 0, "KV", &x);
+    EXPECT_EQ(rc, PACT_OK) << pact_last_error();
+    if (rc != PACT_OK) break;
+    xs.push_back(x);
+  }
+  return xs;
+}
+
 // ---- faults ------------------------------------------------------------------------------------
 
 bool ReceiverNotes::await(int n) {

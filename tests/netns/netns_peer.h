@@ -79,6 +79,9 @@ int findDevice(loader::NetPlugin& plugin, const std::string& name);
 // An engine named `name` listening on listenIp (nullptr: no listener) with a progress thread, in
 // the namespace entered; nullptr (with a failure) when it cannot be made.
 pact_engine_t makeEngine(const char* name, const char* listenIp);
+// Expects n KV transfers, keys 1..n, transfer i into [i * size, (i + 1) * size) of mr; fails the
+// test (and returns fewer) when one is refused.
+std::vector<pact_xfer_t> expectKv(pact_engine_t e, pact_mr_t mr, int n, uint64_t size);
 
 // ---- the message stream ---------------------------------------------------------------------
 

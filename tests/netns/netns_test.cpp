@@ -751,14 +751,8 @@ EngineKvReport runEngineKv(const EngineKvRun& run) {
         const bool twoRails = run.devicesA.find(',') != std::string::npos;
         const uint64_t rx0[2] = {linkCounter("pa0", "rx_bytes"),
                                  twoRails ? linkCounter("pa1", "rx_bytes") : 0};
-        std::vector<pact_xfer_t> xs;
-        for (int i = 0; i < n; ++i) {
-          pact_key_t k{static_cast<uint64_t>(i) + 1, 0, 0, 0};
-          pact_block_t b{mr, static_cast<uint64_t>(i) * size, size};
-          pact_xfer_t x = 0;
-          ASSERT_EQ(pact_expect(e, &k, &b, 1, 0, "KV", &x), PACT_OK) << pact_last_error();
-          xs.push_back(x);
-        }
+        const std::vector<pact_xfer_t> xs = expectKv(e, mr, n, size);
+        ASSERT_EQ(xs.size(), static_cast<size_t>(n));
         EngineKvReport r;
         for (int i = 0; i < n; ++i) {
           pact_xfer_info_t info{};
