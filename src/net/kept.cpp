@@ -22,6 +22,7 @@ bool KeptCopies::keep(uint32_t tag, uint32_t seq, const void* data, size_t size,
 
 void KeptCopies::prune(const transport::AckSink& acks) {
   sincePrune_ = 0;
+  prunedAt_ = now();
   std::erase_if(copies_, [&](Copy& c) {
     if (!acks.acked(c.tag, c.seq)) return false;
     bytes_ -= c.bytes.size();

@@ -7,11 +7,13 @@
 #pragma once
 
 #include <cstddef>
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <span>
 #include <vector>
 
+#include "common/clock.h"
 #include "transport/rail_probe.h"
 
 namespace pact::net {
@@ -32,11 +34,14 @@ class KeptCopies {
   }
   size_t bytes() const { return bytes_; }
   size_t size() const { return copies_.size(); }
-  // Whether the caller should drain and prune now (every kPruneEvery keeps).
+  // Whether the caller should drain and prune now: every kPruneEvery keeps, or (pruneDueAt, from a
+  // comm's progress while copies are kept) kPruneInterval after the last prune.
   bool prunesDue() { return ++sincePrune_ >= kPruneEvery; }
+  bool pruneDueAt(TimePoint t) const { return t - prunedAt_ >= kPruneInterval; }
 
  private:
   static constexpr unsigned kPruneEvery = 64;
+  static constexpr auto kPruneInterval = std::chrono::milliseconds(20);  // the acknowledgements' repeat
   struct Copy {
     uint32_t tag = 0, seq = 0;
     std::vector<uint8_t> bytes;
@@ -45,6 +50,7 @@ class KeptCopies {
   std::vector<std::vector<uint8_t>> spare_;  // buffers of dropped copies, reused
   size_t bytes_ = 0;
   unsigned sincePrune_ = 0;
+  TimePoint prunedAt_{};
 };
 
 }  // namespace pact::net

@@ -425,6 +425,7 @@ void RecvComm::abortInFlight() {
 }
 
 void RecvComm::shutdown() {
+  if (acks_) acks_->flush();  // the last lazy acknowledgements (the sender may hold a send for one)
   abortInFlight();
   leaveInFlight();
   // The tag space is given back once the sender has closed too (or its process is gone), so no

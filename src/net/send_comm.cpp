@@ -445,6 +445,10 @@ void SendComm::applyVerdict(const wire::Verdict& v) {
 void SendComm::tick() {
   if (rails_.active()) {
     checkRails();
+    if (kept_.size() != 0 && kept_.pruneDueAt(now())) {  // an idle comm lets its copies go too
+      rails_.drainAcks();
+      kept_.prune(*ackSink_);
+    }
     if (!failedOver_.empty() && error_ == Status::kOk) {
       std::vector<Part*> again;
       again.swap(failedOver_);
