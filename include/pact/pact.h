@@ -311,6 +311,7 @@ typedef struct pact_stats {
   uint64_t rail_recoveries;
   uint64_t rail_resent_pieces;
   uint64_t rail_resent_bytes;
+  uint64_t rail_down_us;        /**< time rails to peers spent out, counted as each comes back */
 } pact_stats_t;
 
 pact_status_t pact_stats(pact_engine_t engine, pact_stats_t* stats);

@@ -200,6 +200,7 @@ struct Engine {
     d["rail_recoveries"] = s.rail_recoveries;
     d["rail_resent_pieces"] = s.rail_resent_pieces;
     d["rail_resent_bytes"] = s.rail_resent_bytes;
+    d["rail_down_us"] = s.rail_down_us;
     std::lock_guard<std::mutex> g(core->policy.mu);
     d["policy_committed"] = core->policy.committed;
     d["policy_refused"] = core->policy.rejected;

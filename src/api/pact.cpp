@@ -32,7 +32,7 @@ static_assert(sizeof(pact_stats_t) == pact::telemetry::kEngineCounters * sizeof(
 static_assert(offsetof(pact_stats_t, committed) == pact::telemetry::kCommitted * sizeof(uint64_t));
 static_assert(offsetof(pact_stats_t, credit_stall_ns) == pact::telemetry::kCreditStallNs * sizeof(uint64_t));
 static_assert(offsetof(pact_stats_t, faults_injected) == pact::telemetry::kFaultsInjected * sizeof(uint64_t));
-static_assert(offsetof(pact_stats_t, rail_resent_bytes) == pact::telemetry::kEngineRailResentBytes * sizeof(uint64_t));
+static_assert(offsetof(pact_stats_t, rail_down_us) == pact::telemetry::kEngineRailDownUs * sizeof(uint64_t));
 static_assert(PACT_STATE_ABORTED == static_cast<int>(pact::engine::State::kAborted));
 
 namespace {

@@ -92,7 +92,10 @@ void Engine::checkRails(Peer& p) {
       if (s.lanes->shared(i)->failed()) p.rails.suspend(s.lanes->rail(i));
   const auto [out, back] = p.rails.changes();
   if (out != 0) proto_->count(telemetry::kEngineRailFailovers, static_cast<uint64_t>(std::popcount(out)));
-  if (back != 0) proto_->count(telemetry::kEngineRailRecoveries, static_cast<uint64_t>(std::popcount(back)));
+  if (back != 0) {
+    proto_->count(telemetry::kEngineRailRecoveries, static_cast<uint64_t>(std::popcount(back)));
+    proto_->count(telemetry::kEngineRailDownUs, p.rails.backOutageUs());
+  }
   if (!p.rails.anyUsable()) {
     std::string why = "every rail to the peer is out:";
     for (size_t r = 0; r < p.rails.size(); ++r)

@@ -186,9 +186,10 @@ class Comm {
   // Something of the comm's own failed (a lane's endpoint): the send side looks.
   virtual void checkLinks() {}
   // Rail failover: counts the rails that went out and came back (transport::RailSet::changes).
-  void countRailChanges(unsigned out, unsigned back) {
+  void countRailChanges(unsigned out, unsigned back, uint64_t outageUs) {
     counters_.add(telemetry::kRailFailovers, static_cast<uint64_t>(__builtin_popcount(out)));
     counters_.add(telemetry::kRailRecoveries, static_cast<uint64_t>(__builtin_popcount(back)));
+    counters_.add(telemetry::kRailDownUs, outageUs);
   }
   void countResent(size_t bytes) {
     counters_.add(telemetry::kRailResentPieces);

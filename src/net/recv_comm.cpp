@@ -159,7 +159,7 @@ Failover RecvComm::failover(Part* p) {
 void RecvComm::checkRails() {
   if (error_ != Status::kOk || byeReceived_) return;
   const auto [out, back] = rails_.changes();
-  countRailChanges(out, back);
+  countRailChanges(out, back, rails_.backOutageUs());
   // A peer that closed its side (its prober may be gone with it) or died says so on the session.
   if (out != 0) readPeer(sessions_->view(channel_, false));
   if (byeReceived_ || error_ != Status::kOk) return;

@@ -79,7 +79,7 @@ void SendComm::checkRails() {
   for (size_t i = 0; i < lanes_.size(); ++i)
     if (lanes_.shared(i)->failed()) rails_.suspend(lanes_.rail(i));
   const auto [out, back] = rails_.changes();
-  countRailChanges(out, back);
+  countRailChanges(out, back, rails_.backOutageUs());
   // A peer that closed its side (its prober may be gone with it) or died says so on the session.
   if (out != 0) readPeer(sessions_->view(channel_, false));
   if (byeReceived_ || error_ != Status::kOk) return;

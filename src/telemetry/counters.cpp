@@ -30,6 +30,7 @@ constexpr CounterInfo kEngineInfo[] = {
     {"rail_recoveries", "rails to a peer taken back after an outage"},
     {"rail_resent_pieces", "pieces sent again because the rail they went over was taken out"},
     {"rail_resent_bytes", "bytes of those pieces"},
+    {"rail_down_us", "time rails to peers spent out, counted as each comes back (us)"},
 };
 static_assert(std::size(kEngineInfo) == kEngineCounters);
 
@@ -51,6 +52,7 @@ constexpr CounterInfo kCommInfo[] = {
     {"rail_recoveries", "times an out rail of the comm was taken back"},
     {"rail_resent_pieces", "send: pieces sent again on another rail after a failover"},
     {"rail_resent_bytes", "send: bytes of those pieces"},
+    {"rail_down_us", "time the comm's rails spent out, counted as each comes back (us)"},
 };
 static_assert(std::size(kCommInfo) == kCommCounters);
 

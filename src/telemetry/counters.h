@@ -110,7 +110,8 @@ enum EngineCounter : size_t {
   kCommitted, kAborted, kRetried, kDuplicatesDropped, kStaleRejected, kOutOfRange,
   kChecksumFailures, kOpenRegistrations, kOpenTransfers, kStagedBytes, kPeakStagedBytes,
   kCreditBudget, kCreditStallNs, kBytesReceived, kBytesSent, kFaultsInjected,
-  kEngineRailFailovers, kEngineRailRecoveries, kEngineRailResentPieces, kEngineRailResentBytes, kEngineCounters
+  kEngineRailFailovers, kEngineRailRecoveries, kEngineRailResentPieces, kEngineRailResentBytes, kEngineRailDownUs,
+  kEngineCounters
 };
 extern const Catalog kEngineCatalog;
 
@@ -118,7 +119,7 @@ extern const Catalog kEngineCatalog;
 enum CommCounter : size_t {
   kMessages, kCommBytes, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
   kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kChecksumMismatches, kCreditRefusals,
-  kPriorityHolds, kRailFailovers, kRailRecoveries, kRailResentPieces, kRailResentBytes, kCommCounters
+  kPriorityHolds, kRailFailovers, kRailRecoveries, kRailResentPieces, kRailResentBytes, kRailDownUs, kCommCounters
 };
 extern const Catalog kCommCatalog;
 

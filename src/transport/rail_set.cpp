@@ -69,6 +69,7 @@ RailSet::RailSet(DeviceCtx& dev, std::shared_ptr<RailProber> prober,
     peerIps_.push_back(RailProber::ipOf(peer[r]));
   }
   suspendedUntil_.assign(n, TimePoint{});
+  outAtNs_.assign(n, 0);
 }
 
 bool RailSet::anyUsable() const { return usableCount() != 0; }
@@ -100,7 +101,17 @@ std::pair<unsigned, unsigned> RailSet::changes() {
     if (!isOut && (seenOut_ & bit)) back |= bit;
   }
   seenOut_ = (seenOut_ | out) & ~back;
-  if (!traceOwner_.empty() && (out | back) != 0) traceChanges(out, back);
+  backOutageUs_ = 0;
+  if ((out | back) == 0) return {out, back};
+  const uint64_t t = telemetry::monotonicNs();
+  if (!traceOwner_.empty()) traceChanges(out, back, t);
+  for (size_t r = 0; r < watches_.size(); ++r) {
+    if ((back & (1u << r)) && outAtNs_[r] != 0) {
+      backOutageUs_ += (t - outAtNs_[r]) / 1000;
+      outAtNs_[r] = 0;
+    }
+    if (out & (1u << r)) outAtNs_[r] = t;
+  }
   return {out, back};
 }
 
@@ -109,7 +120,6 @@ void RailSet::trace(const std::string& owner, size_t maxKept) {
   traceOwner_ = owner;
   traceTrack_ = telemetry::timelineTrack();
   traceKept_ = maxKept;
-  outAtNs_.assign(watches_.size(), 0);
   outCause_.assign(watches_.size(), "");
   telemetry::addToTimeline({"{\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + std::to_string(::getpid()) +
                             ",\"tid\":" + std::to_string(traceTrack_) + ",\"args\":{\"name\":\"rails of " +
@@ -117,9 +127,8 @@ void RailSet::trace(const std::string& owner, size_t maxKept) {
                            traceKept_);
 }
 
-void RailSet::traceChanges(unsigned out, unsigned back) {
+void RailSet::traceChanges(unsigned out, unsigned back, uint64_t t) {
   using telemetry::jsonEscape;
-  const uint64_t t = telemetry::monotonicNs();  // the timeline's clock
   std::vector<std::string> events;
   for (size_t r = 0; r < watches_.size(); ++r) {
     const std::string head = "{\"name\":\"rail " + std::to_string(r) + " out\",\"cat\":\"rail failover\",\"pid\":" +
@@ -129,14 +138,12 @@ void RailSet::traceChanges(unsigned out, unsigned back) {
              jsonEscape(watches_[r]->name()) + "\",\"cause\":\"" + jsonEscape(cause) + "\"}}";
     };
     if (out & (1u << r)) {
-      outAtNs_[r] = t;
       outCause_[r] = cause(r);
       events.push_back(head + ",\"ph\":\"i\",\"s\":\"t\",\"ts\":" + telemetry::timelineUs(t) + args(outCause_[r]));
     }
     if ((back & (1u << r)) && outAtNs_[r] != 0) {
       events.push_back(head + ",\"ph\":\"X\",\"ts\":" + telemetry::timelineUs(outAtNs_[r]) + ",\"dur\":" +
                        telemetry::timelineUs(t - outAtNs_[r]) + args(outCause_[r]));
-      outAtNs_[r] = 0;
     }
   }
   telemetry::addToTimeline(std::move(events), traceKept_);

@@ -76,6 +76,8 @@ class RailSet {
   // the recovery, with owner, peer rail and cause; an instant event at the failover, so an outage
   // that never ends shows too) on a track of its own named `owner` ("send comm to 10.77.0.1:...").
   void trace(const std::string& owner, size_t maxKept);
+  // The outages of the rails the last changes() found back, summed (us).
+  uint64_t backOutageUs() const { return backOutageUs_; }
   // "rail 1 (10.77.1.2:40123)", for log lines.
   std::string name(size_t r) const;
   // Why rail r is out: "no probe answered and no data for 100ms" or "an endpoint failed".
@@ -89,13 +91,14 @@ class RailSet {
   std::vector<TimePoint> suspendedUntil_;
   std::vector<std::string> localIps_, peerIps_;  // each rail's ends
   unsigned seenOut_ = 0;  // rails this comm has taken as out
-  // trace(): the owner, its track, the timeline's bound; per rail, when and why it went out.
+  std::vector<uint64_t> outAtNs_;  // per rail: when this set took it out (monotonic ns; 0: in)
+  uint64_t backOutageUs_ = 0;
+  // trace(): the owner, its track, the timeline's bound; per rail, why it went out.
   std::string traceOwner_;
   int traceTrack_ = 0;
   size_t traceKept_ = 0;
-  std::vector<uint64_t> outAtNs_;
   std::vector<std::string> outCause_;
-  void traceChanges(unsigned out, unsigned back);
+  void traceChanges(unsigned out, unsigned back, uint64_t t);
   std::chrono::microseconds timeout_{};
 };
 

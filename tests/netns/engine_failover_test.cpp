@@ -322,6 +322,7 @@ TEST_F(NetnsEngineFailover, EngineRail1DownThenUp) {
   EXPECT_NE(text.find("\"ph\":\"i\""), std::string::npos) << "no instant at the failover";
   if (outlasted) {
     EXPECT_GE(o.tx.stats.rail_recoveries, 1u) << "rail 1 was not taken back";
+    EXPECT_GE(o.tx.stats.rail_down_us, 2000000u) << "rail_down_us is shorter than the outage";
     std::smatch m;
     ASSERT_TRUE(std::regex_search(text, m, std::regex("\"name\":\"rail 1 out\"[^}]*\"ph\":\"X\",\"ts\":[0-9.]+,\"dur\":([0-9.]+)")))
         << "no span from the failover to the recovery";
