@@ -83,9 +83,11 @@ std::string line(const Comm& c, const char* when) {
                 static_cast<unsigned long long>(k.get(telemetry::kRetransmits)));
   std::string out = buf;
   if (const uint64_t failovers = k.get(telemetry::kRailFailovers); failovers != 0) {  // rail failover
-    std::snprintf(buf, sizeof buf, "; %llu rail failover(s), %llu recovery(ies), %llu piece(s) (%llu bytes) sent again",
+    std::snprintf(buf, sizeof buf,
+                  "; %llu rail failover(s), %llu recovery(ies) after %.3f ms out, %llu piece(s) (%llu bytes) sent again",
                   static_cast<unsigned long long>(failovers),
                   static_cast<unsigned long long>(k.get(telemetry::kRailRecoveries)),
+                  static_cast<double>(k.get(telemetry::kRailDownUs)) / 1000.0,
                   static_cast<unsigned long long>(k.get(telemetry::kRailResentPieces)),
                   static_cast<unsigned long long>(k.get(telemetry::kRailResentBytes)));
     out += buf;
