@@ -224,15 +224,13 @@ class Engine final : private Link {
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
 
   // ---- rail failover (failover.cpp) ----
-  // A peer's lane set: the control lane, or a class's lanes (context: whose endpoints they are).
-  struct LaneSet {
-    transport::Lanes* lanes;
-    size_t context;
-    std::string name;
-  };
+  // f(lanes, context, name) for each of a peer's lane sets, once: the control lane, then each
+  // class's lanes (a class of one lane may share the control lane). No allocation: it runs on
+  // every progress of a failed-over peer.
+  template <class F>
+  void forEachLaneSet(Peer& p, F&& f);
   void openRails();  // the prober and this side's probe addresses, when failover is wanted
   void watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProbes);
-  std::vector<LaneSet> laneSets(Peer& p);
   // A piece UCX ended (posted: it was handed to UCX): whether failover keeps it (completed: until
   // its transfer settles; failed with its rail: parked until the lanes moved).
   bool railsTake(Peer& p, PieceOp* op, ucs_status_t st);
@@ -240,7 +238,9 @@ class Engine final : private Link {
   void dropKept(Peer& p);
   void checkRails();  // every failed-over peer, on every progress
   void checkRails(Peer& p);
-  std::string moveLanes(Peer& p, const std::vector<LaneSet>& sets);
+  // Lanes off their rail: to a live one (failover) or home (recovery); what moved, for the log
+  // (empty: nothing).
+  std::string moveLanes(Peer& p);
   const std::vector<std::vector<uint8_t>>* remoteRails(const Peer& p, size_t context) const;
 
   EngineConfig config_;

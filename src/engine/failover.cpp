@@ -37,12 +37,11 @@ void Engine::watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProb
             p.name.c_str(), p.rails.size(), formatDuration(params_.rail_timeout).c_str());
 }
 
-std::vector<Engine::LaneSet> Engine::laneSets(Peer& p) {
-  std::vector<LaneSet> out;
-  if (p.ctrl) out.push_back({p.ctrl.get(), routes_[ctrlRoute_].context, "control"});
+template <class F>
+void Engine::forEachLaneSet(Peer& p, F&& f) {
+  if (p.ctrl) f(*p.ctrl, routes_[ctrlRoute_].context, static_cast<const char*>("control"));
   for (size_t r = 0; r < p.lanes.size(); ++r)
-    if (p.lanes[r] && p.lanes[r] != p.ctrl) out.push_back({p.lanes[r].get(), routes_[r].context, routes_[r].name});
-  return out;
+    if (p.lanes[r] && p.lanes[r] != p.ctrl) f(*p.lanes[r], routes_[r].context, routes_[r].name.c_str());
 }
 
 bool Engine::railsTake(Peer& p, PieceOp* op, ucs_status_t st) {
@@ -86,10 +85,10 @@ void Engine::checkRails() {
 }
 
 void Engine::checkRails(Peer& p) {
-  const std::vector<LaneSet> sets = laneSets(p);
-  for (const LaneSet& s : sets)
-    for (size_t i = 0; i < s.lanes->size(); ++i)
-      if (s.lanes->shared(i)->failed()) p.rails.suspend(s.lanes->rail(i));
+  forEachLaneSet(p, [&](transport::Lanes& l, size_t, const char*) {
+    for (size_t i = 0; i < l.size(); ++i)
+      if (l.shared(i)->failed()) p.rails.suspend(l.rail(i));
+  });
   const auto [out, back] = p.rails.changes();
   if (out != 0) proto_->count(telemetry::kEngineRailFailovers, static_cast<uint64_t>(std::popcount(out)));
   if (back != 0) {
@@ -104,7 +103,7 @@ void Engine::checkRails(Peer& p) {
     peerLost(p, why);
     return;
   }
-  const std::string moved = moveLanes(p, sets);
+  const std::string moved = moveLanes(p);
   std::vector<PieceOp*> again = std::exchange(p.parked, {});  // still pending: no new count
   uint64_t resentBytes = 0;
   size_t resent = 0;
@@ -146,28 +145,26 @@ void Engine::checkRails(Peer& p) {
 
 // Lanes off their rail: to a live one (failover) or home again (recovery). What the old endpoint
 // of a lane leaving an out rail holds fails now (forced close) and comes back parked.
-std::string Engine::moveLanes(Peer& p, const std::vector<LaneSet>& sets) {
+std::string Engine::moveLanes(Peer& p) {
   std::string moved;
-  for (const LaneSet& s : sets) {
-    transport::DeviceCtx& dev = *contexts_[s.context].dev;
-    const std::vector<std::vector<uint8_t>>* remote = remoteRails(p, s.context);
-    std::vector<int> lanesOn = s.lanes->lanesOn(p.rails.size());
-    for (size_t i = 0; i < s.lanes->size(); ++i) {
-      const size_t from = s.lanes->rail(i);
-      const int to = p.rails.pick(s.lanes->home(i), lanesOn);
-      if (to < 0 || static_cast<size_t>(to) == from || remote == nullptr ||
-          static_cast<size_t>(to) >= remote->size())
-        continue;
-      auto ep = dev.ownEndpoint(static_cast<size_t>(to), (*remote)[static_cast<size_t>(to)], &Engine::onEndpointError, &p);
+  forEachLaneSet(p, [&](transport::Lanes& l, size_t context, const char* name) {
+    const std::vector<std::vector<uint8_t>>* remote = nullptr;
+    for (size_t i = 0; i < l.size(); ++i) {
+      const size_t from = l.rail(i);
+      const size_t home = l.home(i);  // the common case needs no count of lanes per rail
+      const int to = p.rails.usable(home) ? static_cast<int>(home) : p.rails.pick(home, l.lanesOn(p.rails.size()));
+      if (to < 0 || static_cast<size_t>(to) == from) continue;
+      if (remote == nullptr) remote = remoteRails(p, context);
+      if (remote == nullptr || static_cast<size_t>(to) >= remote->size()) continue;
+      auto ep = contexts_[context].dev->ownEndpoint(static_cast<size_t>(to), (*remote)[static_cast<size_t>(to)],
+                                                     &Engine::onEndpointError, &p);
       if (!ep.ok()) {  // that rail is no better: tried again at the next look
         p.rails.suspend(static_cast<size_t>(to));
         continue;
       }
-      std::shared_ptr<transport::SharedEndpoint> old = s.lanes->shared(i);
-      s.lanes->moveLane(i, std::move(*ep), static_cast<uint8_t>(to));
-      --lanesOn[from];
-      ++lanesOn[static_cast<size_t>(to)];
-      moved += (moved.empty() ? "" : ", ") + std::string(s.name) + " lane " + std::to_string(i) + " to rail " +
+      std::shared_ptr<transport::SharedEndpoint> old = l.shared(i);
+      l.moveLane(i, std::move(*ep), static_cast<uint8_t>(to));
+      moved += (moved.empty() ? "" : ", ") + std::string(name) + " lane " + std::to_string(i) + " to rail " +
                std::to_string(to);
       if (!p.rails.usable(from)) {
         if (!old->failed()) old->error = UCS_ERR_CANCELED;
@@ -178,7 +175,7 @@ std::string Engine::moveLanes(Peer& p, const std::vector<LaneSet>& sets) {
         old->ep.closeLater(false);  // UCX finishes it (ucx::PendingClose)
       }
     }
-  }
+  });
   return moved;
 }
 
