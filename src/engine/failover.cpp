@@ -130,11 +130,11 @@ void Engine::checkRails(Peer& p) {
   for (size_t r = 0; r < p.rails.size(); ++r) {
     if (out & (1u << r)) {
       proto_->railOut(p.id);
+      const int resets = p.rails.reset(r);  // not inside the log line: it runs whatever the log level
       PACT_WARN("engine %s: peer %s: %s out (%s): %s; %zu piece(s) UCX had completed over it (%s) go again; "
                 "%d TCP connection(s) on it reset",
                 config_.name.c_str(), p.name.c_str(), p.rails.name(r).c_str(), p.rails.cause(r).c_str(),
-                moved.empty() ? "no lane on it" : moved.c_str(), resent, formatSize(resentBytes).c_str(),
-                p.rails.reset(r));
+                moved.empty() ? "no lane on it" : moved.c_str(), resent, formatSize(resentBytes).c_str(), resets);
     }
     if (back & (1u << r))
       PACT_WARN("engine %s: peer %s: %s back after %lld ms out: %s", config_.name.c_str(), p.name.c_str(),

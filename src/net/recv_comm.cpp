@@ -164,10 +164,12 @@ void RecvComm::checkRails() {
   if (out != 0) readPeer(sessions_->view(channel_, false));
   if (byeReceived_ || error_ != Status::kOk) return;
   for (size_t r = 0; r < rails_.size(); ++r) {
-    if (out & (1u << r))
+    if (out & (1u << r)) {
+      const int resets = rails_.reset(r);  // not inside the log line: it runs whatever the log level
       PACT_WARN("recv comm %p from %s: %s out (%s); its pieces come on the other rails; %d TCP connection(s) "
                 "on it reset",
-                static_cast<void*>(this), peer_.c_str(), rails_.name(r).c_str(), rails_.cause(r).c_str(), rails_.reset(r));
+                static_cast<void*>(this), peer_.c_str(), rails_.name(r).c_str(), rails_.cause(r).c_str(), resets);
+    }
     if (back & (1u << r))
       PACT_WARN("recv comm %p from %s: %s back after %lld ms out", static_cast<void*>(this), peer_.c_str(),
                 rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000));

@@ -136,11 +136,13 @@ void SendComm::checkRails() {
             resend(q, k);
         }
   for (size_t r = 0; r < rails_.size(); ++r) {
-    if (out & (1u << r))
+    if (out & (1u << r)) {
+      const int resets = rails_.reset(r);  // not inside the log line: it runs whatever the log level
       PACT_WARN("send comm %p to %s: %s out (%s): %s; %zu bytes sent over it and not acknowledged go "
                 "again (%zu pieces UCX had completed); %d TCP connection(s) on it reset",
                 static_cast<void*>(this), peer_.c_str(), rails_.name(r).c_str(), rails_.cause(r).c_str(),
-                moved.empty() ? "no lane on it" : moved.c_str(), inFlight, unacked, rails_.reset(r));
+                moved.empty() ? "no lane on it" : moved.c_str(), inFlight, unacked, resets);
+    }
     if (back & (1u << r))
       PACT_WARN("send comm %p to %s: %s back after %lld ms out: %s", static_cast<void*>(this), peer_.c_str(),
                 rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000),
