@@ -13,7 +13,7 @@ common=(src/common/status.cpp src/common/log.cpp)
 libs=(-lsodium)  # auth.cpp (PACT_AUTH_KEY_FILE)
 declare -A srcs=(
   [wire_fuzz]="src/transport/wire.cpp src/transport/seal.cpp"
-  [control_fuzz]="src/engine/control.cpp"
+  [control_fuzz]="src/engine/control.cpp src/transport/wire.cpp src/transport/seal.cpp"
   [params_fuzz]="src/transport/params.cpp src/transport/profile.cpp src/common/parse.cpp src/common/fault.cpp src/common/auth.cpp"
 )
 status=0
