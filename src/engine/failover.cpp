@@ -45,7 +45,7 @@ void Engine::forEachLaneSet(Peer& p, F&& f) {
 }
 
 bool Engine::railsTake(Peer& p, PieceOp* op, ucs_status_t st) {
-  if (!p.rails.active() || p.phase != Peer::Phase::kReady) return false;
+  if (!p.failsOver()) return false;
   const Transfer* x = proto_->find(op->xfer);
   if (x == nullptr || !x->live() || x->attempt != op->attempt) return false;
   if (st != UCS_OK) {  // went with its rail: sent again once the lanes moved (checkRails)
@@ -81,7 +81,7 @@ void Engine::dropKept(Peer& p) {
 
 void Engine::checkRails() {
   for (auto& [id, p] : peers_)
-    if (p->phase == Peer::Phase::kReady && p->rails.active()) checkRails(*p);
+    if (p->failsOver()) checkRails(*p);
 }
 
 void Engine::checkRails(Peer& p) {

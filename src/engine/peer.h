@@ -40,6 +40,8 @@ struct Engine::Peer {
   std::vector<PieceOp*> sent;
   std::vector<PieceOp*> parked;
   static constexpr size_t kMinSentPrune = 256;
+  // Whether a rail's failure is failed over (not a loss of the peer).
+  bool failsOver() const { return phase == Phase::kReady && rails.active(); }
   size_t sentPruneAt = kMinSentPrune;  // sent is pruned of settled transfers' pieces at this size
 };
 

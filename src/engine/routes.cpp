@@ -276,7 +276,7 @@ void Engine::onEagerSent(ucx::Op* o, ucs_status_t st) {
   const uint64_t xfer = op->xfer;
   // With rail failover an offer lost with its rail is no failure: it is repeated until answered.
   auto p = e->peers_.find(op->peer);
-  const bool failsOver = p != e->peers_.end() && p->second->rails.active() && p->second->phase == Peer::Phase::kReady;
+  const bool failsOver = p != e->peers_.end() && p->second->failsOver();
   e->controlOps_.give(op);
   e->proto_->pieceSent(xfer, st == UCS_OK || failsOver);
   e->cv_.notify_all();
@@ -338,7 +338,7 @@ void Engine::onPieceFetched(ucx::Op* o, ucs_status_t st) {
   // A fetch that failed with its rail: the sender sends the piece again over another.
   const Transfer* x = st == UCS_OK ? nullptr : e->proto_->find(xfer);
   auto p = x == nullptr ? e->peers_.end() : e->peers_.find(x->peer);
-  if (p != e->peers_.end() && p->second->rails.active() && p->second->phase == Peer::Phase::kReady)
+  if (p != e->peers_.end() && p->second->failsOver())
     e->proto_->pieceLost(xfer, attempt, dst);
   else
     e->proto_->pieceFetched(xfer, attempt, dst, length, st == UCS_OK);

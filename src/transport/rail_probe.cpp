@@ -359,7 +359,10 @@ void AckSource::delivered(uint32_t tag, uint32_t seq, bool now) {
 
 void AckSource::sendLazy() {
   std::lock_guard lock(mu_);
-  if (!lazy_.exchange(false)) return;
+  if (lazy_.exchange(false)) sendAll();
+}
+
+void AckSource::sendAll() const {
   for (const Tag& x : tags_) send(x.tag, x.next);
 }
 
@@ -376,14 +379,14 @@ void AckSource::repeat(int64_t t) const {
   std::lock_guard lock(mu_);
   if (lazy_.exchange(false)) {  // the receiver made no call since: the thread's loop sends it
     repeated_ = t;
-    for (const Tag& x : tags_) send(x.tag, x.next);
+    sendAll();
     return;
   }
   if (t - changed_ > std::chrono::nanoseconds(RailProber::kAckRepeat).count() ||
       t - repeated_ < std::chrono::nanoseconds(RailProber::kAckInterval).count())
     return;
   repeated_ = t;
-  for (const Tag& x : tags_) send(x.tag, x.next);
+  sendAll();
 }
 
 void RailProber::run() {

@@ -127,6 +127,7 @@ class AckSource {
   };
   AckSource(uint64_t sink, std::vector<Path> paths) : sink_(sink), paths_(std::move(paths)) {}
   void sendLazy();
+  void sendAll() const;  // every tag's latest (mu_ held)
   void send(uint32_t tag, uint32_t upTo) const;  // over the first live path
   // The prober thread: what delivered() left to it now, and the latest again every kAckInterval.
   void repeat(int64_t t) const;
