@@ -438,10 +438,27 @@ TEST_F(Netns, TwoPairsTwoDevices) {
   pair.expectSuccess();
 }
 
+// A symbol of the plugin the harness opened: the loader does not expose its dlopen handle, so
+// look the already-loaded library up again (RTLD_NOLOAD: no second copy).
+void* pluginSymbol(const char* name) {
+  void* h = ::dlopen(pluginPath().c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
+  if (h == nullptr) {
+    ADD_FAILURE() << "dlopen(" << pluginPath() << ", RTLD_NOLOAD): " << ::dlerror();
+    return nullptr;
+  }
+  void* fn = ::dlsym(h, name);
+  ::dlclose(h);  // drops only the reference taken here
+  if (fn == nullptr) ADD_FAILURE() << "the plugin exports no " << name;
+  return fn;
+}
+
 // TCP_INFO in the metrics (telemetry/tcp_info.h): with 3% of the packets into each namespace on
 // pair 0 dropped and pair 1 clean, the sender streams 24 MiB over each device; its metrics file
-// (rewritten every 50 ms, and once more when the plugin finalizes) counts TCP retransmits on pb0,
-// where the loss is, and (next to) none on pb1.
+// (rewritten every 50 ms, once by pact_plugin_metrics_write while the connections are still open,
+// and once more when the plugin finalizes) counts TCP retransmits on pb0, where the loss is, and
+// (next to) none on pb1. The explicit write is what the test relies on: on a loaded machine the
+// exporter's thread may not run between the stream's start and the close, and a connection never
+// read has no retransmits to keep.
 TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--loss", "3"}));
   constexpr int kMessages = 3;
@@ -483,6 +500,9 @@ TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
             ASSERT_NO_FATAL_FAILURE(sendOne(*plugin, comms[i], buf.data(), kPerDevice, mr.handle()));
         }
         awaitDone(*io.peer);
+        auto write = reinterpret_cast<int (*)(const char*)>(pluginSymbol("pact_plugin_metrics_write"));
+        ASSERT_NE(write, nullptr);
+        EXPECT_EQ(write(nullptr), 0) << "pact_plugin_metrics_write";  // connections open: read now
         for (void* c : comms) EXPECT_EQ(plugin->closeSend(c), loader::kSuccess) << "closeSend";
         plugin.reset();  // finalize: the last write of the file
         std::map<std::string, long long> retrans;
@@ -509,18 +529,8 @@ TEST_F(Netns, TcpRetransmitsShowOnTheLossyDevice) {
 // ---- e. traffic class: unordered, two lanes ---------------------------------------------------
 
 #ifdef PACT_NETNS_TC_VAR
-// pact_comm_stats from the plugin the harness opened: the loader does not expose its dlopen
-// handle, so look the already-loaded library up again (RTLD_NOLOAD: no second copy).
 pact_comm_stats_fn statsFunction() {
-  void* h = ::dlopen(pluginPath().c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NOLOAD);
-  if (h == nullptr) {
-    ADD_FAILURE() << "dlopen(" << pluginPath() << ", RTLD_NOLOAD): " << ::dlerror();
-    return nullptr;
-  }
-  auto fn = reinterpret_cast<pact_comm_stats_fn>(::dlsym(h, "pact_comm_stats"));
-  ::dlclose(h);  // drops only the reference taken here
-  if (fn == nullptr) ADD_FAILURE() << "the plugin exports no pact_comm_stats";
-  return fn;
+  return reinterpret_cast<pact_comm_stats_fn>(pluginSymbol("pact_comm_stats"));
 }
 
 struct TcReport {
