@@ -95,6 +95,8 @@ typedef struct {
   int rail_up[PACT_MAX_RAILS];            /* 1: live, 0: out */
   uint64_t rail_down_us[PACT_MAX_RAILS];  /* time each rail has been out so far */
   uint64_t rail_bytes[PACT_MAX_RAILS];    /* send comm: bytes handed to UCX on each rail */
+  uint64_t stranded_receives;  /* receive comm: messages reported while UCX still held a receive
+                                  stranded on an out rail (left to UCX; docs/reliability.md) */
 } pact_comm_rails_t;
 
 /* Fills *out (up to out->struct_size bytes) for a send or receive comm. 0 on success, -1 when comm
@@ -102,8 +104,9 @@ typedef struct {
 int pact_comm_rails(void* comm, pact_comm_rails_t* out);
 typedef int (*pact_comm_rails_fn)(void* comm, pact_comm_rails_t* out);
 
-/* 1 when rail failover can be on with the UCX this process runs (validated versions: 1.13, 1.14),
- * 0 when not, with the reason in why (up to len bytes, NUL-terminated; why may be NULL). */
+/* 1 when rail failover can be on with the UCX this process runs, 0 when not, with the reason in
+ * why (up to len bytes, NUL-terminated; why may be NULL). It is on with every UCX pact builds with
+ * (validated: 1.13, 1.14, 1.22), so this answers 1 and an empty why. */
 int pact_rail_failover_available(char* why, size_t len);
 typedef int (*pact_rail_failover_available_fn)(char* why, size_t len);
 

@@ -239,8 +239,8 @@ class Engine final : private Link {
   void checkRails();  // every failed-over peer, on every progress
   void checkRails(Peer& p);
   // Lanes off their rail: to a live one (failover) or home (recovery); what moved, for the log
-  // (empty: nothing).
-  std::string moveLanes(Peer& p);
+  // (empty: nothing). *left gains a bit for each rail a lane left.
+  std::string moveLanes(Peer& p, unsigned* left);
   const std::vector<std::vector<uint8_t>>* remoteRails(const Peer& p, size_t context) const;
 
   EngineConfig config_;

@@ -18,7 +18,7 @@ namespace pact::engine {
 
 void Engine::openRails() {
   transport::DeviceCtx& dev = *contexts_[routes_[ctrlRoute_].context].dev;
-  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout, ucx::FailoverFace::kActiveMessages)) return;
+  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout)) return;
   prober_ = transport::RailProber::acquire();
   probes_ = transport::probesOf(dev, *prober_, params_.rail_timeout);
   if (probes_.empty()) prober_.reset();
@@ -85,6 +85,14 @@ void Engine::checkRails() {
 }
 
 void Engine::checkRails(Peer& p) {
+  if (!p.leaving.empty()) {
+    const auto t = now();
+    std::erase_if(p.leaving, [&](auto& e) {
+      if (e.first > t) return false;
+      e.second->ep.closeLater(false);  // UCX finishes it (ucx::PendingClose)
+      return true;
+    });
+  }
   forEachLaneSet(p, [&](transport::Lanes& l, size_t, const char*) {
     for (size_t i = 0; i < l.size(); ++i)
       if (l.shared(i)->failed()) p.rails.suspend(l.rail(i));
@@ -95,7 +103,11 @@ void Engine::checkRails(Peer& p) {
     proto_->count(telemetry::kEngineRailRecoveries, static_cast<uint64_t>(std::popcount(back)));
     proto_->count(telemetry::kEngineRailDownUs, p.rails.backOutageUs());
   }
-  if (!p.rails.anyUsable()) {
+  // While rail 0 is out the rails judge whether the peer lives, not the session's keepalive (its
+  // connection may ride rail 0: Sessions::holdLiveness).
+  if (((out | back) & 1u) != 0 && p.channel != 0) sessions_->holdLiveness(p.channel, !p.rails.usable(0));
+  const bool waiting = !p.rails.anyUsable();  // every rail out, some only suspended: parked until one is back
+  if (waiting && !p.rails.anyAnswering()) {
     std::string why = "every rail to the peer is out:";
     for (size_t r = 0; r < p.rails.size(); ++r)
       why += (r == 0 ? " " : "; ") + p.rails.name(r) + ": " + p.rails.cause(r);
@@ -103,20 +115,29 @@ void Engine::checkRails(Peer& p) {
     peerLost(p, why);
     return;
   }
-  const std::string moved = moveLanes(p);
+  unsigned left = 0;  // rails a lane left: what went over them may be lost with their connections
+  const std::string moved = moveLanes(p, &left);
   std::vector<PieceOp*> again = std::exchange(p.parked, {});  // still pending: no new count
   uint64_t resentBytes = 0;
   size_t resent = 0;
-  if (out != 0) {
+  // Sent again: what UCX completed over a rail that went out, and over one a lane left on its way
+  // home (the peer closing its own endpoint there may end the connection before its bytes were
+  // read; the receiver drops a second copy).
+  if (const unsigned resendFrom = out | left; resendFrom != 0) {
     pruneSent(p);
     std::erase_if(p.sent, [&](PieceOp* op) {
-      if ((out & (1u << op->rail)) == 0) return false;
+      if ((resendFrom & (1u << op->rail)) == 0) return false;
       proto_->pieceResent(op->xfer, op->size);  // the attempt waits for it again
       again.push_back(op);
       resentBytes += op->size;
       ++resent;
       return true;
     });
+  }
+  if (out == 0 && left != 0) proto_->railOut(p.id);  // control messages over a left rail: repeated too
+  if (waiting) {
+    p.parked.insert(p.parked.end(), again.begin(), again.end());
+    again.clear();
   }
   for (PieceOp* op : again) {
     transport::Lanes* lanes = op->route < p.lanes.size() ? p.lanes[op->route].get() : nullptr;
@@ -145,7 +166,7 @@ void Engine::checkRails(Peer& p) {
 
 // Lanes off their rail: to a live one (failover) or home again (recovery). What the old endpoint
 // of a lane leaving an out rail holds fails now (forced close) and comes back parked.
-std::string Engine::moveLanes(Peer& p) {
+std::string Engine::moveLanes(Peer& p, unsigned* left) {
   std::string moved;
   forEachLaneSet(p, [&](transport::Lanes& l, size_t context, const char* name) {
     const std::vector<std::vector<uint8_t>>* remote = nullptr;
@@ -153,7 +174,8 @@ std::string Engine::moveLanes(Peer& p) {
       const size_t from = l.rail(i);
       const size_t home = l.home(i);  // the common case needs no count of lanes per rail
       const int to = p.rails.usable(home) ? static_cast<int>(home) : p.rails.pick(home, l.lanesOn(p.rails.size()));
-      if (to < 0 || static_cast<size_t>(to) == from) continue;
+      // A lane whose endpoint failed on a rail that is usable again gets a new endpoint there.
+      if (to < 0 || (static_cast<size_t>(to) == from && !l.shared(i)->failed())) continue;
       if (remote == nullptr) remote = remoteRails(p, context);
       if (remote == nullptr || static_cast<size_t>(to) >= remote->size()) continue;
       auto ep = contexts_[context].dev->ownEndpoint(static_cast<size_t>(to), (*remote)[static_cast<size_t>(to)],
@@ -164,15 +186,17 @@ std::string Engine::moveLanes(Peer& p) {
       }
       std::shared_ptr<transport::SharedEndpoint> old = l.shared(i);
       l.moveLane(i, std::move(*ep), static_cast<uint8_t>(to));
+      *left |= 1u << from;
       moved += (moved.empty() ? "" : ", ") + std::string(name) + " lane " + std::to_string(i) + " to rail " +
                std::to_string(to);
-      if (!p.rails.usable(from)) {
+      if (!p.rails.usable(from) || old->failed()) {
         if (!old->failed()) old->error = UCS_ERR_CANCELED;
         old->ep.close(true);
       } else {
         // Home again from a live rail: what the old endpoint holds is delivered first (a forced
-        // close would reset the connection the peer's endpoints share with it).
-        old->ep.closeLater(false);  // UCX finishes it (ucx::PendingClose)
+        // close would reset the connection the peer's endpoints share with it), and only once
+        // the peer has had time to come home too (Peer::leaving).
+        p.leaving.emplace_back(now() + 4 * p.rails.timeout(), std::move(old));
       }
     }
   });

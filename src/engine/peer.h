@@ -39,6 +39,10 @@ struct Engine::Peer {
   transport::RailSet rails;
   std::vector<PieceOp*> sent;
   std::vector<PieceOp*> parked;
+  // Endpoints lanes left on their way home, closed gracefully once due: closing one at once could
+  // end the connection it shares with the peer's endpoint on that rail while the peer, not home
+  // yet, still sends over it.
+  std::vector<std::pair<TimePoint, std::shared_ptr<transport::SharedEndpoint>>> leaving;
   static constexpr size_t kMinSentPrune = 256;
   // Whether a rail's failure is failed over (not a loss of the peer).
   bool failsOver() const { return phase == Phase::kReady && rails.active(); }

@@ -104,7 +104,13 @@ void Comm::release(Request* r) {
   (r->olderPosted ? r->olderPosted->newerPosted : oldestPosted_) = r->newerPosted;
   (r->newerPosted ? r->newerPosted->olderPosted : newestPosted_) = r->olderPosted;
   --inFlight_;
-  hub_->requests().release(r);
+  if (r->done()) {
+    hub_->requests().release(r);
+  } else {  // stranded parts (Request::settled): completePart gives it back once UCX lets go
+    r->comm = nullptr;
+    r->olderPosted = r->newerPosted = nullptr;
+    counters_.add(telemetry::kRailStrandedReceives);
+  }
 }
 
 bool Comm::leaveInFlight() {
@@ -146,7 +152,7 @@ Status Comm::test(Request* r, bool* done, int* sizes, Ending* ending) {
   beforeTest();
   // Ordered: reported only after every earlier request. A request that can be reported already
   // (an eager send) needs no progress.
-  auto ready = [&] { return r->done() && !r->held && !(cfg_.ordered && earlierInFlight(r)); };
+  auto ready = [&] { return r->settled() && !r->held && !(cfg_.ordered && earlierInFlight(r)); };
   if (!ready()) {
     dev().progress();
     if (r->multiPart()) progressComm(r);

@@ -185,11 +185,13 @@ class Comm {
   bool byeLost();
   // Something of the comm's own failed (a lane's endpoint): the send side looks.
   virtual void checkLinks() {}
-  // Rail failover: counts the rails that went out and came back (transport::RailSet::changes).
-  void countRailChanges(unsigned out, unsigned back, uint64_t outageUs) {
+  // Rail failover: counts the rails that went out and came back (transport::RailSet::changes),
+  // and holds the session's keepalive while rail 0, where the session's connection lives, is out.
+  void railChanges(const transport::RailSet& rails, unsigned out, unsigned back) {
     counters_.add(telemetry::kRailFailovers, static_cast<uint64_t>(__builtin_popcount(out)));
     counters_.add(telemetry::kRailRecoveries, static_cast<uint64_t>(__builtin_popcount(back)));
-    counters_.add(telemetry::kRailDownUs, outageUs);
+    counters_.add(telemetry::kRailDownUs, rails.backOutageUs());
+    if (((out | back) & 1u) != 0) sessions_->holdLiveness(channel_, !rails.usable(0));
   }
   void countResent(size_t bytes) {
     counters_.add(telemetry::kRailResentPieces);
@@ -357,6 +359,9 @@ class RecvComm final : public Comm {
   Status finish(Request* r, int* sizes) override;
   void cancel(Part& p);
   void checkRails();
+  // Marks the receives UCX still holds on rail as stranded (Request::settled): a message whose
+  // pieces all landed on other rails is reported without waiting for them.
+  void strand(int rail);
   // Posts the receive of part p (one rail of one piece, or a seal) into [data, data + size).
   void postPart(Part* p, void* data, size_t size);
   // Every copy of buffer b's piece k posted again (its check did not match): the part count and

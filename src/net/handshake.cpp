@@ -49,7 +49,7 @@ struct ConnectState {
 
 std::shared_ptr<transport::RailProber> Net::railProber(DeviceCtx& dev, std::vector<wire::ProbeAddress>* probes,
                                                       std::vector<wire::ProbeAddress>* acks) {
-  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout, ucx::FailoverFace::kTagMatched)) return nullptr;
+  if (!transport::failoverWanted(dev.rails(), params_.rail_timeout)) return nullptr;
   std::shared_ptr<transport::RailProber> prober;
   {
     std::lock_guard lock(hubsMu_);

@@ -16,9 +16,11 @@ void Hub::drainRange(const Comm* comm, uintptr_t base, size_t size) {
       // nothing more comes (and UCX 1.13's shared memory never ends such an operation), so one
       // wait per dead peer, not one per registration.
       if (r.peerDead && t - r.deadAt >= kDrainLimit) return;
+      // A receive stranded on a rail that went out (Request::settled) never lands: its rail's
+      // connections were reset, and UCX 1.22 never ends it.
       for (const Part& p : r.parts) {
         const auto a = reinterpret_cast<uintptr_t>(p.data);
-        any = any || (p.ucxRequest != nullptr && !p.done && a < base + size && a + p.size > base);
+        any = any || (p.ucxRequest != nullptr && !p.done && !p.stranded && a < base + size && a + p.size > base);
       }
     });
     return any;

@@ -41,6 +41,7 @@ void completePart(Part* p, ucs_status_t st, size_t length) {
   p->size = length;
   Request* r = owner;
   --r->pending;
+  if (p->stranded) --r->stranded;
   if (r->comm == nullptr) {  // orphaned: its comm is closed
     if (r->done()) r->slab->release(r);
     return;

@@ -153,18 +153,19 @@ Failover RecvComm::failover(Part* p) {
   if (!rails_.active() || p->seal || p->owner->flush || error_ != Status::kOk) return Failover::kNo;
   rails_.suspend(p->rail);
   // The piece's copies on the other rails are still posted: the sender sends it again there.
-  return rails_.anyUsable() ? Failover::kCopyLost : Failover::kNo;
+  return rails_.anyAnswering() ? Failover::kCopyLost : Failover::kNo;
 }
 
 void RecvComm::checkRails() {
   if (error_ != Status::kOk || byeReceived_) return;
   const auto [out, back] = rails_.changes();
-  countRailChanges(out, back, rails_.backOutageUs());
+  railChanges(rails_, out, back);
   // A peer that closed its side (its prober may be gone with it) or died says so on the session.
   if (out != 0) readPeer(sessions_->view(channel_, false));
   if (byeReceived_ || error_ != Status::kOk) return;
   for (size_t r = 0; r < rails_.size(); ++r) {
     if (out & (1u << r)) {
+      strand(static_cast<int>(r));
       const int resets = rails_.reset(r);  // not inside the log line: it runs whatever the log level
       PACT_WARN("recv comm %p from %s: %s out (%s); its pieces come on the other rails; %d TCP connection(s) "
                 "on it reset",
@@ -174,10 +175,19 @@ void RecvComm::checkRails() {
       PACT_WARN("recv comm %p from %s: %s back after %lld ms out", static_cast<void*>(this), peer_.c_str(),
                 rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000));
   }
-  if (rails_.anyUsable()) return;
+  if (rails_.anyAnswering()) return;  // none usable but some answering: endpoints failed, suspended a moment
   std::string why = "every rail from the peer is out:";
   for (size_t r = 0; r < rails_.size(); ++r) why += (r == 0 ? " " : "; ") + rails_.name(r) + ": " + rails_.cause(r);
   failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, why);
+}
+
+void RecvComm::strand(int rail) {
+  for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted)
+    for (Part& p : r->parts)
+      if (p.rail == rail && !p.done && p.ucxRequest != nullptr && !p.stranded) {
+        p.stranded = true;
+        ++r->stranded;
+      }
 }
 
 void RecvComm::partDone(Part* p) {
@@ -233,7 +243,7 @@ void RecvComm::progressComm(Request* r) {
 
 void RecvComm::settle(Request* r) {
   // Ordered: judged in posting order, as reported.
-  if (r->done() && !(cfg_.ordered && earlierInFlight(r))) judge(r);
+  if (r->settled() && !(cfg_.ordered && earlierInFlight(r))) judge(r);
 }
 
 void RecvComm::repost(Request* r, int b, uint32_t piece) {
@@ -362,7 +372,7 @@ void RecvComm::checkDeadlines() {
   if (cfg_.timeout.count() == 0 || error_ != Status::kOk || (livenessCalls_ & 31u) != 0) return;
   const auto t = now();
   for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted) {
-    if (r->flush || r->done() || r->firstLanded == TimePoint{} || t - r->firstLanded <= cfg_.timeout) continue;
+    if (r->flush || r->settled() || r->firstLanded == TimePoint{} || t - r->firstLanded <= cfg_.timeout) continue;
     // The first buffer still short of something: what landed and what it waits for.
     for (int b = 0; b < r->nbuffers; ++b) {
       const size_t bi = static_cast<size_t>(b);

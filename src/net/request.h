@@ -68,6 +68,9 @@ struct Part : transport::LanePiece {
   bool done = true;
   bool last = false;           // receive side: the sender marked this piece as the message's last
   bool canceled = false;       // receive side: cancelled because the message ended before it
+  // Receive side: UCX still had it when its rail went out (rail failover). UCX 1.22 never ends a
+  // rendezvous receive matched on a connection that was reset, and a cancel cannot reach it.
+  bool stranded = false;
   bool seal = false;           // the message's seal (transport/seal.h), not one of its pieces
   bool posted = false;         // send side: handed to UCX at least once (or lost on the way)
   // Send side: sent again after a rail failover, in a request UCX allocates (the part's own
@@ -91,6 +94,7 @@ struct Request {
   int nbuffers = 0;
   int rails = 1;            // receive: copies of each piece, one per rail (parts are [piece][rail])
   int pending = 0;          // parts still owned by UCX or waiting on a lane
+  int stranded = 0;         // of those, receives stranded on a rail that went out (Part::stranded)
   uint64_t postIndex = 0;   // order of posting on the comm
   // The comm's requests not yet reported done, in posting order (an intrusive list, so posting
   // and reporting a request cost a few pointer writes and never allocate).
@@ -126,6 +130,10 @@ struct Request {
   std::array<uint64_t, kMaxBuffers> landedBytes{}; // bytes those pieces carried, per buffer
 
   bool done() const { return pending == 0; }
+  // Reportable: every part UCX still holds is stranded on an out rail (its piece landed on
+  // another rail, or the message failed). Such a request is reported and left to UCX, with no
+  // comm, until its stranded parts end (Comm::release); it is never reused before.
+  bool settled() const { return pending == stranded; }
   size_t dataParts() const { return parts.size() - seals; }
   Part& sealPart(int buffer) { return parts[parts.size() - seals + static_cast<size_t>(buffer)]; }
   // More data parts than buffers (pieces of an unordered message, or copies on several rails):
@@ -151,10 +159,15 @@ class RequestSlab final : public transport::Orphan {
     forEachInUse([&](Request& r) { n += r.done() ? 0 : 1; });
     return n;
   }
-  // Requests of closed comms that UCX still holds.
+  size_t stranded() override {
+    size_t n = 0;
+    forEachInUse([&](Request& r) { n += !r.done() && r.settled() ? 1 : 0; });
+    return n;
+  }
+  // Requests of closed comms that UCX still holds, and will end (not stranded).
   size_t orphaned() {
     size_t n = 0;
-    forEachInUse([&](Request& r) { n += r.comm == nullptr ? 1 : 0; });
+    forEachInUse([&](Request& r) { n += r.comm == nullptr && !r.settled() ? 1 : 0; });
     return n;
   }
   // A request with nparts parts (grows the slab when every slot is taken).
@@ -200,6 +213,7 @@ inline Request* RequestSlab::acquire(Comm* comm, bool isSend, int nbuffers, size
   r.nbuffers = nbuffers;
   r.rails = 1;
   r.pending = 0;
+  r.stranded = 0;
   r.postIndex = posted_++;
   r.olderPosted = r.newerPosted = nullptr;
   r.comm = comm;

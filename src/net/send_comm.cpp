@@ -79,11 +79,11 @@ void SendComm::checkRails() {
   for (size_t i = 0; i < lanes_.size(); ++i)
     if (lanes_.shared(i)->failed()) rails_.suspend(lanes_.rail(i));
   const auto [out, back] = rails_.changes();
-  countRailChanges(out, back, rails_.backOutageUs());
+  railChanges(rails_, out, back);
   // A peer that closed its side (its prober may be gone with it) or died says so on the session.
   if (out != 0) readPeer(sessions_->view(channel_, false));
   if (byeReceived_ || error_ != Status::kOk) return;
-  if (!rails_.anyUsable()) {
+  if (!rails_.anyAnswering()) {  // none usable but some answering: endpoints failed, suspended a moment
     std::string why = "every rail to the peer is out:";
     for (size_t r = 0; r < rails_.size(); ++r) why += (r == 0 ? " " : "; ") + rails_.name(r) + ": " + rails_.cause(r);
     failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, why);
@@ -96,14 +96,15 @@ void SendComm::checkRails() {
   for (size_t i = 0; i < lanes_.size(); ++i) {
     const size_t from = lanes_.rail(i);
     const int to = rails_.pick(lanes_.home(i), lanesOn);
-    if (to < 0 || static_cast<size_t>(to) == from) continue;
+    // A lane whose endpoint failed on a rail that is usable again gets a new endpoint there.
+    if (to < 0 || (static_cast<size_t>(to) == from && !lanes_.shared(i)->failed())) continue;
     auto ep = dev().endpoint(static_cast<size_t>(to), i, remoteRails_[static_cast<size_t>(to)]);
     if (!ep.ok()) {  // that rail is no better: tried again at the next look
       rails_.suspend(static_cast<size_t>(to));
       continue;
     }
     std::shared_ptr<transport::SharedEndpoint> old = lanes_.shared(i);
-    const bool leaving = !rails_.usable(from);
+    const bool leaving = !rails_.usable(from) || old->failed();
     inFlight += leaving ? lanes_.laneInflight(i) : 0;
     lanes_.moveLane(i, std::move(*ep), static_cast<uint8_t>(to));
     --lanesOn[from];
@@ -153,7 +154,7 @@ void SendComm::checkRails() {
 Failover SendComm::failover(Part* p) {
   if (!rails_.active() || p->seal || error_ != Status::kOk || closing_) return Failover::kNo;
   rails_.suspend(p->rail);  // its endpoint failed, or checkRails closed it
-  if (!rails_.anyUsable()) return Failover::kNo;
+  if (!rails_.anyAnswering()) return Failover::kNo;
   countResent(p->size);
   if (!loose(*p)) {  // the part itself goes again
     p->status = Status::kRemoteError;  // no throughput sample
@@ -451,7 +452,7 @@ void SendComm::tick() {
       rails_.drainAcks();
       kept_.prune(*ackSink_);
     }
-    if (!failedOver_.empty() && error_ == Status::kOk) {
+    if (!failedOver_.empty() && error_ == Status::kOk && rails_.anyUsable()) {
       std::vector<Part*> again;
       again.swap(failedOver_);
       for (Part* p : again) {

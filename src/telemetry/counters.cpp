@@ -53,6 +53,7 @@ constexpr CounterInfo kCommInfo[] = {
     {"rail_resent_pieces", "send: pieces sent again on another rail after a failover"},
     {"rail_resent_bytes", "send: bytes of those pieces"},
     {"rail_down_us", "time the comm's rails spent out, counted as each comes back (us)"},
+    {"rail_stranded_receives", "receive: messages reported while UCX still held a copy of a piece stranded on an out rail (left to UCX)"},
 };
 static_assert(std::size(kCommInfo) == kCommCounters);
 

@@ -119,7 +119,8 @@ extern const Catalog kEngineCatalog;
 enum CommCounter : size_t {
   kMessages, kCommBytes, kPieces, kPiecesOutOfOrder, kMessagesOutOfOrder, kCommFaultsInjected, kRetransmits,
   kDuplicatesFiltered, kGpuFlushes, kGpuFlushReads, kChecksumMismatches, kCreditRefusals,
-  kPriorityHolds, kRailFailovers, kRailRecoveries, kRailResentPieces, kRailResentBytes, kRailDownUs, kCommCounters
+  kPriorityHolds, kRailFailovers, kRailRecoveries, kRailResentPieces, kRailResentBytes, kRailDownUs,
+  kRailStrandedReceives, kCommCounters
 };
 extern const Catalog kCommCatalog;
 

@@ -38,6 +38,13 @@ void enableKeepalive(int fd, std::chrono::microseconds peerTimeout) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
 }
 
+void disableKeepalive(int fd) {
+  int off = 0;
+  unsigned userTimeoutMs = 0;  // the kernel's own retransmission bound
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &off, sizeof off);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
+}
+
 socklen_t toSockaddr(const wire::ListenHandle& h, sockaddr_storage* out) {
   *out = sockaddr_storage{};
   if (h.family == AF_INET) {

@@ -47,6 +47,8 @@ class ControlSocket {
 
 // Turns a silent peer (dead link, frozen host) into a socket error within about peerTimeout.
 void enableKeepalive(int fd, std::chrono::microseconds peerTimeout);
+// Undoes it: a silent peer is waited for as long as the kernel retransmits (Sessions::holdLiveness).
+void disableKeepalive(int fd);
 
 // A non-blocking listening socket bound to ip and port (0: chosen by the kernel).
 struct Listener {

@@ -123,12 +123,16 @@ void DeviceCtx::reapClosing() {
 DeviceCtx::~DeviceCtx() {
   // Give UCX a moment to finish what closed comms left behind.
   const auto deadline = now() + std::chrono::milliseconds(500);
-  for (adoptOrphans(nullptr); (!orphans_.empty() || !closing_.empty()) && now() < deadline;
-       adoptOrphans(nullptr))
-    progress();
+  auto waiting = [&] {
+    size_t live = 0;
+    for (auto& o : orphans_) live += o->stillHeld() - o->stranded();
+    return live != 0 || !closing_.empty();
+  };
+  for (adoptOrphans(nullptr); waiting() && now() < deadline; adoptOrphans(nullptr)) progress();
   if (orphans_.empty()) return;
-  PACT_WARN("device %s: UCX still holds operations of closed comms (a peer lost mid-transfer); "
-            "its UCX workers are left allocated rather than destroyed under them",
+  PACT_WARN("device %s: UCX still holds operations of closed comms (a peer lost mid-transfer, or "
+            "receives stranded on a rail that went out); its UCX workers are left allocated rather "
+            "than destroyed under them",
             info_.name.c_str());
   for (auto& p : orphans_) (void)p.release();  // UCX may still call back into these slots
   for (auto& r : rails_) {

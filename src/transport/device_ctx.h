@@ -41,6 +41,9 @@ class Orphan {
  public:
   virtual ~Orphan() = default;
   virtual size_t stillHeld() = 0;  // operations UCX still holds
+  // Of those, the ones that will never end (receives stranded on a rail that went out: UCX 1.22
+  // never ends them). Nothing waits for them; their memory is never freed.
+  virtual size_t stranded() { return 0; }
 };
 
 class DeviceCtx {

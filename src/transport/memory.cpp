@@ -52,9 +52,7 @@ bool ucpListsCuda(std::string* version) {
   static bool cuda = false;
   static std::string text;
   std::call_once(once, [] {
-    unsigned major = 0, minor = 0, release = 0;
-    ucp_get_version(&major, &minor, &release);
-    text = std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+    text = ucx::version().text();
     // A bare context, only to ask: what UCX can do with memory does not depend on the devices.
     if (auto ctx = ucx::Context::create("", "pact-probe"); ctx.ok())
       cuda = (ctx->memoryTypes() & UCS_BIT(UCS_MEMORY_TYPE_CUDA)) != 0;

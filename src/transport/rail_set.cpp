@@ -22,13 +22,8 @@ const std::string& railAddress(const DeviceCtx& dev, size_t i) {
 
 }  // namespace
 
-bool failoverWanted(size_t rails, std::chrono::microseconds timeout, ucx::FailoverFace face) {
-  if (timeout.count() == 0 || rails < 2) return false;
-  std::string why;
-  if (ucx::failoverValidated(face, &why)) return true;
-  static std::once_flag warned;  // once per process
-  std::call_once(warned, [&] { PACT_WARN("%s", why.c_str()); });
-  return false;
+bool failoverWanted(size_t rails, std::chrono::microseconds timeout) {
+  return timeout.count() != 0 && rails >= 2;
 }
 
 std::vector<wire::ProbeAddress> probesOf(DeviceCtx& dev, RailProber& prober,
@@ -73,6 +68,12 @@ RailSet::RailSet(DeviceCtx& dev, std::shared_ptr<RailProber> prober,
 }
 
 bool RailSet::anyUsable() const { return usableCount() != 0; }
+
+bool RailSet::anyAnswering() const {
+  for (const auto& w : watches_)
+    if (w->up()) return true;
+  return false;
+}
 
 size_t RailSet::usableCount() const {
   size_t n = 0;

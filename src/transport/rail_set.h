@@ -27,10 +27,9 @@ std::vector<wire::ProbeAddress> probesOf(DeviceCtx& dev, RailProber& prober,
                                          std::chrono::microseconds timeout,
                                          std::vector<wire::ProbeAddress>* acks = nullptr);
 
-// Whether a device of `rails` rails fails over under `timeout` (PACT_RAIL_TIMEOUT) on `face`:
-// several rails, a timeout, and a UCX failover is validated with for that face
-// (ucx::failoverValidated; why not is logged once per process).
-bool failoverWanted(size_t rails, std::chrono::microseconds timeout, ucx::FailoverFace face);
+// Whether a device of `rails` rails fails over under `timeout` (PACT_RAIL_TIMEOUT): several rails
+// and a timeout.
+bool failoverWanted(size_t rails, std::chrono::microseconds timeout);
 
 class RailSet {
  public:
@@ -52,6 +51,10 @@ class RailSet {
   }
   bool anyUsable() const;
   size_t usableCount() const;
+  // Whether the peer answers probes on any rail, suspended ones included: when no rail is usable
+  // only because endpoints failed (the peer closing an endpoint it moved off a rail fails the
+  // endpoints sharing its connection), the peer is not lost; the suspensions end within a timeout.
+  bool anyAnswering() const;
   // Rail r is out: UCX's TCP connections over it to the peer are shut down (ucx/tcp_reset.h), so
   // what they hold ends now and nothing of it can land later. The number shut down. Only when the
   // probes took it out: an endpoint's failure alone leaves the rail's other connections be.

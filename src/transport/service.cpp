@@ -1,5 +1,4 @@
 #include "transport/service.h"
-#include "ucx/tcp_reset.h"
 
 #include <ucp/api/ucp.h>
 
@@ -180,11 +179,12 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
     addSetting(c, notes, "TCP_RX_SEG_SIZE", formatSize(rx));
     if (yields) addSetting(c, notes, "TCP_SNDBUF", formatSize(kYieldingSndbuf));
     // Rail failover (transport/rail_set.h): a receive UCX matched on a rail whose link then went out
-    // cannot be cancelled; the connection's keepalive ends it within about 3 s, so the message
-    // it holds back (its pieces came again on another rail) completes then. Only where failover
-    // is on: UCX 1.22 turns these into keepalives of its own that fail a peer busy elsewhere.
-    std::string why;
-    if (device.members.size() > 1 && ucx::failoverValidated(ucx::FailoverFace::kTagMatched, &why)) {
+    // cannot be cancelled. Its message is reported once its pieces came again on another rail
+    // (net::Request::settled); with UCX 1.13 and 1.14 the connection's keepalive also ends the
+    // receive within about 3 s, so its request slot comes back. Not with later UCX: 1.22 turns
+    // these into keepalives of its own that fail a peer busy elsewhere (and never ends such a
+    // receive anyway).
+    if (const auto v = ucx::version(); device.members.size() > 1 && v.major == 1 && v.minor <= 14) {
       addSetting(c, notes, "TCP_KEEPIDLE", "1s");
       addSetting(c, notes, "TCP_KEEPINTVL", "1s");
       addSetting(c, notes, "TCP_KEEPCNT", "2");

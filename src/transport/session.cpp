@@ -166,7 +166,29 @@ void Sessions::reap() {
   reapable_.clear();
 }
 
+void Sessions::holdLiveness(uint64_t channel, bool on) {
+  std::lock_guard lock(mu_);
+  auto it = channels_.find(channel);
+  if (it != channels_.end()) hold(*it->second, on);
+}
+
+void Sessions::hold(Channel& c, bool on) {
+  if (c.holdsLiveness == on) return;
+  c.holdsLiveness = on;
+  Session& s = *c.session;
+  s.livenessHolds += on ? 1 : -1;
+  if (s.lost()) return;
+  if (on && s.livenessHolds == 1) {
+    disableKeepalive(s.sock.fd());
+    PACT_INFO("%s session to %s: keepalive off while its rail 0 is out (the rails judge the peer)",
+              cfg_.face.c_str(), s.peer.c_str());
+  } else if (!on && s.livenessHolds == 0) {
+    enableKeepalive(s.sock.fd(), cfg_.peerTimeout);
+  }
+}
+
 void Sessions::finish(Channel& c) {
+  hold(c, false);
   if (c.closedHere && c.whenDone) --closing_;
   if (c.whenDone) c.whenDone();
   c.session->channels.erase(c.id);

@@ -109,6 +109,11 @@ class Sessions {
   // (then nothing of the channel can still arrive through the session); immediately if so.
   void close(uint64_t channel, bool byeLost, std::function<void()> whenDone);
   static constexpr auto kLostByeDelay = std::chrono::milliseconds(200);
+  // Rail failover: the channel's rails say whether its peer lives while the session's own link (rail
+  // 0) is out, so the session's keepalive stops judging the peer until released (hold false, or
+  // the channel ends); its TCP connection rides the outage out on retransmits, as long as the
+  // kernel's (tcp_retries2, about 15 minutes). A peer that dies meanwhile is seen by the rails.
+  void holdLiveness(uint64_t channel, bool on);
   // "ip:port" of the channel's peer.
   std::string peerName(uint64_t channel);
   // The channel's peer process (its session id, random per plugin or engine instance); 0 when the
@@ -157,6 +162,7 @@ class Sessions {
   void send(Session& s, const std::vector<uint8_t>& frame);
   void flushPending();
   void finish(Channel& c);
+  void hold(Channel& c, bool on);
   void reap();  // drops lost sessions whose channels are all gone
   ListenSlot* slot(uint64_t listenId);
   Channel* channelOf(Session& s, uint64_t channel, const char* frame);

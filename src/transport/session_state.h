@@ -26,6 +26,7 @@ struct Sessions::Session {
   auth::Nonce nonce{};
   auth::Nonce peerNonce{};
   std::vector<uint64_t> queued;          // channels whose open waits for the handshake
+  int livenessHolds = 0;                 // channels holding its keepalive off (holdLiveness)
   std::unordered_set<uint64_t> channels;  // every channel over this session
   std::string lostReason;
   bool pending = false;                  // listed in pendingOut_
@@ -45,6 +46,7 @@ struct Sessions::Channel {
   ChannelView view;
   std::function<void()> whenDone;
   std::vector<wire::Verdict> verdicts;  // from the peer, not taken yet
+  bool holdsLiveness = false;           // Sessions::holdLiveness
 };
 
 }  // namespace pact::transport

@@ -74,17 +74,6 @@ std::vector<int>& notUcx() {
 
 }  // namespace
 
-bool failoverValidated(FailoverFace face, std::string* why) {
-  unsigned major = 0, minor = 0, release = 0;
-  ucp_get_version(&major, &minor, &release);
-  if (major == 1 && (minor <= 14 || face == FailoverFace::kActiveMessages)) return true;
-  *why = "rail failover is off for NCCL comms with UCX " + std::to_string(major) + "." + std::to_string(minor) + "." +
-         std::to_string(release) + ": it is validated with UCX 1.13 and 1.14 only (with 1.22 a rendezvous receive "
-         "matched on a rail that went out is never ended; issue #31); a rail's failure fails the comm, as without "
-         "failover (the transfer engine fails over with this UCX)";
-  return false;
-}
-
 void markNotUcx(int epollFd, bool on) {
   std::lock_guard lock(notUcxMu());
   if (on)

@@ -24,16 +24,6 @@ namespace pact::ucx {
 
 int resetTcpConnections(const std::string& localIp, const std::string& peerIp);
 
-// Whether rail failover is validated with the UCX this process runs, for a face that receives
-// through tag matching (the plugin's comms: UCX 1.13 and 1.14, whose tcp interfaces end a matched
-// receive when resetTcpConnections shuts its connection down; with UCX 1.22 a rendezvous receive
-// matched on an out rail is neither completed nor failed by the reset, so 4 MiB messages stalled in
-// most failover cases; issue #31) or through active messages (the engine, whose pieces are sent
-// again at its protocol's level: validated with UCX 1.13 and 1.22). *why: the sentence saying
-// why not, when not.
-enum class FailoverFace : uint8_t { kTagMatched, kActiveMessages };
-bool failoverValidated(FailoverFace face, std::string* why);
-
 // Epoll sets of the process that are not UCX's and hold TCP listeners (pact's session control
 // planes): resetTcpConnections leaves them alone. on: add, else remove.
 void markNotUcx(int epollFd, bool on);

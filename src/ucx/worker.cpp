@@ -16,6 +16,16 @@
 
 namespace pact::ucx {
 
+Version version() {
+  Version v;
+  ucp_get_version(&v.major, &v.minor, &v.release);
+  return v;
+}
+
+std::string Version::text() const {
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
 namespace {
 struct ConfigDeleter { void operator()(ucp_config_t* c) const { ucp_config_release(c); } };
 

@@ -38,6 +38,13 @@ using AmHandler = AmVerdict (*)(void* arg, const AmMessage& m);
 struct ContextDeleter { void operator()(ucp_context_h c) const { ucp_cleanup(c); } };
 struct WorkerDeleter { void operator()(ucp_worker_h w) const { ucp_worker_destroy(w); } };
 
+// The UCX library this process runs (ucp_get_version), and "1.22.0".
+struct Version {
+  unsigned major = 0, minor = 0, release = 0;
+  std::string text() const;
+};
+Version version();
+
 class Context {
  public:
   // netDevice: restricts UCX to that network device (plus shared memory) unless the user set

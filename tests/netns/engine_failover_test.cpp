@@ -73,6 +73,9 @@ pact_engine_t engineIn(bool isA, const std::optional<std::string>& kv, ScopedEnv
   env->set("PACT_NET_DEVICES", isA ? "pa0,pa1" : "pb0,pb1");
   env->set("UCX_NET_DEVICES", std::nullopt);  // each rail pins its own
   env->set("PACT_RAIL_TIMEOUT", "100ms");
+  // The session's keepalive would give the peer up after about 3 s of silence on rail 0, where
+  // its connection lives: rail-0 outages longer than that test Sessions::holdLiveness.
+  env->set("PACT_PEER_TIMEOUT", "2s");
   env->set("PACT_TC_KV", kv);
   if (!traceFile.empty()) env->set("PACT_TRACE_FILE", traceFile);
   return makeEngine(isA ? "netns-rx" : "netns-tx", isA ? "10.77.0.1" : nullptr);
@@ -279,8 +282,8 @@ void expectCommitted(const Outcome& o, const char* what) {
 }
 
 // The engine fails over with every UCX pact builds with (its pieces are sent again by its own
-// protocol, not by UCX's matched receives: ucx::FailoverFace): these tests never skip.
-class NetnsEngineFailover : public Netns {};
+// protocol): these tests never skip.
+using NetnsEngineFailover = Netns;
 
 Outcome runWithOneFault(const std::optional<std::string>& kv, const std::vector<std::string>& args) {
   return run(kv, {kFaultAt}, [&](PeerPair& pair, ReceiverNotes& notes) {
@@ -309,6 +312,21 @@ TEST_F(NetnsEngineFailover, EngineBlackHoleOnRail1) {
 TEST_F(NetnsEngineFailover, EngineRail0DownOrdered) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", "1gbit"}));
   ASSERT_NO_FATAL_FAILURE(expectCommitted(runWithOneFault(std::nullopt, {"link", "0", "down"}), "rail 0 down, ordered"));
+}
+
+// Rail 0, where the session's connection lives, down for 5 s (longer than the session's keepalive
+// bound with PACT_PEER_TIMEOUT=2s), then up: every transfer commits once and no peer is lost (960
+// MiB, about 7 s on one rail: it outlasts the outage).
+TEST_F(NetnsEngineFailover, EngineRail0DownLongerThanPeerTimeout) {
+  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", "1gbit"}));
+  bool outlasted = false;
+  const Outcome o = run(std::nullopt, {kFaultAt}, [&](PeerPair& pair, ReceiverNotes& notes) {
+    if (!notes.await(kFaultAt) || !fault(pair, {"link", "0", "down"})) return;
+    outlasted = holdFault(pair, milliseconds(5000));
+    fault(pair, {"link", "0", "up"});
+  }, kLongStream * 3 / 2);
+  ASSERT_NO_FATAL_FAILURE(expectCommitted(o, "rail 0 down 5 s, then up"));
+  EXPECT_TRUE(outlasted) << "the stream ended while rail 0 was down: too short to outlast the keepalive";
 }
 
 // Rail 1 down for 2 s, then up: the stream completes and the rail is taken back (a stream of

@@ -176,17 +176,7 @@ bool fault(abi_test::PeerPair& pair, const std::vector<std::string>& args);
 // receiver ends its stream first (its end note becomes readable). True when the stream outlasted.
 inline bool holdFault(abi_test::PeerPair& pair, std::chrono::milliseconds d) { return !pair.controlA().readable(d); }
 
-// Rail failover on NCCL comms is validated with UCX 1.13 and 1.14 (ucx::failoverValidated); with
-// another UCX pact turns it off for them and says so (FailoverOffReportsWhy checks that), and these tests skip,
-// counted as skipped, with the reason.
-class NetnsFailover : public Netns {
- protected:
-  void SetUp() override {
-    Netns::SetUp();
-    if (!IsSkipped() && !HasFailure() && !kFailoverValidated)
-      GTEST_SKIP() << "rail failover on NCCL comms is off with UCX 1." << PACT_UCX_MINOR << " (validated with 1.13 and 1.14; issue #31)";
-  }
-  static constexpr bool kFailoverValidated = PACT_UCX_MINOR <= 14;
-};
+// Rail failover on NCCL comms: runs with every UCX pact builds with (1.13 and 1.22 in CI).
+using NetnsFailover = Netns;
 
 }  // namespace pact::netns_test
