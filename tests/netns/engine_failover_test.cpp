@@ -320,11 +320,8 @@ TEST_F(NetnsEngineFailover, EngineRail0DownOrdered) {
 TEST_F(NetnsEngineFailover, EngineRail0DownLongerThanPeerTimeout) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", "1gbit"}));
   bool outlasted = false;
-  const Outcome o = run(std::nullopt, {kFaultAt}, [&](PeerPair& pair, ReceiverNotes& notes) {
-    if (!notes.await(kFaultAt) || !fault(pair, {"link", "0", "down"})) return;
-    outlasted = holdFault(pair, milliseconds(5000));
-    fault(pair, {"link", "0", "up"});
-  }, kLongStream * 3 / 2);
+  const Outcome o =
+      run(std::nullopt, {kFaultAt}, linkOutage(kFaultAt, "0", milliseconds(5000), &outlasted), kLongStream * 3 / 2);
   ASSERT_NO_FATAL_FAILURE(expectCommitted(o, "rail 0 down 5 s, then up"));
   EXPECT_TRUE(outlasted) << "the stream ended while rail 0 was down: too short to outlast the keepalive";
 }
@@ -337,11 +334,7 @@ TEST_F(NetnsEngineFailover, EngineRail1DownThenUp) {
   const std::string trace =
       (std::filesystem::temp_directory_path() / ("pact-rail-trace-" + std::to_string(::getpid()) + ".json")).string();
   bool outlasted = false;
-  const Outcome o = run(kUnorderedKv, {kFaultAt}, [&](PeerPair& pair, ReceiverNotes& notes) {
-    if (!notes.await(kFaultAt) || !fault(pair, {"link", "1", "down"})) return;
-    outlasted = holdFault(pair, milliseconds(2000));
-    fault(pair, {"link", "1", "up"});
-  }, kLongStream, trace);
+  const Outcome o = run(kUnorderedKv, {kFaultAt}, linkOutage(kFaultAt, "1", milliseconds(2000), &outlasted), kLongStream, trace);
   ASSERT_NO_FATAL_FAILURE(expectCommitted(o, "rail 1 down 2 s, then up"));
   std::ifstream in(trace);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -419,12 +419,7 @@ TEST_F(NetnsFailover, Rail0DownLongerThanPeerTimeout) {
   constexpr milliseconds kDown(5000);
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", kRate}));
   bool outlasted = false;
-  const Outcome o =
-      runWithFaults(kOrdered, stream(kMessages), {kFaultAt}, [&](PeerPair& pair, ReceiverNotes& notes) {
-        if (!notes.await(kFaultAt) || !fault(pair, {"link", "0", "down"})) return;
-        outlasted = holdFault(pair, kDown);
-        fault(pair, {"link", "0", "up"});
-      });
+  const Outcome o = runWithFaults(kOrdered, stream(kMessages), {kFaultAt}, linkOutage(kFaultAt, "0", kDown, &outlasted));
   ASSERT_NO_FATAL_FAILURE(expectCompleted(o, stream(kMessages), "link 0 down for 5 s"));
   EXPECT_TRUE(outlasted) << "the stream ended while rail 0 was down: too short to outlast the keepalive";
   EXPECT_GE(o.send.rails.failovers, 1u);
@@ -447,11 +442,7 @@ TEST_F(NetnsFailover, Rail1DownThenUpIsTakenBack) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", kRate}));
   bool outlasted = false;
   const Outcome o =
-      runWithFaults(kUnordered, stream(kMessages), {kFaultAt}, [&](PeerPair& pair, ReceiverNotes& notes) {
-        if (!notes.await(kFaultAt) || !fault(pair, {"link", "1", "down"})) return;
-        outlasted = holdFault(pair, kDown);
-        fault(pair, {"link", "1", "up"});
-      });
+      runWithFaults(kUnordered, stream(kMessages), {kFaultAt}, linkOutage(kFaultAt, "1", kDown, &outlasted));
   ASSERT_NO_FATAL_FAILURE(expectCompleted(o, stream(kMessages), "link 1 down for 2 s"));
   EXPECT_TRUE(outlasted) << "the stream ended while rail 1 was down: too short to test recovery";
   const pact_comm_rails_t& r = o.send.rails;

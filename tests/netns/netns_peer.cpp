@@ -267,4 +267,13 @@ bool fault(PeerPair& pair, const std::vector<std::string>& args) {
   return script(args);
 }
 
+std::function<void(PeerPair&, ReceiverNotes&)> linkOutage(int at, const char* rail, std::chrono::milliseconds down,
+                                                          bool* outlasted) {
+  return [=](PeerPair& pair, ReceiverNotes& notes) {
+    if (!notes.await(at) || !fault(pair, {"link", rail, "down"})) return;
+    *outlasted = holdFault(pair, down);
+    fault(pair, {"link", rail, "up"});
+  };
+}
+
 }  // namespace pact::netns_test

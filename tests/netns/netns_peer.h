@@ -176,6 +176,11 @@ bool fault(abi_test::PeerPair& pair, const std::vector<std::string>& args);
 // receiver ends its stream first (its end note becomes readable). True when the stream outlasted.
 inline bool holdFault(abi_test::PeerPair& pair, std::chrono::milliseconds d) { return !pair.controlA().readable(d); }
 
+// Parent side, a fault plan: rail `rail`'s link cut once the receiver reported message `at`, for
+// `down`, then set up again. *outlasted: the stream was still running when the cut ended.
+std::function<void(abi_test::PeerPair&, ReceiverNotes&)> linkOutage(int at, const char* rail,
+                                                                    std::chrono::milliseconds down, bool* outlasted);
+
 // Rail failover on NCCL comms: runs with every UCX pact builds with (1.13 and 1.22 in CI).
 using NetnsFailover = Netns;
 
