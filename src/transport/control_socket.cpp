@@ -25,16 +25,26 @@ void setNoDelay(int fd) {
 
 }  // namespace
 
-void enableKeepalive(int fd, std::chrono::microseconds peerTimeout) {
+namespace {
+int keepaliveSeconds(std::chrono::microseconds peerTimeout) {
+  return std::max(3, static_cast<int>(peerTimeout.count() / 1000000));
+}
+}  // namespace
+
+void enableKeepalive(int fd, std::chrono::microseconds peerTimeout, bool userTimeout) {
   // A link that dies closes nothing: TCP keepalive turns silence into a socket error within
   // about peerTimeout (idle half of it, then three probes over the other half).
-  const int total = std::max(3, static_cast<int>(peerTimeout.count() / 1000000));
+  const int total = keepaliveSeconds(peerTimeout);
   int on = 1, idle = std::max(1, total / 2), intvl = std::max(1, (total - idle) / 3), cnt = 3;
-  unsigned userTimeoutMs = static_cast<unsigned>(total) * 1000u;
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof on);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof idle);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof intvl);
   ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof cnt);
+  if (userTimeout) setUserTimeout(fd, peerTimeout);
+}
+
+void setUserTimeout(int fd, std::chrono::microseconds peerTimeout) {
+  unsigned userTimeoutMs = static_cast<unsigned>(keepaliveSeconds(peerTimeout)) * 1000u;
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
 }
 
@@ -43,6 +53,13 @@ void disableKeepalive(int fd) {
   unsigned userTimeoutMs = 0;  // the kernel's own retransmission bound
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &off, sizeof off);
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
+}
+
+bool heardRecently(int fd, std::chrono::milliseconds within) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  if (::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) return true;  // nothing to wait for
+  return info.tcpi_unacked == 0 && info.tcpi_last_ack_recv < static_cast<uint32_t>(within.count());
 }
 
 socklen_t toSockaddr(const wire::ListenHandle& h, sockaddr_storage* out) {

@@ -46,9 +46,15 @@ class ControlSocket {
 };
 
 // Turns a silent peer (dead link, frozen host) into a socket error within about peerTimeout.
-void enableKeepalive(int fd, std::chrono::microseconds peerTimeout);
+// userTimeout false: keepalive probes only (TCP_USER_TIMEOUT left off; setUserTimeout later).
+void enableKeepalive(int fd, std::chrono::microseconds peerTimeout, bool userTimeout = true);
+// TCP_USER_TIMEOUT for peerTimeout: unacknowledged data, or keepalive probes past that age since the
+// peer was last heard, end the connection.
+void setUserTimeout(int fd, std::chrono::microseconds peerTimeout);
 // Undoes it: a silent peer is waited for as long as the kernel retransmits (Sessions::holdLiveness).
 void disableKeepalive(int fd);
+// Whether the peer acknowledged everything sent and was heard within `within` (TCP_INFO).
+bool heardRecently(int fd, std::chrono::milliseconds within);
 
 // A non-blocking listening socket bound to ip and port (0: chosen by the kernel).
 struct Listener {

@@ -183,8 +183,24 @@ void Sessions::hold(Channel& c, bool on) {
     PACT_INFO("%s session to %s: keepalive off while its rail 0 is out (the rails judge the peer)",
               cfg_.face.c_str(), s.peer.c_str());
   } else if (!on && s.livenessHolds == 0) {
-    enableKeepalive(s.sock.fd(), cfg_.peerTimeout);
+    // Keepalive probes again, but the user timeout only once the peer is heard: it counts from
+    // the last thing heard, before the outage, so set now it would end the connection at the
+    // first probe (rearmKeepalives, from stepLocked).
+    enableKeepalive(s.sock.fd(), cfg_.peerTimeout, false);
+    rearm_.push_back(s.id);
   }
+}
+
+void Sessions::rearmKeepalives() {
+  std::erase_if(rearm_, [&](uint64_t id) {
+    auto it = sessions_.find(id);
+    if (it == sessions_.end() || it->second->lost()) return true;
+    Session& s = *it->second;
+    if (s.livenessHolds != 0) return true;  // held again: re-armed at its release
+    if (!heardRecently(s.sock.fd(), std::chrono::milliseconds(1000))) return false;
+    setUserTimeout(s.sock.fd(), cfg_.peerTimeout);
+    return true;
+  });
 }
 
 void Sessions::finish(Channel& c) {
@@ -250,6 +266,7 @@ int Sessions::stepLocked() {
     return true;
   });
   flushPending();
+  if (!rearm_.empty()) rearmKeepalives();
   // Handshakes that did not finish in time (ready sessions are not walked on every step).
   if (handshaking_ > 0)
     for (auto& [id, s] : sessions_)

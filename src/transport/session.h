@@ -163,6 +163,7 @@ class Sessions {
   void flushPending();
   void finish(Channel& c);
   void hold(Channel& c, bool on);
+  void rearmKeepalives();
   void reap();  // drops lost sessions whose channels are all gone
   ListenSlot* slot(uint64_t listenId);
   Channel* channelOf(Session& s, uint64_t channel, const char* frame);
@@ -193,7 +194,8 @@ class Sessions {
   uint64_t nextChannel_ = 1;
   size_t closing_ = 0;
   size_t handshaking_ = 0;  // sessions neither ready nor lost
-  std::vector<uint64_t> reapable_;  // lost sessions with no channel left: freed by the next step
+  std::vector<uint64_t> reapable_;
+  std::vector<uint64_t> rearm_;  // sessions whose keepalive comes back once nothing is unacknowledged  // lost sessions with no channel left: freed by the next step
   TimePoint lastStep_{};
   static constexpr auto kMinStepInterval = std::chrono::microseconds(250);
 };
