@@ -108,9 +108,7 @@ void Engine::checkRails(Peer& p) {
   if (((out | back) & 1u) != 0 && p.channel != 0) sessions_->holdLiveness(p.channel, !p.rails.usable(0));
   const bool waiting = !p.rails.anyUsable();  // every rail out, some only suspended: parked until one is back
   if (waiting && !p.rails.anyAnswering()) {
-    std::string why = "every rail to the peer is out:";
-    for (size_t r = 0; r < p.rails.size(); ++r)
-      why += (r == 0 ? " " : "; ") + p.rails.name(r) + ": " + p.rails.cause(r);
+    const std::string why = "every rail to the peer is out: " + p.rails.causes();
     PACT_WARN("engine %s: peer %s: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
     peerLost(p, why);
     return;

@@ -176,9 +176,7 @@ void RecvComm::checkRails() {
                 rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000));
   }
   if (rails_.anyAnswering()) return;  // none usable but some answering: endpoints failed, suspended a moment
-  std::string why = "every rail from the peer is out:";
-  for (size_t r = 0; r < rails_.size(); ++r) why += (r == 0 ? " " : "; ") + rails_.name(r) + ": " + rails_.cause(r);
-  failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, why);
+  failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, "every rail from the peer is out: " + rails_.causes());
 }
 
 void RecvComm::strand(int rail) {

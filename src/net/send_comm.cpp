@@ -84,9 +84,7 @@ void SendComm::checkRails() {
   if (out != 0) readPeer(sessions_->view(channel_, false));
   if (byeReceived_ || error_ != Status::kOk) return;
   if (!rails_.anyAnswering()) {  // none usable but some answering: endpoints failed, suspended a moment
-    std::string why = "every rail to the peer is out:";
-    for (size_t r = 0; r < rails_.size(); ++r) why += (r == 0 ? " " : "; ") + rails_.name(r) + ": " + rails_.cause(r);
-    failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, why);
+    failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, "every rail to the peer is out: " + rails_.causes());
     return;
   }
   // Lanes off their rail: to a live one (failover), or home again (recovery).

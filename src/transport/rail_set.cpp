@@ -75,6 +75,12 @@ bool RailSet::anyAnswering() const {
   return false;
 }
 
+std::string RailSet::causes() const {
+  std::string out;
+  for (size_t r = 0; r < watches_.size(); ++r) out += (r == 0 ? "" : "; ") + name(r) + ": " + cause(r);
+  return out;
+}
+
 size_t RailSet::usableCount() const {
   size_t n = 0;
   for (size_t r = 0; r < watches_.size(); ++r) n += usable(r) ? 1 : 0;

@@ -55,6 +55,8 @@ class RailSet {
   // only because endpoints failed (the peer closing an endpoint it moved off a rail fails the
   // endpoints sharing its connection), the peer is not lost; the suspensions end within a timeout.
   bool anyAnswering() const;
+  // "rail 0 (...): cause; rail 1 (...): cause", for the error of a peer no rail reaches.
+  std::string causes() const;
   // Rail r is out: UCX's TCP connections over it to the peer are shut down (ucx/tcp_reset.h), so
   // what they hold ends now and nothing of it can land later. The number shut down. Only when the
   // probes took it out: an endpoint's failure alone leaves the rail's other connections be.
