@@ -221,11 +221,10 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   // fences.
   const Profile& mine = params_.classes.forNccl(lc->trafficClass);
   const wire::Contract contract = decideContract(shape->contract, mine, Fence::process().active());
-  // Rail failover when both sides offer it; a sealed comm's seals ride rail 0, so it has none.
+  // Rail failover when both sides offer it.
   std::vector<wire::ProbeAddress> probes;
   std::shared_ptr<transport::RailProber> prober;
-  if (!shape->probes.empty() && shape->ackSink != 0 && shape->ackTo.size() == shape->probes.size() &&
-      contract.sealed == 0)
+  if (!shape->probes.empty() && shape->ackSink != 0 && shape->ackTo.size() == shape->probes.size())
     prober = railProber(hub.dev(), &probes);
   transport::RailSet rails(hub.dev(), prober, probes, shape->probes, params_.rail_timeout);
   if (!rails.active()) probes.clear();  // offered only when this side can watch and acknowledge

@@ -1,7 +1,8 @@
 // The receive side of a plugin comm (comm.h): irecv posts each piece on every rail it may arrive
 // on, a landed copy cancels the others, finish checks that every piece of a buffer arrived. On a
-// sealed comm each message's seal is received too and judged before the message is reported
-// (epoch, checks, the commit hook); pieces whose check failed are posted again and asked for.
+// sealed comm each message's seal is received too (posted on every rail, as its pieces are: lane 0
+// that carries it may move) and judged before the message is reported (epoch, checks, the commit
+// hook); pieces whose check failed are posted again and asked for.
 #include <algorithm>
 #include <array>
 
@@ -44,7 +45,7 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
     counts[i] = cfg_.ordered ? 1 : std::min<size_t>(tag::kMaxDataPieces, piecesFor(sizes[i], cfg_.chunk));
     total += counts[i] * rails;
   }
-  const uint8_t seals = cfg_.sealed ? static_cast<uint8_t>(n) : 0;
+  const uint8_t seals = cfg_.sealed ? static_cast<uint8_t>(n * static_cast<int>(rails)) : 0;
   Request* r = acquire(false, n, total + seals);
   if (r == nullptr) return Status::kOk;  // back-pressure
   r->pending = static_cast<int>(total + seals);
@@ -83,11 +84,12 @@ Status RecvComm::irecv(int n, void* const* data, const size_t* sizes, const int*
         postPart(p, static_cast<char*>(data[i]) + k * chunk, std::min(chunk, sizes[i] - std::min(sizes[i], k * chunk)));
       }
     }
-    if (seals != 0) {  // the seal arrives on lane 0, which is rail 0
-      Part& s = r->sealPart(i);
+    for (size_t rail = 0; seals != 0 && rail < rails; ++rail) {  // on lane 0's rail, wherever it is
+      Part& s = r->sealPart(i, static_cast<int>(rail));
       s.seal = true;
       s.buffer = static_cast<uint8_t>(i);
       s.piece = tag::kSealPiece;
+      s.rail = static_cast<uint8_t>(rail);
       postPart(&s, r->sealMem.data() + r->sealAt[b],
                wire::sealSize(static_cast<uint32_t>(counts[i]), cfg_.verify != Verify::kNone));
     }
@@ -126,8 +128,8 @@ void RecvComm::drainStale(int tag, uint32_t seq) {
 }
 
 // Buffer b's seal as it landed (decoded in place: the view points into r's seal memory).
-static Result<wire::SealView> sealOf(Request& r, int b) {
-  return wire::decodeSeal(std::span<const uint8_t>(r.sealMem.data() + r.sealAt[static_cast<size_t>(b)], r.sealPart(b).size),
+static Result<wire::SealView> sealOf(const Request& r, const Part& landed) {
+  return wire::decodeSeal(std::span<const uint8_t>(r.sealMem.data() + r.sealAt[landed.buffer], landed.size),
                           tag::kMaxDataPieces);
 }
 
@@ -150,9 +152,10 @@ static bool landedTwice(const Request& r, const Part& p) {
 }
 
 Failover RecvComm::failover(Part* p) {
-  if (!rails_.active() || p->seal || p->owner->flush || error_ != Status::kOk) return Failover::kNo;
+  if (!rails_.active() || p->owner->flush || error_ != Status::kOk) return Failover::kNo;
   rails_.suspend(p->rail);
-  // The piece's copies on the other rails are still posted: the sender sends it again there.
+  // The piece's (or seal's) copies on the other rails are still posted: the sender sends it again
+  // there.
   return rails_.anyAnswering() ? Failover::kCopyLost : Failover::kNo;
 }
 
@@ -220,10 +223,11 @@ void RecvComm::progressComm(Request* r) {
   // one rail): nothing can ever need cancelling.
   if (r->dataParts() == static_cast<size_t>(r->nbuffers)) return;
   if (r->rails > 1) {
-    // A piece landed on one rail: its copies posted on the other rails will never match.
-    for (size_t i = 0; i < r->dataParts(); ++i) {
+    // A piece (or seal) landed on one rail: its copies posted on the other rails will never match.
+    for (size_t i = 0; i < r->parts.size(); ++i) {
       Part& p = r->parts[i];
-      if (!p.done && !p.canceled && landed(*r, p.buffer, p.piece) != nullptr) cancel(p);
+      if (!p.done && !p.canceled && (p.seal ? r->sealLanded(p.buffer) : landed(*r, p.buffer, p.piece)) != nullptr)
+        cancel(p);
     }
   }
   // Once a buffer's last piece has landed, receives posted past it will never match: cancel them.
@@ -275,12 +279,16 @@ bool RecvComm::judge(Request* r) {
   bool resent = false;
   for (int b = 0; b < r->nbuffers; ++b) {
     const size_t bi = static_cast<size_t>(b);
-    const Part& s = r->sealPart(b);
     const int64_t last = r->lastPiece[bi];
-    if (s.status != Status::kOk || last < 0 || r->doneCount[bi] != static_cast<uint64_t>(last) + 1) return release();
+    if (last < 0 || r->doneCount[bi] != static_cast<uint64_t>(last) + 1) return release();
     const uint32_t pieces = static_cast<uint32_t>(last) + 1;
     const std::string name = messageName(static_cast<uint32_t>(r->tags[bi]), r->seqs[bi], r->landedBytes[bi], pieces);
-    auto seal = sealOf(*r, b);
+    const Part* s = r->sealLanded(b);
+    if (s == nullptr) {  // every copy ended without it: never reported unjudged
+      abort(Status::kRemoteError, telemetry::ErrorKind::kOther, cls + name + " landed, but its seal did not");
+      return release();
+    }
+    auto seal = sealOf(*r, *s);
     if (!seal.ok()) {
       abort(Status::kRemoteError, telemetry::ErrorKind::kOther, cls + name + ": its seal is malformed: " + seal.error().message);
       return release();
@@ -359,7 +367,7 @@ bool RecvComm::judge(Request* r) {
       }
     }
   }
-  if (cfg_.verify != Verify::kNone)
+  if (cfg_.verify != Verify::kNone && !acks_)  // with rail failover, finish() acknowledges it
     for (int b = 0; b < r->nbuffers; ++b)
       sessions_->verdict(channel_, wire::Verdict{0, static_cast<uint32_t>(r->tags[static_cast<size_t>(b)]),
                                                  r->seqs[static_cast<size_t>(b)], wire::VerdictKind::kVerified, {}});
@@ -374,19 +382,19 @@ void RecvComm::checkDeadlines() {
     // The first buffer still short of something: what landed and what it waits for.
     for (int b = 0; b < r->nbuffers; ++b) {
       const size_t bi = static_cast<size_t>(b);
-      const Part* seal = r->seals != 0 ? &r->sealPart(b) : nullptr;
-      const bool sealIn = seal != nullptr && seal->done && seal->status == Status::kOk;
+      const Part* seal = r->sealLanded(b);
+      const bool sealIn = seal != nullptr;
       uint32_t pieces = r->lastPiece[bi] >= 0 ? static_cast<uint32_t>(r->lastPiece[bi]) + 1 : 0;
       uint64_t bytes = 0;
       if (sealIn) {
-        if (auto v = sealOf(*r, b); v.ok()) pieces = v->pieces, bytes = v->bytes;
+        if (auto v = sealOf(*r, *seal); v.ok()) pieces = v->pieces, bytes = v->bytes;
       }
       std::string waiting;
       const uint32_t upTo = pieces != 0 ? pieces : r->partCount[bi];
       int listed = 0;
       for (uint32_t k = 0; k < upTo && listed < 8; ++k)
         if (landed(*r, b, k) == nullptr) waiting += (listed++ == 0 ? "piece " : ", ") + std::to_string(k);
-      if (!sealIn && seal != nullptr) waiting += std::string(waiting.empty() ? "" : " and ") + "the message's seal";
+      if (!sealIn && r->seals != 0) waiting += std::string(waiting.empty() ? "" : " and ") + "the message's seal";
       if (waiting.empty()) continue;
       abort(Status::kDeadline, telemetry::ErrorKind::kDeadline,
             "class " + cfg_.className + ": message " + std::to_string(r->seqs[bi]) + " of tag " +
@@ -423,9 +431,12 @@ Status RecvComm::finish(Request* r, int* sizes) {
   }
   if (result == Status::kTruncated)
     abort(result, telemetry::ErrorKind::kOutOfRange, "a message is larger than the posted receive buffer");
-  if (result == Status::kOk && acks_)  // rail failover: the sender's send completes now
-    for (size_t b = 0; b < static_cast<size_t>(r->nbuffers); ++b)  // small ones: lazily (rail_probe.h)
-      acks_->delivered(static_cast<uint32_t>(r->tags[b]), r->seqs[b], r->landedBytes[b] > transport::kLazyAckMax);
+  // Rail failover: the sender's send completes now; small ones lazily (rail_probe.h), but not on a
+  // sealed comm, whose sender keeps no copies and waits for it.
+  if (result == Status::kOk && acks_)
+    for (size_t b = 0; b < static_cast<size_t>(r->nbuffers); ++b)
+      acks_->delivered(static_cast<uint32_t>(r->tags[b]), r->seqs[b],
+                       cfg_.sealed || r->landedBytes[b] > transport::kLazyAckMax);
   return result;
 }
 
@@ -438,6 +449,11 @@ void RecvComm::shutdown() {
   if (acks_) acks_->flush();  // the last lazy acknowledgements (the sender may hold a send for one)
   abortInFlight();
   leaveInFlight();
+  // Second copies that came after their message was reported (a rail failover sends again what
+  // was not acknowledged yet) would wait in UCX's unexpected queue until the worker goes.
+  for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail)
+    counters_.add(telemetry::kDuplicatesFiltered,
+                  dev().worker(rail).discardUnexpected(tag::spaceTag(tagSpace_), tag::spaceMask(), hub_->looseOps()));
   // The tag space is given back once the sender has closed too (or its process is gone), so no
   // message of this comm is still on its way from a sender that could send more; the generation
   // covers one still on the wire (tags.h). Until then the Reaper progresses the device: the last

@@ -108,7 +108,9 @@ struct Request {
   // Done with UCX but not reportable yet: a send waiting for its receiver's verdict (verify), a
   // receive whose seals are not judged yet. Set and cleared by the comm (the class contract).
   bool held = false;
-  uint8_t seals = 0;        // seal parts, at the end of parts: one per message (send: 1)
+  // Seal parts, at the end of parts: one per message and rail it may come on, [buffer][rail]
+  // (send: 1).
+  uint8_t seals = 0;
   uint64_t credit = 0;      // send: bytes taken from the class's budget (net/credits.h)
   uint64_t msgBytes = 0;    // send: the message's size
   uint32_t postedPieces = 0;  // send: data pieces handed to UCX so far (the seal follows the last)
@@ -135,7 +137,17 @@ struct Request {
   // comm, until its stranded parts end (Comm::release); it is never reused before.
   bool settled() const { return pending == stranded; }
   size_t dataParts() const { return parts.size() - seals; }
-  Part& sealPart(int buffer) { return parts[parts.size() - seals + static_cast<size_t>(buffer)]; }
+  Part& sealPart(int buffer, int rail = 0) {
+    return parts[parts.size() - seals + static_cast<size_t>(buffer * rails + rail)];
+  }
+  // Receive: the copy of buffer's seal that landed, or nullptr.
+  const Part* sealLanded(int buffer) const {
+    if (seals == 0) return nullptr;
+    const size_t base = parts.size() - seals + static_cast<size_t>(buffer * rails);
+    for (size_t i = base; i < base + static_cast<size_t>(rails); ++i)
+      if (parts[i].done && !parts[i].canceled && parts[i].status == Status::kOk) return &parts[i];
+    return nullptr;
+  }
   // More data parts than buffers (pieces of an unordered message, or copies on several rails):
   // parts past a buffer's last piece, or copies on other rails, may have to be cancelled.
   bool multiPart() const { return dataParts() > static_cast<size_t>(nbuffers); }

@@ -124,16 +124,17 @@ void SendComm::checkRails() {
   }
   if (out != 0 && ackSink_)
     for (Request* q = oldestPosted_; q != nullptr; q = q->newerPosted)
-      for (uint32_t k = 0; q->held && k < q->partCount[0]; ++k)
-        if (q->parts[k].done && (out & (1u << q->parts[k].rail)) != 0) {
-          inFlight += q->parts[k].size;
-          ++unacked;
-          countResent(q->parts[k].size);
-          if (loose(q->parts[k]))
-            sendLoose(&q->parts[k]);
-          else
-            resend(q, k);
-        }
+      for (uint32_t k = 0; q->held && k < q->partCount[0] + q->seals; ++k) {
+        Part& p = q->parts[k];  // a piece, or the seal after the last
+        if (!p.posted || !p.done || (out & (1u << p.rail)) == 0) continue;
+        inFlight += p.size;
+        ++unacked;
+        countResent(p.size);
+        if (loose(p))
+          sendLoose(&p);
+        else
+          resend(q, k);
+      }
   for (size_t r = 0; r < rails_.size(); ++r) {
     if (out & (1u << r)) {
       const int resets = rails_.reset(r);  // not inside the log line: it runs whatever the log level
@@ -150,7 +151,7 @@ void SendComm::checkRails() {
 }
 
 Failover SendComm::failover(Part* p) {
-  if (!rails_.active() || p->seal || error_ != Status::kOk || closing_) return Failover::kNo;
+  if (!rails_.active() || error_ != Status::kOk || closing_) return Failover::kNo;
   rails_.suspend(p->rail);  // its endpoint failed, or checkRails closed it
   if (!rails_.anyAnswering()) return Failover::kNo;
   countResent(p->size);
@@ -164,7 +165,9 @@ Failover SendComm::failover(Part* p) {
 }
 
 bool SendComm::keepCopy(const void* data, size_t size, uint32_t tag, uint32_t seq, MemHandle* mh) {
-  if (size > transport::kLazyAckMax || memoryTypeOf(mh) != ucx::MemoryType::kHost) return false;
+  // A sealed message waits for its acknowledgement (which its receiver sends at once): its seal
+  // and a verdict's re-sends need the request.
+  if (cfg_.sealed || size > transport::kLazyAckMax || memoryTypeOf(mh) != ucx::MemoryType::kHost) return false;
   if (kept_.prunesDue() || kept_.bytes() + size > KeptCopies::kMaxBytes) {
     rails_.drainAcks();
     kept_.prune(*ackSink_);
@@ -193,7 +196,7 @@ size_t SendComm::resendKept() {
 }
 
 bool SendComm::loose(const Part& p) const {
-  return ackSink_ && memoryTypeOf(p.owner->memHandle, p.rail) == ucx::MemoryType::kHost;
+  return ackSink_ && (p.seal || memoryTypeOf(p.owner->memHandle, p.rail) == ucx::MemoryType::kHost);
 }
 
 void SendComm::sendLoose(Part* p) {
@@ -282,12 +285,16 @@ void SendComm::postSeal(Request* r) {
       }
       wire::setCheck(&r->sealMem, k, *check);
     }
-    r->held = true;  // done only at the receiver's verdict
-    ++awaitingVerdicts_;
+    if (!r->held) {  // done only at the receiver's verdict (or acknowledgement: already held)
+      r->held = true;
+      ++awaitingVerdicts_;
+    }
   }
   s.data = r->sealMem.data();
   s.size = r->sealMem.size();
   s.ucxTag = tag::make(tagSpace_, r->tags[0], r->seqs[0], tag::kSealPiece, false);
+  s.lane = 0;
+  s.rail = lanes_.rail(0);
   ucx::Endpoint& ep = lanes_.endpoint(0);
   if (ep.get() == nullptr) {
     completePart(&s, UCS_ERR_NOT_CONNECTED, 0);
@@ -377,14 +384,14 @@ void SendComm::progressComm(Request*) {}
 
 void SendComm::settle(Request*) {
   if (awaitingVerdicts_ == 0) return;
-  if (ackSink_) {  // rail failover: the receiver's acknowledgements (an acked comm is not verified)
+  if (ackSink_) {  // rail failover: the receiver's acknowledgements (of a verified message too)
     rails_.drainAcks();
     for (Request* r = oldestPosted_; r != nullptr; r = r->newerPosted)
       if (r->held && ackSink_->acked(static_cast<uint32_t>(r->tags[0]), r->seqs[0])) {
         r->held = false;
         --awaitingVerdicts_;
       }
-    return;
+    if (cfg_.verify == Verify::kNone || awaitingVerdicts_ == 0) return;
   }
   verdicts_.clear();
   sessions_->takeVerdicts(channel_, &verdicts_);

@@ -71,6 +71,9 @@ inline uint64_t blockMask() {
   const uint64_t seqKept = uint64_t{(1u << kSeqBits) - (1u << kBlockBits)} << (1 + kPieceBits);
   return ~((uint64_t{1} << (1 + kPieceBits + kSeqBits)) - 1) | seqKept;
 }
+// Every message of a tag space, as a probe's tag and mask.
+inline uint64_t spaceTag(uint32_t space) { return make(space, 0, 0, 0, false); }
+inline uint64_t spaceMask() { return ~((uint64_t{1} << (64 - kSpaceBits)) - 1); }
 inline uint32_t indexOf(uint32_t space) { return space & kMaxIndex; }
 inline uint32_t generationOf(uint32_t space) { return space >> kIndexBits; }
 }  // namespace tag

@@ -409,6 +409,32 @@ TEST_F(NetnsFailover, Rail0DownOrdered) {
   EXPECT_EQ(o.send.rails.rail_up[1], 1);
 }
 
+// ---- 3b. sealed classes: the seal follows lane 0 -----------------------------------------------
+
+// A class that asks for checks and a deadline seals every message (the seal goes on lane 0 after
+// the last piece; the receiver judges it before the message is reported). Rail 0, where lane 0
+// and its seals start, is cut a quarter into the stream: lane 0 moves to rail 1 with the seals of
+// the messages not acknowledged, and the stream completes, every message checked against its seal
+// and byte-exact. Unordered (pieces on both rails) and ordered (one lane).
+constexpr const char* kSealedUnordered = "unordered,lanes=2,verify=crc32c,timeout=10s";
+constexpr const char* kSealedOrdered = "verify=crc32c,timeout=10s";
+
+TEST_F(NetnsFailover, SealedRail0DownUnordered) {
+  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", kRate}));
+  const Outcome o = runWithOneFault(kSealedUnordered, {"link", "0", "down"});
+  ASSERT_NO_FATAL_FAILURE(expectCompleted(o, stream(kStreamMessages), "link 0 down, sealed unordered"));
+  EXPECT_GE(o.send.rails.failovers, 1u);
+  EXPECT_EQ(o.send.rails.rail_up[0], 0);
+}
+
+TEST_F(NetnsFailover, SealedRail0DownOrdered) {
+  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", kRate}));
+  const Outcome o = runWithOneFault(kSealedOrdered, {"link", "0", "down"});
+  ASSERT_NO_FATAL_FAILURE(expectCompleted(o, stream(kStreamMessages), "link 0 down, sealed ordered"));
+  EXPECT_GE(o.send.rails.failovers, 1u);
+  EXPECT_EQ(o.send.rails.rail_up[0], 0);
+}
+
 // Rail 0, where the session's control connection lives, is cut for 5 s, longer than the session's
 // keepalive bound (about 3 s with PACT_PEER_TIMEOUT=2s), then set up again: the session holds its
 // keepalive while the rails say the peer lives, so the stream completes with no error and rail 0

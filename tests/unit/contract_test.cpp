@@ -127,5 +127,19 @@ TEST(Tags, ADrainBlockMatchesItsSequenceNumbersAndNothingElse) {
   EXPECT_FALSE(matches(tag::make(space + 1, 3, 330, 0, false)));
 }
 
+// A tag space's probe (what a closing receive comm drops) covers all of its messages, whatever
+// their tag, sequence number or piece, and no other space's, whatever its generation.
+TEST(Tags, ATagSpaceMatchesAllOfItsMessagesAndNoOther) {
+  const uint32_t space = 0x12345;
+  const uint64_t probe = tag::spaceTag(space), mask = tag::spaceMask();
+  auto matches = [&](uint64_t t) { return (t & mask) == (probe & mask); };
+  for (int t : {0, 3, (1 << tag::kTagBits) - 1})
+    for (uint32_t seq : {0u, 511u})
+      for (uint32_t piece : {0u, tag::kSealPiece})
+        EXPECT_TRUE(matches(tag::make(space, t, seq, piece, true))) << t << " " << seq << " " << piece;
+  EXPECT_FALSE(matches(tag::make(space + 1, 3, 0, 0, false)));
+  EXPECT_FALSE(matches(tag::make(space ^ (1u << tag::kIndexBits), 3, 0, 0, false)));  // another generation
+}
+
 }  // namespace
 }  // namespace pact::net
