@@ -50,8 +50,18 @@ void setUserTimeout(int fd, std::chrono::microseconds peerTimeout) {
 
 void disableKeepalive(int fd) {
   int off = 0;
-  unsigned userTimeoutMs = 0;  // the kernel's own retransmission bound
+  auto userTimeoutMs = static_cast<unsigned>(kHeldUserTimeout.count());
   ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &off, sizeof off);
+  ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
+}
+
+void graceUserTimeout(int fd, std::chrono::milliseconds grace) {
+  tcp_info info{};
+  socklen_t len = sizeof info;
+  // The user timeout runs from the oldest unacknowledged data; the last acknowledgement is no later.
+  const uint64_t since = ::getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) == 0 ? info.tcpi_last_ack_recv : 0;
+  auto userTimeoutMs = static_cast<unsigned>(std::min<uint64_t>(since + static_cast<uint64_t>(grace.count()),
+                                                                static_cast<uint64_t>(kHeldUserTimeout.count())));
   ::setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &userTimeoutMs, sizeof userTimeoutMs);
 }
 

@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 
 #include <chrono>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,8 +52,15 @@ void enableKeepalive(int fd, std::chrono::microseconds peerTimeout, bool userTim
 // TCP_USER_TIMEOUT for peerTimeout: unacknowledged data, or keepalive probes past that age since the
 // peer was last heard, end the connection.
 void setUserTimeout(int fd, std::chrono::microseconds peerTimeout);
-// Undoes it: a silent peer is waited for as long as the kernel retransmits (Sessions::holdLiveness).
+// Undoes it for an outage of any length (Sessions::holdLiveness): no keepalive, and unacknowledged
+// data is retransmitted for kHeldUserTimeout rather than the kernel's bound (tcp_retries2, about
+// 15 minutes).
 void disableKeepalive(int fd);
+inline constexpr std::chrono::milliseconds kHeldUserTimeout{INT32_MAX};  // about 24.8 days
+// After a hold: what is unacknowledged gets `grace` more from now to be acknowledged (the kernel's
+// retransmissions back off to 2 minutes apart, so a repaired link may take that long to be heard)
+// before the connection ends; setUserTimeout once the peer is heard.
+void graceUserTimeout(int fd, std::chrono::milliseconds grace);
 // Whether the peer acknowledged everything sent and was heard within `within` (TCP_INFO).
 bool heardRecently(int fd, std::chrono::milliseconds within);
 

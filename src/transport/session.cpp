@@ -17,6 +17,9 @@ namespace pact::transport {
 namespace {
 
 constexpr uint64_t kListenerKey = uint64_t{1} << 63;  // epoll keys of listening sockets
+// After a liveness hold: two of the kernel's longest retransmission intervals (TCP_RTO_MAX, 120 s)
+// and a margin, so a connection whose link came back is heard before it is given up.
+constexpr std::chrono::milliseconds kReleaseGrace{250'000};
 
 uint64_t randomId() {
   static thread_local std::mt19937_64 rng{std::random_device{}()};
@@ -185,8 +188,10 @@ void Sessions::hold(Channel& c, bool on) {
   } else if (!on && s.livenessHolds == 0) {
     // Keepalive probes again, but the user timeout only once the peer is heard: it counts from
     // the last thing heard, before the outage, so set now it would end the connection at the
-    // first probe (rearmKeepalives, from stepLocked).
+    // first probe (rearmKeepalives, from stepLocked). Until then, what is unacknowledged has
+    // kReleaseGrace to be (a dead peer's session ends then).
     enableKeepalive(s.sock.fd(), cfg_.peerTimeout, false);
+    graceUserTimeout(s.sock.fd(), kReleaseGrace);
     rearm_.push_back(s.id);
   }
 }
