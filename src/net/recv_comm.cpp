@@ -162,6 +162,7 @@ Failover RecvComm::failover(Part* p) {
 void RecvComm::checkRails() {
   if (error_ != Status::kOk || byeReceived_) return;
   const auto [out, back] = rails_.changes();
+  if ((out | back) == 0 && rails_.allIn()) return;  // every rail in, as at the last look
   railChanges(rails_, out, back);
   // A peer that closed its side (its prober may be gone with it) or died says so on the session.
   if (out != 0) readPeer(sessions_->view(channel_, false));
@@ -446,7 +447,7 @@ void RecvComm::abortInFlight() {
 }
 
 void RecvComm::shutdown() {
-  if (acks_) acks_->flush();  // the last lazy acknowledgements (the sender may hold a send for one)
+  if (acks_) acks_->flush(true);  // the last lazy acknowledgements (the sender may hold a send for one)
   abortInFlight();
   leaveInFlight();
   // Second copies that came after their message was reported (a rail failover sends again what

@@ -76,9 +76,16 @@ void SendComm::checkLinks() {
 
 void SendComm::checkRails() {
   if (error_ != Status::kOk || byeReceived_) return;
+  bool failed = false;
   for (size_t i = 0; i < lanes_.size(); ++i)
-    if (lanes_.shared(i)->failed()) rails_.suspend(lanes_.rail(i));
+    if (lanes_.shared(i)->failed()) {
+      rails_.suspend(lanes_.rail(i));
+      failed = true;
+    }
   const auto [out, back] = rails_.changes();
+  // Every rail in and none changed since the last look (a suspension and its end show as a
+  // change): every lane is home.
+  if ((out | back) == 0 && !failed && rails_.allIn()) return;
   railChanges(rails_, out, back);
   // A peer that closed its side (its prober may be gone with it) or died says so on the session.
   if (out != 0) readPeer(sessions_->view(channel_, false));

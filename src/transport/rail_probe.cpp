@@ -353,13 +353,13 @@ void AckSource::delivered(uint32_t tag, uint32_t seq, bool now) {
   changed_ = RailWatch::nowNs();
   if (now)
     send(tag, st->next);
-  else
-    lazy_.store(true, std::memory_order_relaxed);
+  else if (lazy_.fetch_add(1, std::memory_order_relaxed) == 0)
+    lazySince_.store(changed_, std::memory_order_relaxed);
 }
 
 void AckSource::sendLazy() {
   std::lock_guard lock(mu_);
-  if (lazy_.exchange(false)) sendAll();
+  if (lazy_.exchange(0) != 0) sendAll();
 }
 
 void AckSource::sendAll() const {
@@ -377,7 +377,7 @@ void AckSource::send(uint32_t tag, uint32_t upTo) const {
 
 void AckSource::repeat(int64_t t) const {
   std::lock_guard lock(mu_);
-  if (lazy_.exchange(false)) {  // the receiver made no call since: the thread's loop sends it
+  if (lazy_.exchange(0) != 0) {  // the receiver made no call that sent them: the thread's loop does
     repeated_ = t;
     sendAll();
     return;

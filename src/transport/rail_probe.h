@@ -100,20 +100,29 @@ class AckSink {
 };
 
 // Messages of at most this many bytes are acknowledged lazily: the receiver's call that reports
-// one does not send the datagram itself (its next call does, flush(), or else the prober thread
-// within a few ms), and a sender completes such a message at once from a copy it keeps until the
-// acknowledgement comes (net::SendComm's kept copies), so no small message waits for a round
-// trip of its own, and the receiver's answer to it leaves before the acknowledgement does.
+// one does not send the datagram itself (a later call does, flush(), once kLazyBatch are due or
+// the oldest is kLazyAge old, or else the prober thread within a few ms), and a sender completes
+// such a message at once from a copy it keeps until the acknowledgement comes (net::SendComm's
+// kept copies), so no small message waits for a round trip of its own, the receiver's answer to
+// it leaves before the acknowledgement does, and a stream of small messages costs one datagram
+// per kLazyBatch of them (at most kLazyBatch x kLazyAckMax bytes of copies wait for it).
 inline constexpr size_t kLazyAckMax = size_t{64} << 10;
+inline constexpr uint32_t kLazyBatch = 16;
+inline constexpr std::chrono::microseconds kLazyAge{500};
 
 class AckSource {
  public:
   // The seq-th message of tag was reported: acknowledged once every earlier one of the tag was,
   // at once (now) or lazily (kLazyAckMax).
   void delivered(uint32_t tag, uint32_t seq, bool now = true);
-  // Sends the lazy acknowledgements due (the receiver's next call; cheap when none is).
-  void flush() {
-    if (lazy_.load(std::memory_order_relaxed)) sendLazy();
+  // Sends the lazy acknowledgements if kLazyBatch are waiting or the oldest is kLazyAge old (the
+  // receiver's calls; cheap when none is), or whatever is waiting (all: a comm that closes).
+  void flush(bool all = false) {
+    const uint32_t n = lazy_.load(std::memory_order_relaxed);
+    if (n != 0 && (all || n >= kLazyBatch ||
+                   RailWatch::nowNs() - lazySince_.load(std::memory_order_relaxed) >=
+                       std::chrono::nanoseconds(kLazyAge).count()))
+      sendLazy();
   }
 
  private:
@@ -138,7 +147,8 @@ class AckSource {
   };
   const uint64_t sink_;
   const std::vector<Path> paths_;  // to the sender's acknowledgement sockets, by rail
-  mutable std::atomic<bool> lazy_{false};  // a lazy acknowledgement is due
+  mutable std::atomic<uint32_t> lazy_{0};   // lazy acknowledgements due
+  std::atomic<int64_t> lazySince_{0};       // ns: when the oldest of them was due
   mutable std::mutex mu_;
   std::vector<Tag> tags_;
   int64_t changed_ = 0;  // ns

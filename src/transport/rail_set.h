@@ -77,6 +77,8 @@ class RailSet {
   // Rails whose state changed since the last call: out (first) and back (second), as bit sets.
   // Traced (trace()): each outage joins the process's timeline (PACT_TRACE_FILE).
   std::pair<unsigned, unsigned> changes();
+  // No rail out at the last changes(): with no change since, a comm has nothing to look at.
+  bool allIn() const { return seenOut_ == 0; }
   // PACT_TRACE_FILE is set: each rail's outage becomes a span "rail R out" (from the failover to
   // the recovery, with owner, peer rail and cause; an instant event at the failover, so an outage
   // that never ends shows too) on a track of its own named `owner` ("send comm to 10.77.0.1:...").

@@ -163,5 +163,43 @@ TEST(RailProbe, WatchesOfTheSamePathAreSharedAndBadInputIsRefused) {
   EXPECT_NE(w.error().message.find("family 0"), std::string::npos) << w.error().message;
 }
 
+// Acknowledgements over loopback: one sent at once reaches the sender's sink as soon as its ack
+// socket is read; lazy ones leave with the receiver's flush once kLazyBatch are due (or when it
+// closes: flush(true)), so a stream of small messages costs a datagram per batch, not per message.
+TEST(RailProbe, AcknowledgementsReachTheSinkAndLazyOnesLeaveByTheBatch) {
+  auto prober = RailProber::acquire();
+  auto self = prober->listen("127.0.0.1");
+  ASSERT_TRUE(self.ok()) << self.error().message;
+  auto w = watchOf(*prober, *self);
+  ASSERT_TRUE(w);
+  ASSERT_TRUE(waitFor(*w, true, 2000ms));
+  auto sink = prober->ackSink();
+  auto at = prober->ackAddress("127.0.0.1");
+  ASSERT_TRUE(at.ok()) << at.error().message;
+  auto source = prober->ackSource(sink->id(), {w}, {*at});
+  ASSERT_TRUE(source);
+  // Polls the sink (reading the ack socket, as a sender's test() does) until message `seq` of tag 7
+  // is acknowledged, for at most `bound`.
+  auto ackedWithin = [&](uint32_t seq, std::chrono::milliseconds bound) {
+    const auto start = Clock::now();
+    for (;;) {
+      prober->drainAcks();
+      if (sink->acked(7, seq)) return true;
+      if (Clock::now() - start > bound) return false;
+      std::this_thread::yield();
+    }
+  };
+  source->delivered(7, 0, true);
+  EXPECT_TRUE(ackedWithin(0, 2000ms));
+  EXPECT_FALSE(sink->acked(7, 1));
+  for (uint32_t seq = 1; seq <= kLazyBatch; ++seq) source->delivered(7, seq, false);
+  source->flush();  // a batch is due: sent by this call (else by the prober thread within ms)
+  EXPECT_TRUE(ackedWithin(kLazyBatch, 2000ms));
+  source->delivered(7, kLazyBatch + 1, false);
+  source->flush(true);  // a closing comm sends what is due
+  EXPECT_TRUE(ackedWithin(kLazyBatch + 1, 2000ms));
+  EXPECT_FALSE(sink->acked(7, kLazyBatch + 2));
+}
+
 }  // namespace
 }  // namespace pact::transport
