@@ -60,8 +60,8 @@ std::pair<uint64_t, uint64_t> tcpSegments(uint64_t whole) {
 }
 
 // Transports probeTransports leaves out for its "remote" view.
-constexpr std::string_view kLocalOnly[] = {"sm",   "shm",   "mm",   "posix", "sysv",
-                                           "cma",  "knem",  "xpmem", "self"};
+constexpr std::string_view kLocalOnly[] = {"sm",   "shm",   "mm",    "posix",     "sysv",    "cma",
+                                           "knem", "xpmem", "self",  "cuda_copy", "cuda_ipc", "gdr_copy"};
 
 const ServiceRow& rowFor(Service s) {
   for (const auto& r : kServiceTable)
@@ -77,6 +77,14 @@ bool hasFamily(const ucx::DeviceInfo& d, const char* prefix) {
 std::string joined(const std::vector<std::string>& v, const char* sep) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// A TLS list this mapping sets, with the device's CUDA transports added: without them UCX does
+// not recognise device memory, and the plugin reports NCCL_PTR_CUDA (docs/gpu.md).
+std::string withCuda(const char* tls, const ucx::DeviceInfo& device) {
+  std::string out = tls;
+  for (const auto& t : device.cudaTransports) out += "," + t;
   return out;
 }
 
@@ -137,14 +145,14 @@ Result<ServiceConfig> serviceFor(const Profile& profile, const ucx::DeviceInfo& 
     if (profile.fallback == Fallback::kFail)
       return Error{Status::kUnsupported, what + " and fallback=fail"};
     if (device.rdma) {
-      addSetting(c, notes, "TLS", kFallbackTls);
+      addSetting(c, notes, "TLS", withCuda(kFallbackTls, device));
       c.fallbackWarning = what + "; using " + kFallbackTls + " (fallback=tcp)";
     } else {
       notes.push_back("UCX chooses among TCP and shared memory (fallback=tcp)");
       c.fallbackWarning = what + "; using TCP and shared memory (fallback=tcp)";
     }
   } else if (row.tls != nullptr) {
-    addSetting(c, notes, "TLS", row.tls);
+    addSetting(c, notes, "TLS", withCuda(row.tls, device));
   } else {
     notes.push_back("UCX chooses the transports");
   }

@@ -59,7 +59,8 @@ void addDomain(std::vector<MemoryDomain>& to, const MemoryDomain& d) {
 }
 
 // Every NET-type UCT resource, with the component and memory domain that own it.
-std::vector<UctResource> queryUct() {
+// cuda (may be null): the names of the transports that move CUDA memory, whatever their device.
+std::vector<UctResource> queryUct(std::vector<std::string>* cuda) {
   std::vector<UctResource> out;
   uct_component_h* comps = nullptr;
   unsigned ncomps = 0;
@@ -83,9 +84,14 @@ std::vector<UctResource> queryUct() {
       unsigned nres = 0;
       if (uct_md_query_tl_resources(md, &res, &nres) == UCS_OK) {
         const MemoryDomain domain = describeDomain(md, mdr.md_name);
-        for (unsigned r = 0; r < nres; ++r)
+        for (unsigned r = 0; r < nres; ++r) {
+          const std::string tl = res[r].tl_name;
           if (res[r].dev_type == UCT_DEVICE_TYPE_NET)
-            out.push_back({res[r].tl_name, res[r].dev_name, comps[c], mdr.md_name, domain});
+            out.push_back({tl, res[r].dev_name, comps[c], mdr.md_name, domain});
+          else if (cuda != nullptr && (tl.rfind("cuda", 0) == 0 || tl.rfind("gdr", 0) == 0) &&
+                   std::find(cuda->begin(), cuda->end(), tl) == cuda->end())
+            cuda->push_back(tl);
+        }
         uct_release_tl_resource_list(res);
       }
       uct_md_close(md);
@@ -217,6 +223,7 @@ DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::v
     v.rdma = v.rdma || p->rdma;
     for (const auto& dom : p->domains) addDomain(v.domains, dom);
     v.loopback = v.loopback || p->loopback;
+    v.cudaTransports = p->cudaTransports;
     v.members.push_back(p->name);
     v.memberAddresses.push_back(p->ipAddress);
   }
@@ -235,12 +242,15 @@ DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::v
 }
 
 Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter) {
-  std::vector<UctResource> resources = queryUct();
+  std::vector<std::string> cuda;
+  std::vector<UctResource> resources = queryUct(&cuda);
+  std::sort(cuda.begin(), cuda.end());
   std::map<std::string, DeviceInfo> byName;
   std::map<std::string, UctResource> firstResource;
   for (const auto& r : resources) {
     DeviceInfo& d = byName[r.dev];
     d.name = r.dev;
+    d.cudaTransports = cuda;
     if (std::find(d.transports.begin(), d.transports.end(), r.tl) == d.transports.end())
       d.transports.push_back(r.tl);
     if (r.tl.rfind("rc", 0) == 0 || r.tl.rfind("ud", 0) == 0 || r.tl.rfind("dc", 0) == 0)

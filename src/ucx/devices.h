@@ -32,6 +32,10 @@ struct DeviceInfo {
   bool loopback = false;
   bool rdma = false;           // has an RC or UD transport
   std::vector<MemoryDomain> domains;  // the memory domains of its transports
+  // The host's UCT transports that move CUDA memory (cuda_copy, cuda_ipc, gdr_copy: those UCX
+  // lists, which it does only where it found a CUDA driver), the same for every device: a class
+  // that sets UCX_TLS keeps them (transport/service.h).
+  std::vector<std::string> cudaTransports;
   // A virtual device fused from several ports: their names (UCX gets them all) and indices.
   std::vector<std::string> members;
   std::vector<int> memberIndices;

@@ -236,6 +236,45 @@ TEST_F(ServiceMap, ServicesForEveryClass) {
   EXPECT_NE(failed.error().message.find("traffic class CKPT asked for service=rc"), std::string::npos);
 }
 
+// With a CUDA driver UCX lists the transports that move device memory; every service that sets
+// UCX_TLS keeps them (an RDMA user's service=rc must not lose GPU memory), on an RDMA device and in
+// the tcp fallback alike. Without one, the lists are as before and name no CUDA transport.
+TEST_F(ServiceMap, EveryServiceKeepsTheCudaTransportsWhereUcxHasThem) {
+  const std::vector<std::string> cuda = {"cuda_copy", "cuda_ipc", "gdr_copy"};
+  auto tlsOf = [](const ServiceConfig& c) {
+    for (const auto& [k, v] : c.ucxSettings)
+      if (k == "TLS") return v;
+    return std::string("(UCX chooses)");
+  };
+  for (const char* service : {"auto", "rc", "ud"})
+    for (bool withDriver : {true, false})
+      for (bool rdma : {true, false}) {
+        ucx::DeviceInfo d = rdma ? rdmaDevice() : tcpDevice();
+        if (!rdma) d.transports = {"tcp"};
+        if (rdma) d.transports.push_back("tcp");  // the tcp fallback of an RDMA port
+        if (withDriver) d.cudaTransports = cuda;
+        auto p = Profile::parse(std::string("service=") + service);
+        ASSERT_TRUE(p.ok());
+        // rc and ud on a device without them fall back to tcp: a TLS list only where RDMA exists.
+        auto c = serviceFor(*p, d, "T");
+        ASSERT_TRUE(c.ok()) << c.error().message;
+        const std::string tls = tlsOf(*c);
+        const std::string where = std::string(service) + (withDriver ? " with" : " without") +
+                                  " a driver on " + d.name + ": " + tls;
+        if (tls == "(UCX chooses)") {  // UCX picks every transport, CUDA ones included
+          EXPECT_TRUE(std::string(service) == "auto" || !rdma) << where;
+          continue;
+        }
+        for (const auto& t : cuda)
+          EXPECT_EQ(tls.find(t) != std::string::npos, withDriver) << where;
+        EXPECT_NE(c->summary.find(tls), std::string::npos) << "pact-info shows the list: " << c->summary;
+      }
+  auto rc = Profile::parse("service=rc");
+  ucx::DeviceInfo d = rdmaDevice();
+  d.cudaTransports = cuda;
+  EXPECT_EQ(serviceFor(*rc, d, "T")->key, "TLS=rc,sm,self,cuda_copy,cuda_ipc,gdr_copy");
+}
+
 TEST(ContextSettings, AppliedWithUcpConfigModify) {
   auto bad = ucx::Context::create("", "t", {{"RNDV_THRESH", "not-a-size"}});
   ASSERT_FALSE(bad.ok());
