@@ -292,6 +292,8 @@ int runKv(Options opt) {
   uint64_t rerouted = 0, epoch_aborts = 0, dropped = 0, abandoned = 0, sent_ok = 0;
   double router_wait_us = 0;
   std::map<std::string, uint64_t> failures;
+  std::string firstError;
+  bool refused = false;
   for (auto& p : s.prefills) {
     rerouted += p->rerouted;
     epoch_aborts += p->epoch_aborts;
@@ -300,6 +302,8 @@ int runKv(Options opt) {
     sent_ok += p->sent_ok;
     router_wait_us += p->router_wait_us;
     for (auto& [k, v] : p->failures) failures[k] += v;
+    if (firstError.empty()) firstError = p->firstError;
+    refused = refused || p->refused;
   }
   std::vector<double> all_c = all, healthy_c = healthy, slow_c = slow;
   const Percentiles pa = percentiles(all_c), ph = percentiles(healthy_c), ps = percentiles(slow_c);
@@ -343,11 +347,19 @@ int runKv(Options opt) {
                 drain_ms);
   for (auto& [k, v] : failures)
     std::printf("# failures %s: %llu\n", k.c_str(), static_cast<unsigned long long>(v));
+  if (!firstError.empty()) std::printf("# first error: %s\n", firstError.c_str());
   nlohmann::json phases = nullptr;
   if (opt.breakdown) phases = kv::breakdown(traced, stdout);
   std::fflush(stdout);
 
-  int rc = miscommits == 0 && leaked == 0 ? 0 : 1;
+  // Failed: a miscommit or leak, a request the engine refused, or (unless the scenario injects
+  // faults or switches epochs, whose point is failures) a transfer that failed or a request that
+  // never committed.
+  const bool expectsFailures = !opt.fault.empty() || opt.epoch_switch_after > 0;
+  const bool failed = miscommits != 0 || leaked != 0 || refused ||
+                      (!expectsFailures && (!failures.empty() || dropped != 0));
+  if (failed && !firstError.empty()) std::fprintf(stderr, "pact-perf kv: %s\n", firstError.c_str());
+  int rc = failed ? 1 : 0;
   if (!opt.json.empty() || !opt.plot.empty()) {
     nlohmann::json doc = {
         {"committed", committed},
@@ -384,6 +396,7 @@ int runKv(Options opt) {
         {"bytes_received", rx.bytes_received},
         {"bytes_sent", tx.bytes_sent},
         {"failures", failures},
+        {"first_error", firstError},
         {"breakdown", phases},
         {"latency", {{"all", latencyJson(all)}, {"healthy", latencyJson(healthy)},
                      {"slow", latencyJson(slow)}}},

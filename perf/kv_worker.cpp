@@ -340,6 +340,8 @@ void Prefill::startSend(Slot& slot, size_t index, int target, Tp now) {
   if (!x) {
     dec.outstanding.fetch_sub(static_cast<int64_t>(s_.request_bytes), std::memory_order_relaxed);
     ++failures[std::string("send:") + pact_status_string(x.status())];
+    refused = true;
+    if (firstError.empty()) firstError = "send to decode worker " + std::to_string(target) + ": " + x.error().str();
     slot.avoid = target;
     slot.routing_since = Clock::now();
     if (++slot.attempt > static_cast<uint32_t>(o.max_attempts)) {
@@ -369,6 +371,8 @@ void Prefill::finishSend(Slot& slot, const pact_xfer_info_t& info, Tp now) {
     ++epoch_aborts;
   } else {
     ++failures[pact_status_string(info.result)];
+    if (firstError.empty())
+      firstError = "transfer to decode worker " + std::to_string(slot.target) + ": " + pact_status_string(info.result);
   }
   if (++slot.attempt > static_cast<uint32_t>(s_.opt.max_attempts)) {
     ++dropped;
@@ -411,6 +415,8 @@ void Prefill::step(Tp now) {
         auto info = eng.query(slot.xfer);
         if (!info) {
           ++failures[std::string("query:") + pact_status_string(info.status())];
+          refused = true;
+          if (firstError.empty()) firstError = "query: " + info.error().str();
           break;
         }
         if (info->final) finishSend(slot, *info, now);

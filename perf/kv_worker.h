@@ -154,6 +154,10 @@ class Prefill {
   uint64_t sent_ok = 0, rerouted = 0, epoch_aborts = 0, dropped = 0, abandoned = 0;
   double router_wait_us = 0;
   std::map<std::string, uint64_t> failures;  // by status name
+  // The first failure, with the engine's message where it gave one ("send: PACT_ERR_...: ...").
+  std::string firstError;
+  // A refusal at submission ("send:" or "query:"): the run itself is wrong, whatever the scenario.
+  bool refused = false;
 
  private:
   enum class SlotState { kIdle, kRouting, kSending };

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <string>
 
 int main(int argc, char** argv) {
@@ -27,6 +28,19 @@ int main(int argc, char** argv) {
   pact::perf::addScaleCommand(app, &exit_code);
   pact::perf::addCollCommand(app, &exit_code);
   pact::perf::addMixCommand(app, &exit_code);
+  // A first word that names no mode: say which word, and what the modes are (CLI11 only says a
+  // subcommand is required).
+  std::string modes;
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+    modes += (modes.empty() ? "" : ", ") + sub->get_name();
+    known = known || (argc > 1 && sub->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "pact-perf: unknown mode '%s'; the modes are %s (pact-perf MODE --help)\n", argv[1],
+                 modes.c_str());
+    return 2;
+  }
   CLI11_PARSE(app, argc, argv);
   return exit_code;
 }

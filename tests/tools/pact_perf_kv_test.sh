@@ -2,7 +2,8 @@
 # pact-perf kv and a2a (transfer-engine scenarios) on loopback: each run writes every required
 # JSON key, commits something, and never miscommits or leaks a registration; an epoch switch
 # mid-run aborts (or retries) transfers without a miscommit; --breakdown splits every request into
-# its phases. Usage: pact_perf_kv_test.sh PACT_PERF
+# its phases; a refused class and an unknown mode fail naming what was wrong.
+# Usage: pact_perf_kv_test.sh PACT_PERF
 set -u
 perf=$1
 export UCX_NET_DEVICES=${UCX_NET_DEVICES:-lo} PACT_NET_DEVICES=${PACT_NET_DEVICES:-lo}
@@ -75,6 +76,25 @@ if errors:
     print("FAIL: kv --breakdown: " + "; ".join(errors)); sys.exit(1)
 print("ok: kv --breakdown: %d requests, phases add up, the slowest 1%% wait for the receiver" % b["requests"])
 EOF
+
+# A class the engines do not know (a typo): every send is refused; the run exits nonzero and
+# prints the engine's own message naming the class.
+if "$perf" kv --prefill 1 --decode 1 --seconds 0.3 --tc KVV >"$tmp/kv_typo.out" 2>&1; then
+  echo "FAIL: kv --tc KVV exited 0"; cat "$tmp/kv_typo.out"; fail=1
+elif ! grep -q "first error: send to decode worker 0: PACT_ERR_INVALID_ARG: .*traffic class 'KVV'" "$tmp/kv_typo.out"; then
+  echo "FAIL: kv --tc KVV did not print the engine's message"; cat "$tmp/kv_typo.out"; fail=1
+else
+  echo "ok: kv --tc KVV fails naming the class"
+fi
+
+# A first word that names no mode: exit 2, naming the word and listing the modes.
+"$perf" bogus >"$tmp/bogus.out" 2>&1
+rc=$?
+if [ $rc -ne 2 ] || ! grep -q "unknown mode 'bogus'; the modes are p2p, kv, a2a" "$tmp/bogus.out"; then
+  echo "FAIL: pact-perf bogus: exit $rc"; cat "$tmp/bogus.out"; fail=1
+else
+  echo "ok: pact-perf bogus names the word and the modes"
+fi
 
 [ $fail -eq 0 ] && echo "pact-perf kv/a2a checks passed"
 exit $fail
