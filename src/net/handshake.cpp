@@ -178,10 +178,11 @@ Status Net::connect(int dev, int trafficClass, void* handle, SendComm** out) {
     if (auto reaper = st->hub->reaper()) reaper->add(st->hub);
     return finish(s);
   }
-  PACT_DEBUG("send comm %p connected to %s on %s (tag space %#x, %s, %d lane(s), chunk %zu)",
-             static_cast<void*>(comm.get()), peer.c_str(), st->hub->dev().info().name.c_str(),
-             o->tagSpace, st->cfg.ordered ? "ordered" : "unordered", st->cfg.ordered ? 1 : st->cfg.lanes,
-             st->cfg.chunk);
+  // One line per comm at INFO (NCCL_DEBUG=INFO shows it, as NET/IB's connections).
+  PACT_INFO("send comm %p connected to %s on %s: class %s (%s, %d lane(s), chunk %zu), tag space %#x",
+            static_cast<void*>(comm.get()), peer.c_str(), st->hub->dev().info().name.c_str(),
+            st->cfg.className.c_str(), st->cfg.ordered ? "ordered" : "unordered",
+            st->cfg.ordered ? 1 : st->cfg.lanes, st->cfg.chunk, o->tagSpace);
   st->clock.returned(entered);
   comm->diag().setup = st->clock;
   comm->diag().setupTotal = now() - st->clock.first;
@@ -257,8 +258,9 @@ Status Net::accept(ListenComm* lc, RecvComm** out) {
   comm->diag().setup = lc->clock;
   comm->diag().setupTotal = now() - lc->clock.first;
   lc->clock = SetupClock{};  // the next comm's calls start afresh
-  PACT_DEBUG("recv comm %p accepted from %s on %s (tag space %#x)", static_cast<void*>(comm),
-             inc.peer.c_str(), hub.dev().info().name.c_str(), *space);
+  PACT_INFO("recv comm %p accepted from %s on %s: class %s (%s), tag space %#x", static_cast<void*>(comm),
+            inc.peer.c_str(), hub.dev().info().name.c_str(), cfg.className.c_str(),
+            cfg.ordered ? "ordered" : "unordered", *space);
   *out = comm;
   return Status::kOk;
 }

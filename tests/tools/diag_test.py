@@ -54,6 +54,16 @@ else:
 rc, out = run([probe, plugin])
 if rc != 0 or "pact diag" in out:
     fail("PACT_DIAG unset: exit %d, diag lines %d" % (rc, out.count("pact diag")), out)
+# One line per comm at NCCL's INFO level (NCCL_DEBUG=INFO shows it; plugin_probe's logger prints
+# every level), naming peer, device and class.
+CONNECTED = re.compile(r"NCCL-LOG INFO \S+ NET/PACT send comm 0x[0-9a-f]+ connected to \S+ on lo: class DEFAULT "
+                       r"\(ordered, 1 lane\(s\), chunk \d+\)")
+ACCEPTED = re.compile(r"NCCL-LOG INFO \S+ NET/PACT recv comm 0x[0-9a-f]+ accepted from \S+ on lo: class DEFAULT \(ordered\)")
+if len(CONNECTED.findall(out)) != 1 or len(ACCEPTED.findall(out)) != 1:
+    fail("want one INFO line per comm (connected, accepted): %d, %d" % (len(CONNECTED.findall(out)),
+                                                                        len(ACCEPTED.findall(out))), out)
+else:
+    print("ok: one INFO line per comm (send connected, recv accepted)", flush=True)
 rc, out = run([probe, plugin], {"PACT_DIAG": "yes"})
 if rc == 0 or "PACT_DIAG" not in out:
     fail("PACT_DIAG=yes was not refused naming the variable (exit %d)" % rc, out)
