@@ -15,11 +15,11 @@ from ._errors import (Busy, Canceled, ChecksumError, DeadlineExceeded, Duplicate
                       Error, Incomplete, Internal, InvalidArgument, MetadataError, NoMemory,
                       NotFound, OutOfRange, PeerLost, PeerStale, Refused, Rejected, Stale, SystemCallError,
                       TimedOut, Unsupported, error_class, error_for)
-from ._pact import API_VERSION, Block, Engine, Group, Memory, Transfer, status_string
+from ._pact import API_VERSION, Block, Engine, Group, Memory, Transfer, __version__, status_string
 from . import _meta
 
 __all__ = [
-    "API_VERSION", "Block", "Engine", "Group", "Key", "Memory", "State", "TraceEvent", "Transfer",
+    "API_VERSION", "__version__", "Block", "Engine", "Group", "Key", "Memory", "State", "TraceEvent", "Transfer",
     "TransferInfo", "status_string", "parse_metadata", "Error", "Busy", "Canceled",
     "ChecksumError", "DeadlineExceeded", "Duplicate", "EpochMismatch", "Incomplete", "Internal",
     "InvalidArgument", "MetadataError", "NoMemory", "NotFound", "OutOfRange", "PeerLost", "PeerStale",

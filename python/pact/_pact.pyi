@@ -6,6 +6,7 @@ from typing import Any, Sequence, Union
 from . import Key, TransferInfo, TraceEvent
 
 API_VERSION: int
+__version__: str
 
 Seconds = Union[int, float]
 KeyLike = Union["Key", tuple[int, int, int], tuple[int, int, int, int]]

@@ -2,6 +2,9 @@
 #include "transfer.h"
 
 #include <nanobind/stl/shared_ptr.h>
+#include <nanobind/stl/string.h>  // __repr__ returns std::string (without it: a TypeError)
+
+#include <string>
 
 namespace pact::py {
 
@@ -11,6 +14,29 @@ nb::object info(Core& core, pact_xfer_t id, const pact_xfer_info_t& i) {
   return nb::borrow(t.transferInfo)(id, t.stateOf(static_cast<int>(i.state)), static_cast<int>(i.result),
                                     i.final != 0, i.retries, fromKey(i.key), i.peer, i.bytes);
 }
+
+namespace {
+
+const char* stateName(pact_state_t s) {
+  static constexpr const char* kNames[] = {"ALLOCATED", "ADVERTISED",  "POSTED",   "IN_FLIGHT", "REMOTE_DONE",
+                                           "VERIFIED",  "COMMITTED",   "RELEASED", "RETRYING",  "ABORTED"};
+  const auto i = static_cast<size_t>(s);
+  return i < std::size(kNames) ? kNames[i] : "?";
+}
+
+// "<pact.Transfer 3 send key=(42, 0, 7, 0) COMMITTED final>", or "... released>" once it is gone.
+std::string reprOf(const Transfer& t) {
+  std::string s = "<pact.Transfer " + std::to_string(t.id) + (t.sender ? " send" : " expect");
+  pact_xfer_info_t i{};
+  if (t.id == 0 || !t.core || t.core->engine == nullptr || pact_xfer_query(t.core->engine, t.id, &i) != PACT_OK)
+    return s + " released>";
+  s += " key=(" + std::to_string(i.key.request_id) + ", " + std::to_string(i.key.transfer_id) + ", " +
+       std::to_string(i.key.model_epoch) + ", " + std::to_string(i.key.generation) + ") " + stateName(i.state);
+  if (i.final) s += std::string(" final, ") + pact_status_string(i.result);
+  return s + ">";
+}
+
+}  // namespace
 
 void bindTransfer(nb::module_& m) {
   nb::class_<Transfer>(m, "Transfer", "A transfer opened by Engine.send or Engine.expect.")
@@ -24,9 +50,7 @@ void bindTransfer(nb::module_& m) {
            "Ends interest (an open transfer is aborted). True: gone, its blocks are free; False: "
            "UCX still touches its blocks, wait() until final before reusing them. A Transfer "
            "dropped unreleased is released once final and seen (wait, query or poll).")
-      .def("__repr__", [](const Transfer& t) {
-        return std::string("<pact.Transfer ") + std::to_string(t.id) + (t.sender ? " send>" : " expect>");
-      });
+      .def("__repr__", &reprOf);
 
   nb::class_<Group>(m, "Group", "An all-to-all group (Engine.group).")
       .def("step",
@@ -58,6 +82,10 @@ void bindTransfer(nb::module_& m) {
            nb::arg("timeout") = nb::none(),
            "Blocks until the step is final; raises the first chunk's failure.")
       .def("close", &Group::close)
+      .def("__repr__",
+           [](const Group& g) {
+             return std::string("<pact.Group") + (g.group == nullptr ? " closed>" : ">");
+           })
       .def("__enter__", [](nb::handle self) { return nb::borrow(self); })
       .def("__exit__", [](Group& g, nb::args) { g.close(); });
 }
