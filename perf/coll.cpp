@@ -378,7 +378,7 @@ void addCollCommand(CLI::App& app, int* exit_code) {
   c->add_option("--chunk", o->chunk, "slice size (NCCL: buffer / steps)")->capture_default_str();
   c->add_option("--window", o->window, "slices in flight per comm (NCCL's steps)")->check(CLI::Range(1, 8))->capture_default_str();
   c->add_option("--plugin", o->plugin, "NCCL net plugin .so (default: <exe dir>/../plugin/libnccl-net-pact.so)");
-  c->add_option("--version", o->version, "ncclNetPlugin_vN to use; 0 = newest exported")->check(CLI::Range(0, 12));
+  c->add_option("--abi", o->version, "ncclNetPlugin_vN to use; 0 = newest exported")->check(CLI::Range(0, 12));
   c->add_option("--dev", o->dev, "plugin device index")->capture_default_str();
   c->add_option("--timeout", o->timeout_s, "seconds any one step may take (setup, a collective)")->capture_default_str();
   c->add_option("--json", o->json, "also write the results to this JSON file");

@@ -290,7 +290,7 @@ std::vector<CLI::Option*> addMixNcclOptions(CLI::App& c, MixNcclOptions* o) {
   std::vector<CLI::Option*> own;
   own.push_back(c.add_option("--plugin", o->plugin,
                              "--face nccl: NCCL net plugin .so (default: <exe dir>/../plugin/libnccl-net-pact.so)"));
-  own.push_back(c.add_option("--version", o->version, "--face nccl: ncclNetPlugin_vN to use (10..12; 0 = newest)")
+  own.push_back(c.add_option("--abi", o->version, "--face nccl: ncclNetPlugin_vN to use (10..12; 0 = newest)")
                     ->check(CLI::Range(0, 12)));
   own.push_back(c.add_option("--dev", o->dev, "--face nccl: plugin device index")->capture_default_str());
   own.push_back(c.add_option("--netns", o->ranks.netns,

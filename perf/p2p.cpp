@@ -234,7 +234,7 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
       "SIZE");
   c->add_option("--plugin", o->plugin,
                 "NCCL net plugin .so (default: <exe dir>/../plugin/libnccl-net-pact.so)");
-  c->add_option("--version", o->version, "ncclNetPlugin_vN to use; 0 = newest exported")
+  c->add_option("--abi", o->version, "ncclNetPlugin_vN to use; 0 = newest exported")
       ->check(CLI::Range(0, 12));
   CLI::Option* dev = c->add_option("--dev", o->dev, "plugin device index")->capture_default_str();
   c->add_option("--vdevice", o->vdevice,

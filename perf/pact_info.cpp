@@ -13,6 +13,7 @@
 #include <sstream>
 #include <vector>
 
+#include "version.h"
 #include "transport/params.h"
 #include "pact_config.h"
 #include "net/net.h"
@@ -206,6 +207,7 @@ void printDevices(pact::net::Net& net) {
 
 int main(int argc, char** argv) {
   CLI::App app{"pact-info: devices, properties and effective configuration of pact"};
+  app.set_version_flag("--version", pact::perf::versionText("pact-info"), "pact's, UCX's and the ABIs' versions");
   app.footer(variablesHelp());
   bool paramsMd = false;
   bool noDevices = false;

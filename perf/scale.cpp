@@ -305,7 +305,7 @@ void addScaleCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   c->add_option("--plugin", o->plugin,
                 "NCCL net plugin .so (default: <exe dir>/../plugin/libnccl-net-pact.so)");
-  c->add_option("--version", o->version, "ncclNetPlugin_vN to use; 0 = newest exported")
+  c->add_option("--abi", o->version, "ncclNetPlugin_vN to use; 0 = newest exported")
       ->check(CLI::Range(0, 12));
   c->add_option("--size", o->size, "bytes of the one message per comm (up to 1M)")
       ->capture_default_str();

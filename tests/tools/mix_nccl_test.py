@@ -144,7 +144,7 @@ with tempfile.TemporaryDirectory() as tmp:
                                  (["--kv-block", "8K"], "--kv-block applies to --face engine", 2),
                                  (["--bulk-bytes", "1001"], "'1001'", 2),
                                  (["--link-rate", "1G"], "'1G'", 2),
-                                 (["--version", "9"], "carries no traffic class", 1)):
+                                 (["--abi", "9"], "carries no traffic class", 1)):
         rc, out = run(["--face", "nccl", "--seconds", "0.2"] + args)
         if rc != want_rc or words not in out:
             fail("%s: rc %d, want %d and a message naming %s" % (args, rc, want_rc, words), out)

@@ -58,6 +58,15 @@ case "$out" in
   *) echo "FAIL: pact-info does not say what bounds maxComms (rc=$rc)"; fail=1 ;;
 esac
 
+# --version: pact's release, the UCX it runs on, the plugin's ABI tables, the engine's C API.
+out=$("$info" --version 2>&1); rc=$?
+if [ $rc -eq 0 ] && [[ $out =~ ^pact-info\ [0-9]+\.[0-9]+\.[0-9]+ ]] && [[ $out == *"UCX 1."*"(built against 1."* ]] &&
+    [[ $out == *"ncclNetPlugin_v8 to ncclNetPlugin_v12"* ]] && [[ $out == *"engine C API: v"* ]]; then
+  echo "ok: --version names pact, UCX, the ABIs"
+else
+  echo "FAIL: --version (rc=$rc): $out"; fail=1
+fi
+
 help=$("$info" --help 2>&1)
 for want in PACT_NET_DEVICES PACT_EPOCH PACT_TC_DEFAULT PACT_FAULT PACT_AUTH_KEY_FILE PACT_TRACE_EVENTS "steer"; do
   case "$help" in *"$want"*) ;; *) echo "FAIL: --help does not document $want"; fail=1 ;; esac

@@ -96,5 +96,15 @@ else
   echo "ok: pact-perf bogus names the word and the modes"
 fi
 
+# --version is pact's (and UCX's, the ABIs'); the plugin ABI a mode drives is --abi.
+out=$("$perf" --version 2>&1); rc=$?
+if [ $rc -ne 0 ] || [[ ! $out =~ ^pact-perf\ [0-9]+\.[0-9]+\.[0-9]+ ]] || [[ $out != *"ncclNetPlugin_v8 to ncclNetPlugin_v12"* ]]; then
+  echo "FAIL: pact-perf --version (rc=$rc): $out"; fail=1
+elif ! "$perf" p2p --help 2>&1 | grep -q -- "--abi"; then
+  echo "FAIL: pact-perf p2p has no --abi"; fail=1
+else
+  echo "ok: pact-perf --version, p2p --abi"
+fi
+
 [ $fail -eq 0 ] && echo "pact-perf kv/a2a checks passed"
 exit $fail
