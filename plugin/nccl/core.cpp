@@ -1,11 +1,13 @@
 #include "plugin/nccl/core.h"
 
+#include <cctype>
 #include <climits>
 #include <mutex>
 #include <optional>
 #include <set>
 #include <string>
 
+#include "common/parse.h"
 #include "pact_config.h"
 #include "plugin/nccl/profiler.h"
 #include "plugin/nccl/timeline.h"
@@ -101,7 +103,20 @@ char* intern(const std::string& s) {
   return const_cast<char*>(global().interned.insert(s).first->c_str());
 }
 
-ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger) {
+// NCCL's net API v8 and v9 pass no traffic class: a PACT_TC_<n> the user set applies to nothing.
+static void noClassesNote(const Params& params) {
+  std::string numbered;
+  for (const auto& e : params.classes.entries())
+    if (!e.name.empty() && std::isdigit(static_cast<unsigned char>(e.name[0])) && envIsSet(e.variable.c_str()))
+      numbered += (numbered.empty() ? "" : ", ") + e.variable;
+  if (!numbered.empty())
+    PACT_WARN("%s set, but this NCCL uses net API v8 or v9, which passes no traffic class: every comm is of "
+              "class DEFAULT (PACT_TC_DEFAULT). Classes need NCCL 2.26 or later (net API v10+) and "
+              "ncclConfig_t.trafficClass on the communicator",
+              numbered.c_str());
+}
+
+ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger, bool classes) {
   return guard("init", [&] {
     Global& g = global();
     std::lock_guard lock(g.mu);
@@ -129,6 +144,7 @@ ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger) {
       }
       g.net = std::move(n.value());
       PACT_INFO("pact %s initialised: %d device(s)", PACT_VERSION, g.net->deviceCount());
+      if (!classes) noClassesNote(*params);
       telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval});
       timeline::configure(params->trace_file, static_cast<size_t>(params->trace_events));
     }

@@ -34,8 +34,9 @@ ncclResult_t guard(const char* fn, F&& f) noexcept {
 }
 
 // ctx: non-null for v11+ (a fresh per-communicator context is returned), null for v8..v10
-// (one process-wide initialisation, reference-counted).
-ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger);
+// (one process-wide initialisation, reference-counted). classes false: the ABI passes NCCL no
+// traffic class (v8, v9), so init says once that PACT_TC_<n> variables do nothing.
+ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger, bool classes = true);
 // The process-wide core between the first init and the last finalize, else null.
 std::shared_ptr<net::Net> activeNet();
 ncclResult_t finalize(void* ctx);

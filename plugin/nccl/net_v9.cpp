@@ -5,7 +5,7 @@
 namespace pact::plugin {
 namespace {
 
-ncclResult_t initV9(ncclDebugLogger_t logger) { return plugin::init(nullptr, -1, logger); }
+ncclResult_t initV9(ncclDebugLogger_t logger) { return plugin::init(nullptr, -1, logger, false); }
 
 ncclResult_t getProperties(int dev, ncclNetProperties_v9_t* props) {
   return guard("getProperties", [&] {

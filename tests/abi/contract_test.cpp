@@ -892,5 +892,32 @@ TEST(ContractKeys, AKeyNcclCommsCannotHonourFailsInit) {
   }
 }
 
+// NCCL's net API v8 and v9 pass no traffic class: a PACT_TC_<n> the user set would do nothing,
+// and init says so once, naming the variable and what classes need; v10 and later pass the class
+// and say nothing of it. PACT_TC_DEFAULT alone is never mentioned (it applies to every comm).
+TEST(ContractKeys, NumberedClassesOnAnAbiWithoutClassesAreNamedAtInit) {
+  for (int version : {8, 9, 10, 12}) {
+    runInChild("init v" + std::to_string(version), [version] {
+      ::setenv("PACT_TC_2", "unordered,lanes=2", 1);
+      ::setenv("PACT_TC_DEFAULT", "chunk=256K", 1);
+      std::string error;
+      auto plugin = NetPlugin::open(pluginPath(), version, &error);
+      ASSERT_TRUE(plugin) << error;
+      (void)NetPlugin::takeLastWarning();
+      ASSERT_EQ(plugin->init(-1, true), loader::kSuccess);
+      const std::string warning = NetPlugin::takeLastWarning();
+      if (version < 10)
+        EXPECT_NE(warning.find("PACT_TC_2 set, but this NCCL uses net API v8 or v9, which passes no traffic class: "
+                               "every comm is of class DEFAULT"),
+                  std::string::npos)
+            << "v" << version << ": " << warning;
+      else
+        EXPECT_EQ(warning.find("passes no traffic class"), std::string::npos) << "v" << version << ": " << warning;
+      EXPECT_EQ(warning.find("PACT_TC_DEFAULT set"), std::string::npos) << warning;
+      EXPECT_EQ(plugin->finalize(), loader::kSuccess);
+    });
+  }
+}
+
 }  // namespace
 }  // namespace pact::abi_test
