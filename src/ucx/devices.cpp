@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <string_view>
 #include <map>
 #include <memory>
 
@@ -241,6 +242,41 @@ DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::v
   return v;
 }
 
+std::vector<size_t> defaultPorts(const std::vector<PortFacts>& ports, std::string* note) {
+  static constexpr std::string_view kNotData[] = {"docker", "veth", "virbr", "br-",  "cni", "flannel", "cali",
+                                                  "vxlan",  "tun",  "tap",   "ifb",  "lxc", "podman",  "kube"};
+  auto virtualNet = [](const PortFacts& p) {
+    if (p.bridge) return true;
+    for (std::string_view prefix : kNotData)
+      if (p.name.rfind(prefix, 0) == 0) return true;
+    return false;
+  };
+  std::vector<size_t> rdma, ethernet, skipped;
+  for (size_t i = 0; i < ports.size(); ++i) {
+    const PortFacts& p = ports[i];
+    const bool ofRdmaPort = std::any_of(ports.begin(), ports.end(),
+                                        [&](const PortFacts& o) { return o.rdma && !o.netdev.empty() && o.netdev == p.name; });
+    if (p.loopback || (!p.rdma && ofRdmaPort)) continue;
+    (p.rdma ? rdma : virtualNet(p) ? skipped : ethernet).push_back(i);
+  }
+  auto byName = [&](size_t a, size_t b) { return ports[a].name < ports[b].name; };
+  std::sort(rdma.begin(), rdma.end(), byName);
+  std::sort(ethernet.begin(), ethernet.end(), byName);
+  std::sort(skipped.begin(), skipped.end(), byName);
+  std::vector<size_t> out = rdma;
+  out.insert(out.end(), ethernet.begin(), ethernet.end());
+  std::string names;
+  for (size_t i : skipped) names += (names.empty() ? "" : ", ") + ports[i].name;
+  if (out.empty() && !skipped.empty()) {
+    out = skipped;
+    if (note) *note = "no RDMA port and no interface but bridges, container or virtual-network ones (" + names +
+                      "): taking those (PACT_NET_DEVICES picks ports)";
+  } else if (note && !skipped.empty()) {
+    *note = "left out bridges, container and virtual-network interfaces: " + names + " (PACT_NET_DEVICES names them)";
+  }
+  return out;
+}
+
 Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter) {
   std::vector<std::string> cuda;
   std::vector<UctResource> resources = queryUct(&cuda);
@@ -277,12 +313,21 @@ Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& 
     out.push_back(std::move(d));
   };
   if (filter.empty()) {
+    std::vector<PortFacts> facts;
+    std::vector<const DeviceInfo*> listed;
     for (auto& [name, d] : byName) {
       DeviceInfo probe = d;
       probe.netdev = name;
-      if (name.find(':') == std::string::npos) fillEthernet(probe);
-      if (!probe.loopback) add(d);
+      const bool ib = name.find(':') != std::string::npos;
+      if (ib) fillInfiniband(probe);
+      else fillEthernet(probe);
+      facts.push_back({name, d.rdma, probe.loopback, !ib && !realPath("/sys/class/net/" + name + "/bridge").empty(),
+                       ib ? probe.netdev : std::string()});
+      listed.push_back(&d);
     }
+    std::string note;
+    for (size_t i : defaultPorts(facts, &note)) add(*listed[i]);
+    if (!note.empty()) PACT_INFO("devices: %s", note.c_str());
   } else {
     for (const auto& want : filter) {
       auto it = byName.find(want);

@@ -49,7 +49,24 @@ struct DeviceInfo {
 // for the bootstrap. UCX stripes the comm's traffic over the member rails.
 DeviceInfo fuseDevices(const std::vector<const DeviceInfo*>& ports, const std::vector<int>& indices);
 
-// filter: empty = all non-loopback ports; otherwise exactly the named ones (in that order).
+// What the default choice (no PACT_NET_DEVICES) knows of a port UCX lists.
+struct PortFacts {
+  std::string name;       // UCT device name ("mlx5_0:1", "eth0", "docker0")
+  bool rdma = false;      // RC or UD on it
+  bool loopback = false;
+  bool bridge = false;    // the kernel says so (/sys/class/net/IF/bridge)
+  std::string netdev;     // an RDMA port's IP interface ("ib0", or a RoCE port's "eth2")
+};
+// The ports pact takes when PACT_NET_DEVICES names none, as indices into ports, in NCCL's
+// convention (its IB transport's ports first, its socket transport's interfaces after, never
+// docker* or lo): RDMA ports first, then the other interfaces, each by name (not one that is an
+// RDMA port's own IP interface: the port carries it already); never loopback,
+// bridges, or container and virtual-network interfaces (docker*, veth*, virbr*, br-*, cni*,
+// flannel*, cali*, vxlan*, tun*, tap*, ifb*, lxc*, podman*, kube*). Those are taken only when
+// nothing else is (a namespace whose only ports are veths), and *note then says so.
+std::vector<size_t> defaultPorts(const std::vector<PortFacts>& ports, std::string* note);
+
+// filter: empty = defaultPorts; otherwise exactly the named ones (in that order).
 Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter);
 
 }  // namespace pact::ucx
