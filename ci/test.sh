@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The whole test suite: installs dependencies, builds, runs every meson suite (against Debian's
-# UCX 1.13 in build/, then against the libucx-cu12 wheel's UCX 1.22 in build-ucx122/), then the
-# Address/UndefinedBehavior sanitizer run of the unit and abi suites. Ends with one line
-# "N passed, N failed". PACTCI_SKIP_{SETUP,UCX122,ASAN,FUZZ}=1 leave a part out;
-# PACTCI_UCX122_TEST_ARGS narrows the UCX 1.22 run (meson test arguments, e.g. "--suite abi").
+# The whole test suite: installs dependencies, builds, checks the docs (ci/docs_check.py), runs
+# every meson suite (against Debian's UCX 1.13 in build/, then against the libucx-cu12 wheel's
+# UCX 1.22 in build-ucx122/), then the Address/UndefinedBehavior sanitizer run of the unit and abi
+# suites. Ends with one line "N passed, N failed". PACTCI_SKIP_{SETUP,UCX122,ASAN,FUZZ}=1 leave a
+# part out; PACTCI_UCX122_TEST_ARGS narrows the UCX 1.22 run (meson test arguments, e.g.
+# "--suite abi").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$PWD
@@ -17,11 +18,23 @@ fi
 # wanting -g back: meson configure build -Ddebug=true.
 # The main build also builds the pact Python package for the venv's interpreter (suite "python").
 ci/build.sh build -Ddebug=false -Dpython=enabled -Dpython_exe="$root/.venv/bin/python" || { echo "0 passed, 1 failed"; exit 1; }
+status=0
+
+# The docs check (seconds): every relative link and #anchor of the Markdown resolves, every
+# Markdown file named in the text exists, no line names one machine's path, and every
+# pact-info/pact-perf command in a fenced block uses only options the built tools list. It counts
+# as one check; with the tools built, a problem fails it (never a skip).
+docs_passed=0 docs_failed=0
+if python3 ci/docs_check.py --build build --require-build; then
+  docs_passed=1
+else
+  echo "docs check: FAILED"
+  docs_failed=1 status=1
+fi
 
 # Hermetic: loopback only, whatever the host's interfaces.
 export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
 
-status=0
 meson test -C build --print-errorlogs --num-processes 1 || status=1
 
 # The same suites against NVIDIA's CUDA-enabled UCX 1.22 (the libucx-cu12 wheel that ci/setup.sh
@@ -67,7 +80,7 @@ if [ "${PACTCI_SKIP_FUZZ:-0}" != 1 ]; then
   [ $((fuzz_passed + fuzz_failed)) -eq 3 ] || { echo "fuzz: build failed"; fuzz_failed=$((fuzz_failed + 1)); status=1; }
 fi
 
-EXTRA_PASSED=$fuzz_passed EXTRA_FAILED=$((fuzz_failed + ucx122_failed)) EXTRA_SKIPPED=$ucx122_skipped python3 "$root/ci/summary.py" \
+EXTRA_PASSED=$((fuzz_passed + docs_passed)) EXTRA_FAILED=$((fuzz_failed + ucx122_failed + docs_failed)) EXTRA_SKIPPED=$ucx122_skipped python3 "$root/ci/summary.py" \
   build/meson-logs/testlog.json build/python/pytest.xml "${ucx122_logs[@]}" \
   $( [ "${PACTCI_SKIP_ASAN:-0}" != 1 ] && echo build-asan/meson-logs/testlog-asan.json )
 exit $status
