@@ -185,11 +185,12 @@ void printDevices(pact::net::Net& net) {
     std::printf(
         "  [%d] %s\n      pci %s\n      guid %#018llx port %d speed %d Mbps (%s) latency %.2f us\n"
         "      ptrSupport %#x maxComms %d maxRecvs %d regIsGlobal %d maxP2pBytes %zu\n"
-        "      ucx transports %s, bootstrap address %s\n",
+        "      ucx transports %s, bootstrap address %s\n      ucx port (its contexts' UCX_NET_DEVICES) %s\n",
         d, p.name.c_str(), p.pciPath.empty() ? "(none)" : p.pciPath.c_str(),
         static_cast<unsigned long long>(p.guid), p.port, p.speedMbps, info.speedSource.c_str(),
         static_cast<double>(p.latencyUs), p.ptrSupport, p.maxComms, p.maxRecvs, p.regIsGlobal,
-        p.maxP2pBytes, tls.c_str(), info.ipAddress.empty() ? "(none)" : info.ipAddress.c_str());
+        p.maxP2pBytes, tls.c_str(), info.ipAddress.empty() ? "(none)" : info.ipAddress.c_str(),
+        (info.ucxDevices() + (info.members.size() > 1 ? " (a context per rail, each pinned to its port)" : "")).c_str());
     std::string domains;
     for (const auto& md : info.domains)
       domains += (domains.empty() ? "" : ", ") + md.name + (md.regMemTypes & UCS_BIT(UCS_MEMORY_TYPE_CUDA) ? " (cuda)" : "") +

@@ -9,6 +9,7 @@
 #include <uct/api/uct.h>
 
 #include <algorithm>
+#include <atomic>
 #include <fstream>
 #include <string_view>
 #include <map>
@@ -277,7 +278,39 @@ std::vector<size_t> defaultPorts(const std::vector<PortFacts>& ports, std::strin
   return out;
 }
 
-Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter) {
+namespace {
+// The user's UCX_NET_DEVICES as a list of names; empty when unset, "all" or an exclusion.
+std::vector<std::string> ucxNetDevices() {
+  const char* v = std::getenv("UCX_NET_DEVICES");
+  std::vector<std::string> out;
+  if (v == nullptr || *v == '\0' || *v == '^' || std::string_view(v) == "all") return out;
+  std::string s = v;
+  for (size_t at = 0; at <= s.size();) {
+    const size_t comma = std::min(s.find(',', at), s.size());
+    if (comma > at) out.push_back(s.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+}  // namespace
+
+Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& given) {
+  const std::vector<std::string> ucxDevices = ucxNetDevices();
+  std::vector<std::string> filter = given;
+  if (filter.empty() && !ucxDevices.empty()) {
+    filter = ucxDevices;
+    PACT_INFO("devices: UCX_NET_DEVICES=%s chooses them (PACT_NET_DEVICES is unset)", std::getenv("UCX_NET_DEVICES"));
+  } else if (!ucxDevices.empty()) {
+    std::string outside;
+    for (const auto& name : filter)
+      if (std::find(ucxDevices.begin(), ucxDevices.end(), name) == ucxDevices.end())
+        outside += (outside.empty() ? "" : ", ") + name;
+    static std::atomic<bool> warned{false};  // once per process (the plugin and each engine discover)
+    if (!outside.empty() && !warned.exchange(true))
+      PACT_WARN("PACT_NET_DEVICES names %s, which UCX_NET_DEVICES=%s leaves out: pact uses the devices "
+                "PACT_NET_DEVICES names, each over its own port (UCX_NET_DEVICES does not apply to them)",
+                outside.c_str(), std::getenv("UCX_NET_DEVICES"));
+  }
   std::vector<std::string> cuda;
   std::vector<UctResource> resources = queryUct(&cuda);
   std::sort(cuda.begin(), cuda.end());

@@ -66,7 +66,10 @@ struct PortFacts {
 // nothing else is (a namespace whose only ports are veths), and *note then says so.
 std::vector<size_t> defaultPorts(const std::vector<PortFacts>& ports, std::string* note);
 
-// filter: empty = defaultPorts; otherwise exactly the named ones (in that order).
+// filter (PACT_NET_DEVICES): exactly the named ones, in that order; empty: those the user's
+// UCX_NET_DEVICES names (as launch scripts set it), else defaultPorts. Each device's UCP context is
+// pinned to it (Context::create), so a device named in PACT_NET_DEVICES but left out of the
+// user's UCX_NET_DEVICES is still used, with one warning naming the two.
 Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& filter);
 
 }  // namespace pact::ucx

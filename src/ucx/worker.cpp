@@ -57,8 +57,10 @@ Result<Context> Context::create(const std::string& netDevice, const std::string&
   ucs_status_t st = ucp_config_read(nullptr, nullptr, &raw);
   if (st != UCS_OK) return error("config_read", st);
   std::unique_ptr<ucp_config_t, ConfigDeleter> config(raw);
-  // The user's UCX_NET_DEVICES always wins; otherwise pin this context to its device.
-  if (!netDevice.empty() && !envIsSet("UCX_NET_DEVICES")) {
+  // Pinned to its device, whatever the user's UCX_NET_DEVICES says: that variable chooses pact's
+  // devices when PACT_NET_DEVICES does not (discoverDevices), but a device's traffic must never go
+  // out of another port (two NCCL NICs that share one would be one rail reported as two).
+  if (!netDevice.empty()) {
     st = ucp_config_modify(config.get(), "NET_DEVICES", netDevice.c_str());
     if (st != UCS_OK) return error("config_modify(NET_DEVICES)", st);
     PACT_DEBUG("ucx context %s: NET_DEVICES=%s", name.c_str(), netDevice.c_str());

@@ -94,8 +94,9 @@ std::unique_ptr<NetPlugin> openIn(const Side& side, ScopedEnv* env) {
   if (::testing::Test::HasFatalFailure()) return nullptr;
   env->set("UCX_TLS", "tcp");
   env->set("PACT_NET_DEVICES", side.devices);
-  env->set("UCX_NET_DEVICES",
-           side.pinUcx ? std::optional<std::string>(side.devices) : std::nullopt);
+  env->set("UCX_NET_DEVICES", !side.userUcx.empty() ? std::optional<std::string>(side.userUcx)
+                              : side.pinUcx        ? std::optional<std::string>(side.devices)
+                                                   : std::nullopt);
   if (!side.peerTimeout.empty()) env->set("PACT_PEER_TIMEOUT", side.peerTimeout);
 #ifdef PACT_NETNS_TC_VAR
   if (!side.tc.empty()) env->set(PACT_NETNS_TC_VAR, side.tc);

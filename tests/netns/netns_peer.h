@@ -57,6 +57,7 @@ struct Side {
   bool pinUcx = true;      // also set UCX_NET_DEVICES = devices
   std::string peerTimeout; // PACT_PEER_TIMEOUT, empty = the plugin's default
   std::string tc;          // PACT_TC_DEFAULT, empty = unset
+  std::string userUcx = {};  // when set: UCX_NET_DEVICES as a user's launch script set it (pinUcx ignored)
 };
 
 inline Side sideA(const std::string& devices = "pa0") {

@@ -361,10 +361,12 @@ void checkTwoDevices(NetPlugin& plugin, const std::string& prefix) {
   EXPECT_NE(p[1].guid, 0u);
 }
 
-// The plugin of side A (pa0, pa1) or B (pb0, pb1) on both pairs' devices, UCX left to choose.
-std::unique_ptr<NetPlugin> openOnBothDevices(bool isA, ScopedEnv* env) {
+// The plugin of side A (pa0, pa1) or B (pb0, pb1) on both pairs' devices, UCX left to choose;
+// userUcx: also the user's UCX_NET_DEVICES naming pair 0 only (a launch script's setting).
+std::unique_ptr<NetPlugin> openOnBothDevices(bool isA, ScopedEnv* env, bool userUcx = false) {
   Side side = isA ? sideA("pa0,pa1") : sideB("pb0,pb1");
   side.pinUcx = false;
+  if (userUcx) side.userUcx = isA ? "pa0" : "pb0";
   return openIn(side, env);
 }
 
@@ -381,13 +383,19 @@ void commsOnBothDevices(NetPlugin& plugin, PeerIo& io, bool accept, void* comms[
   }
 }
 
-TEST_F(Netns, TwoPairsTwoDevices) {
+// Without and with the user's UCX_NET_DEVICES naming pair 0 only: each device's traffic still
+// crosses its own link (its UCX context is pinned to it; before, the user's variable won and
+// device 1's transfer went over pair 0, two NICs reported for one port).
+class NetnsTwoDevices : public Netns, public ::testing::WithParamInterface<bool> {};
+
+TEST_P(NetnsTwoDevices, EachDevicesTrafficCrossesItsOwnLink) {
+  const bool userUcx = GetParam();
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2"}));
   PeerPair pair(
       kVersion,
       [&](PeerIo& io) {
         ScopedEnv env;
-        auto plugin = openOnBothDevices(true, &env);
+        auto plugin = openOnBothDevices(true, &env, userUcx);
         ASSERT_TRUE(plugin);
         ASSERT_NO_FATAL_FAILURE(checkTwoDevices(*plugin, "pa"));
         // Both comms first, then one transfer on each, then both closes: the peer keeps both
@@ -420,7 +428,7 @@ TEST_F(Netns, TwoPairsTwoDevices) {
       },
       [&](PeerIo& io) {
         ScopedEnv env;
-        auto plugin = openOnBothDevices(false, &env);
+        auto plugin = openOnBothDevices(false, &env, userUcx);
         ASSERT_TRUE(plugin);
         ASSERT_NO_FATAL_FAILURE(checkTwoDevices(*plugin, "pb"));
         void* comms[2] = {};
@@ -437,6 +445,11 @@ TEST_F(Netns, TwoPairsTwoDevices) {
       });
   pair.expectSuccess();
 }
+
+INSTANTIATE_TEST_SUITE_P(UserUcxNetDevices, NetnsTwoDevices, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return std::string(info.param ? "NamesPair0Only" : "Unset");
+                         });
 
 // A symbol of the plugin the harness opened: the loader does not expose its dlopen handle, so
 // look the already-loaded library up again (RTLD_NOLOAD: no second copy).
