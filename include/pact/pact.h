@@ -83,7 +83,10 @@ typedef uint64_t pact_xfer_t;
 typedef struct pact_engine_config {
   uint32_t struct_size;        /**< sizeof(pact_engine_config_t); set by pact_engine_config_init */
   const char* name;            /**< shown to peers and in logs; NULL = "pact-<pid>" */
-  const char* listen_ip;       /**< accept connections on this IPv4/IPv6 address; NULL = none */
+  const char* listen_ip;       /**< accept connections here; NULL = none. An IPv4/IPv6 address, an
+                                    interface ("eth0": its address) or a host name ("localhost").
+                                    "0.0.0.0" / "::" accept on every address and publish (address,
+                                    metadata) the engine's first device's address instead */
   uint16_t listen_port;        /**< 0 = chosen by the kernel */
   uint64_t model_epoch;        /**< the receiver's current epoch (pact_set_epoch changes it) */
   uint64_t credit_budget;      /**< bytes the receiver may have advertised at once; 0 = unlimited */

@@ -5,6 +5,8 @@
 #include "engine/trace_file.h"
 #include "telemetry/timeline.h"
 
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -78,18 +80,48 @@ Status Engine::init() {
   sc.checkEpoch = false;  // the protocol judges epochs per transfer; setEpoch changes it live
   sessions_ = std::make_unique<transport::Sessions>(sc);
   if (!config_.listenIp.empty()) {
-    auto h = sessions_->listen(config_.listenIp, config_.listenPort, true);
-    if (!h.ok()) return fail(h.status(), "listen on " + config_.listenIp + ":" +
+    auto ip = transport::resolveListenIp(config_.listenIp);  // an interface or host name too
+    if (!ip.ok()) return fail(ip.status(), "engine " + config_.name + ": " + ip.error().message);
+    auto h = sessions_->listen(*ip, config_.listenPort, true);
+    if (!h.ok()) return fail(h.status(), "listen on " + *ip + ":" +
                                                          std::to_string(config_.listenPort) +
                                                          ": " + h.error().message);
     listenHandle_ = *h;
     listening_ = true;
+    if (transport::isWildcard(*ip)) publishRoutable();
   }
   // A caller that meets a progress round polls for the lock as long as the engine would spin
   // anyway, at most kLockSpin (engine_mutex.h); PACT_PROGRESS_SPIN=0 sleeps at once.
   mu_.setSpin(std::min<std::chrono::microseconds>(params_.progress_spin, kLockSpin));
   if (config_.progressThread) thread_ = std::thread([this] { runProgressThread(); });
   return Status::kOk;
+}
+
+// Bound to the wildcard: what address() and the metadata publish is a routable address instead,
+// the engine's first device's (or, with none, the first non-loopback interface's).
+void Engine::publishRoutable() {
+  std::string ip = fabric_->deviceCount() > 0 ? fabric_->deviceInfo(0).ipAddress : std::string();
+  if (ip.empty()) {
+    ifaddrs* all = nullptr;
+    if (::getifaddrs(&all) == 0) {
+      for (ifaddrs* i = all; i != nullptr && ip.empty(); i = i->ifa_next)
+        if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == listenHandle_.family && (i->ifa_flags & IFF_LOOPBACK) == 0 &&
+            (i->ifa_flags & IFF_UP) != 0)
+          if (auto r = transport::resolveListenIp(i->ifa_name); r.ok()) ip = *r;
+      ::freeifaddrs(all);
+    }
+  }
+  auto routable = ip.empty() ? Result<wire::ListenHandle>(Error{Status::kNotFound, "no address"})
+                             : transport::parseAddress((ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" +
+                                                       std::to_string(listenHandle_.port));
+  if (!routable.ok() || routable->family != listenHandle_.family) {
+    PACT_WARN("engine %s: listening on %s, but no routable address of this host to publish in its place",
+              config_.name.c_str(), transport::formatAddress(listenHandle_).c_str());
+    return;
+  }
+  std::memcpy(listenHandle_.addr, routable->addr, sizeof listenHandle_.addr);
+  PACT_INFO("engine %s: listening on every address; publishing %s", config_.name.c_str(),
+            transport::formatAddress(listenHandle_).c_str());
 }
 
 Engine::~Engine() { shutdown(); }

@@ -159,6 +159,7 @@ class Engine final : private Link {
 
   Engine(const EngineConfig& config, const Params& params);
   Status init();
+  void publishRoutable();  // listening on the wildcard: publish a routable address instead
   void shutdown();
   void writeTrace();
   Status checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);

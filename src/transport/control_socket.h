@@ -64,6 +64,13 @@ void graceUserTimeout(int fd, std::chrono::milliseconds grace);
 // Whether the peer acknowledged everything sent and was heard within `within` (TCP_INFO).
 bool heardRecently(int fd, std::chrono::milliseconds within);
 
+// What a listen address names, as an IP address to bind: an IP address as it is; an interface of
+// this host (its first IPv4 address, else IPv6: "eth0", "ib0"); else a host name it resolves
+// ("localhost", the host's own name; IPv4 first). An error names what it is not.
+Result<std::string> resolveListenIp(const std::string& spec);
+// Whether ip is the wildcard ("0.0.0.0", "::"): bound everywhere, but no address a peer can use.
+bool isWildcard(const std::string& ip);
+
 // A non-blocking listening socket bound to ip and port (0: chosen by the kernel).
 struct Listener {
   ScopedFd fd;
