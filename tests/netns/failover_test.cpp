@@ -399,44 +399,34 @@ TEST_F(NetnsFailover, BlackHoleOnRail1MidStream) {
   EXPECT_EQ(o.send.rails.rail_up[1], 0) << "rail 1 taken back while still a black hole";
 }
 
-// ---- 3. rail 0 down, ordered --------------------------------------------------------------------
+// ---- 3. rail 0 down, ordered and sealed ---------------------------------------------------------
 
-// The ordered class's one lane starts on rail 0; rail 0 is cut a quarter into the stream: the lane
-// moves to rail 1 and the stream completes in order, byte-exact.
-TEST_F(NetnsFailover, Rail0DownOrdered) {
+// Rail 0, where the first lane starts, is cut a quarter into the stream: its lane moves to rail 1
+// and the stream completes, in order where the class is ordered, byte-exact. The ordered default
+// class (its one lane on rail 0), and two sealed classes (checks and a deadline: each message's
+// seal goes on lane 0 after its last piece, and the receiver judges it before the message is
+// reported), whose lane 0 moves with the seals of the messages not acknowledged yet.
+struct Rail0Case {
+  const char* name;
+  const char* tc;
+};
+class NetnsRail0Down : public NetnsFailover, public ::testing::WithParamInterface<Rail0Case> {};
+
+TEST_P(NetnsRail0Down, LaneMovesAndTheStreamCompletes) {
   ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", kRate}));
-  const Outcome o = runWithOneFault(kOrdered, {"link", "0", "down"});
-  ASSERT_NO_FATAL_FAILURE(expectCompleted(o, stream(kStreamMessages), "link 0 down, ordered"));
+  const Outcome o = runWithOneFault(GetParam().tc, {"link", "0", "down"});
+  ASSERT_NO_FATAL_FAILURE(
+      expectCompleted(o, stream(kStreamMessages), (std::string("link 0 down, ") + GetParam().name).c_str()));
   EXPECT_GE(o.send.rails.failovers, 1u);
   EXPECT_EQ(o.send.rails.rail_up[0], 0);
   EXPECT_EQ(o.send.rails.rail_up[1], 1);
 }
 
-// ---- 3b. sealed classes: the seal follows lane 0 -----------------------------------------------
-
-// A class that asks for checks and a deadline seals every message (the seal goes on lane 0 after
-// the last piece; the receiver judges it before the message is reported). Rail 0, where lane 0
-// and its seals start, is cut a quarter into the stream: lane 0 moves to rail 1 with the seals of
-// the messages not acknowledged, and the stream completes, every message checked against its seal
-// and byte-exact. Unordered (pieces on both rails) and ordered (one lane).
-constexpr const char* kSealedUnordered = "unordered,lanes=2,verify=crc32c,timeout=10s";
-constexpr const char* kSealedOrdered = "verify=crc32c,timeout=10s";
-
-TEST_F(NetnsFailover, SealedRail0DownUnordered) {
-  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", kRate}));
-  const Outcome o = runWithOneFault(kSealedUnordered, {"link", "0", "down"});
-  ASSERT_NO_FATAL_FAILURE(expectCompleted(o, stream(kStreamMessages), "link 0 down, sealed unordered"));
-  EXPECT_GE(o.send.rails.failovers, 1u);
-  EXPECT_EQ(o.send.rails.rail_up[0], 0);
-}
-
-TEST_F(NetnsFailover, SealedRail0DownOrdered) {
-  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2", "--rate", kRate}));
-  const Outcome o = runWithOneFault(kSealedOrdered, {"link", "0", "down"});
-  ASSERT_NO_FATAL_FAILURE(expectCompleted(o, stream(kStreamMessages), "link 0 down, sealed ordered"));
-  EXPECT_GE(o.send.rails.failovers, 1u);
-  EXPECT_EQ(o.send.rails.rail_up[0], 0);
-}
+INSTANTIATE_TEST_SUITE_P(Classes, NetnsRail0Down,
+                         ::testing::Values(Rail0Case{"Ordered", kOrdered},
+                                           Rail0Case{"SealedUnordered", "unordered,lanes=2,verify=crc32c,timeout=10s"},
+                                           Rail0Case{"SealedOrdered", "verify=crc32c,timeout=10s"}),
+                         [](const ::testing::TestParamInfo<Rail0Case>& info) { return std::string(info.param.name); });
 
 // Rail 0, where the session's control connection lives, is cut for 5 s, longer than the session's
 // keepalive bound (about 3 s with PACT_PEER_TIMEOUT=2s), then set up again: the session holds its
