@@ -77,13 +77,11 @@ bool script(const std::vector<std::string>& args) {
 
 // ---- peers ----------------------------------------------------------------------------------
 
-const std::string& pluginPath() {
-  static const std::string path = [] {
-    const char* p = std::getenv("PACT_PLUGIN_PATH");
-    return std::string(p ? p : "");
-  }();
-  return path;
-}
+// The abi harness's (read once, then removed from the environment: the plugin warns about every
+// PACT_* name it does not know, in each peer).
+const std::string& pluginPath() { return abi_test::pluginPath(); }
+// Taken when the binary loads, before any peer (a plugin's or an engine's) is forked.
+[[maybe_unused]] const bool kPluginPathTaken = !pluginPath().empty();
 
 std::unique_ptr<NetPlugin> openIn(const Side& side, ScopedEnv* env) {
   pluginPath();
