@@ -208,7 +208,8 @@ void printDevices(pact::net::Net& net) {
 
 int main(int argc, char** argv) {
   CLI::App app{"pact-info: devices, properties and effective configuration of pact"};
-  app.set_version_flag("--version", pact::perf::versionText("pact-info"), "pact's, UCX's and the ABIs' versions");
+  app.set_version_flag("--version", std::function<std::string()>([] { return pact::perf::versionText("pact-info"); }),
+                       "pact's, UCX's and the ABIs' versions");
   app.footer(variablesHelp());
   bool paramsMd = false;
   bool noDevices = false;

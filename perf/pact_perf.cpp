@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
     if (std::string(argv[i]) == "-np") argv[i] = const_cast<char*>("--np");
   CLI::App app{"pact-perf: benchmarks for pact and any NCCL net plugin"};
   app.require_subcommand(1, 1);
-  app.set_version_flag("--version", pact::perf::versionText("pact-perf"), "pact's, UCX's and the ABIs' versions");
+  app.set_version_flag("--version", std::function<std::string()>([] { return pact::perf::versionText("pact-perf"); }),
+                       "pact's, UCX's and the ABIs' versions");
   int exit_code = 0;
   pact::perf::addP2pCommand(app, &exit_code);
   pact::perf::addKvCommand(app, &exit_code);

@@ -12,6 +12,8 @@
 #include <memory>
 #include <string>
 
+#include "pact_config.h"
+
 namespace pact::loader {
 
 // ncclResult_t values (frozen by NCCL).
@@ -25,8 +27,8 @@ inline constexpr int kPtrCuda = 0x2;
 inline constexpr int kPtrDmabuf = 0x4;
 inline constexpr int kHandleSize = 128;
 inline constexpr int kMaxRecvs = 8;
-inline constexpr int kOldestVersion = 8;
-inline constexpr int kNewestVersion = 12;
+inline constexpr int kOldestVersion = PACT_NET_ABI_OLDEST;  // the tables pact's plugin exports
+inline constexpr int kNewestVersion = PACT_NET_ABI_NEWEST;
 
 // Union of every version's properties; fields a version lacks get NCCL's shim defaults.
 struct Properties {

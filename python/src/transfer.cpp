@@ -17,13 +17,6 @@ nb::object info(Core& core, pact_xfer_t id, const pact_xfer_info_t& i) {
 
 namespace {
 
-const char* stateName(pact_state_t s) {
-  static constexpr const char* kNames[] = {"ALLOCATED", "ADVERTISED",  "POSTED",   "IN_FLIGHT", "REMOTE_DONE",
-                                           "VERIFIED",  "COMMITTED",   "RELEASED", "RETRYING",  "ABORTED"};
-  const auto i = static_cast<size_t>(s);
-  return i < std::size(kNames) ? kNames[i] : "?";
-}
-
 // "<pact.Transfer 3 send key=(42, 0, 7, 0) COMMITTED final>", or "... released>" once it is gone.
 std::string reprOf(const Transfer& t) {
   std::string s = "<pact.Transfer " + std::to_string(t.id) + (t.sender ? " send" : " expect");
@@ -31,7 +24,8 @@ std::string reprOf(const Transfer& t) {
   if (t.id == 0 || !t.core || t.core->engine == nullptr || pact_xfer_query(t.core->engine, t.id, &i) != PACT_OK)
     return s + " released>";
   s += " key=(" + std::to_string(i.key.request_id) + ", " + std::to_string(i.key.transfer_id) + ", " +
-       std::to_string(i.key.model_epoch) + ", " + std::to_string(i.key.generation) + ") " + stateName(i.state);
+       std::to_string(i.key.model_epoch) + ", " + std::to_string(i.key.generation) + ") " +
+       nb::cast<std::string>(pyTypes().stateOf(static_cast<int>(i.state)).attr("name"));  // pact.State's
   if (i.final) s += std::string(" final, ") + pact_status_string(i.result);
   return s + ">";
 }

@@ -5,8 +5,7 @@
 #include "engine/trace_file.h"
 #include "telemetry/timeline.h"
 
-#include <ifaddrs.h>
-#include <net/if.h>
+#include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -97,29 +96,15 @@ Status Engine::init() {
   return Status::kOk;
 }
 
-// Bound to the wildcard: what address() and the metadata publish is a routable address instead,
-// the engine's first device's (or, with none, the first non-loopback interface's).
+// Bound to the wildcard: what address() and the metadata publish is the engine's first device's
+// address instead (a device pact takes is never loopback unless named).
 void Engine::publishRoutable() {
-  std::string ip = fabric_->deviceCount() > 0 ? fabric_->deviceInfo(0).ipAddress : std::string();
-  if (ip.empty()) {
-    ifaddrs* all = nullptr;
-    if (::getifaddrs(&all) == 0) {
-      for (ifaddrs* i = all; i != nullptr && ip.empty(); i = i->ifa_next)
-        if (i->ifa_addr != nullptr && i->ifa_addr->sa_family == listenHandle_.family && (i->ifa_flags & IFF_LOOPBACK) == 0 &&
-            (i->ifa_flags & IFF_UP) != 0)
-          if (auto r = transport::resolveListenIp(i->ifa_name); r.ok()) ip = *r;
-      ::freeifaddrs(all);
-    }
-  }
-  auto routable = ip.empty() ? Result<wire::ListenHandle>(Error{Status::kNotFound, "no address"})
-                             : transport::parseAddress((ip.find(':') != std::string::npos ? "[" + ip + "]" : ip) + ":" +
-                                                       std::to_string(listenHandle_.port));
-  if (!routable.ok() || routable->family != listenHandle_.family) {
+  const std::string ip = fabric_->deviceCount() > 0 ? fabric_->deviceInfo(0).ipAddress : std::string();
+  if (ip.empty() || inet_pton(listenHandle_.family, ip.c_str(), listenHandle_.addr) != 1) {
     PACT_WARN("engine %s: listening on %s, but no routable address of this host to publish in its place",
               config_.name.c_str(), transport::formatAddress(listenHandle_).c_str());
     return;
   }
-  std::memcpy(listenHandle_.addr, routable->addr, sizeof listenHandle_.addr);
   PACT_INFO("engine %s: listening on every address; publishing %s", config_.name.c_str(),
             transport::formatAddress(listenHandle_).c_str());
 }

@@ -378,6 +378,8 @@ class RecvComm final : public Comm {
   // The stale copies of tag's messages in the blocks of 64 behind seq, when seq enters a block
   // (tags.h).
   void drainStale(int tag, uint32_t seq);
+  // Receives and drops what waits unexpected on every rail under probe/mask (counted as filtered).
+  void dropUnexpected(uint64_t probe, uint64_t mask);
   Status flushByRead(int n, void* const* data,
                      const std::array<ucx::Region*, kMaxBuffers>& regions, int count,
                      Request** out);

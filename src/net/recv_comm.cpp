@@ -119,36 +119,19 @@ void RecvComm::postPart(Part* p, void* data, size_t size) {
 
 void RecvComm::drainStale(int tag, uint32_t seq) {
   const uint32_t block = seq >> tag::kBlockBits;
-  for (uint32_t back = 1; back <= tag::kDrainBlocks; ++back) {
-    const uint64_t probe = tag::blockTag(tagSpace_, tag, (block - back) & 7u);
-    for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail)
-      counters_.add(telemetry::kDuplicatesFiltered,
-                    dev().worker(rail).discardUnexpected(probe, tag::blockMask(), hub_->looseOps()));
-  }
+  for (uint32_t back = 1; back <= tag::kDrainBlocks; ++back)
+    dropUnexpected(tag::blockTag(tagSpace_, tag, (block - back) & 7u), tag::blockMask());
+}
+
+void RecvComm::dropUnexpected(uint64_t probe, uint64_t mask) {
+  for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail)
+    counters_.add(telemetry::kDuplicatesFiltered, dev().worker(rail).discardUnexpected(probe, mask, hub_->looseOps()));
 }
 
 // Buffer b's seal as it landed (decoded in place: the view points into r's seal memory).
 static Result<wire::SealView> sealOf(const Request& r, const Part& landed) {
   return wire::decodeSeal(std::span<const uint8_t>(r.sealMem.data() + r.sealAt[landed.buffer], landed.size),
                           tag::kMaxDataPieces);
-}
-
-// The copy of `piece` that received the data, or nullptr.
-static const Part* landed(const Request& r, int buffer, uint32_t piece) {
-  const size_t base = r.firstPart[static_cast<size_t>(buffer)] + piece * static_cast<size_t>(r.rails);
-  for (size_t i = base; i < base + static_cast<size_t>(r.rails); ++i)
-    if (r.parts[i].done && !r.parts[i].canceled && r.parts[i].status == Status::kOk) return &r.parts[i];
-  return nullptr;
-}
-
-// Whether another copy of p's piece landed before p did.
-static bool landedTwice(const Request& r, const Part& p) {
-  const size_t base = r.firstPart[p.buffer] + p.piece * static_cast<size_t>(r.rails);
-  for (size_t i = base; i < base + static_cast<size_t>(r.rails); ++i) {
-    const Part& o = r.parts[i];
-    if (&o != &p && o.done && !o.canceled && o.status == Status::kOk) return true;
-  }
-  return false;
 }
 
 Failover RecvComm::failover(Part* p) {
@@ -197,7 +180,7 @@ void RecvComm::partDone(Part* p) {
   Request* r = p->owner;
   if (cfg_.timeout.count() != 0 && r->firstLanded == TimePoint{}) r->firstLanded = now();
   if (p->seal) return;
-  if (rails_.active() && landedTwice(*r, *p)) {  // a piece sent again on another rail (failover)
+  if (rails_.active() && r->landed(p->buffer, p->piece, p) != nullptr) {  // a piece sent again on another rail (failover)
     counters_.add(telemetry::kDuplicatesFiltered);
     return;
   }
@@ -227,7 +210,7 @@ void RecvComm::progressComm(Request* r) {
     // A piece (or seal) landed on one rail: its copies posted on the other rails will never match.
     for (size_t i = 0; i < r->parts.size(); ++i) {
       Part& p = r->parts[i];
-      if (!p.done && !p.canceled && (p.seal ? r->sealLanded(p.buffer) : landed(*r, p.buffer, p.piece)) != nullptr)
+      if (!p.done && !p.canceled && r->landed(p.buffer, p.piece) != nullptr)
         cancel(p);
     }
   }
@@ -250,8 +233,8 @@ void RecvComm::settle(Request* r) {
 }
 
 void RecvComm::repost(Request* r, int b, uint32_t piece) {
-  const size_t base = r->firstPart[static_cast<size_t>(b)] + piece * static_cast<size_t>(r->rails);
-  const Part* got = landed(*r, b, piece);
+  const size_t base = r->copiesOf(b, piece);
+  const Part* got = r->landed(b, piece);
   const size_t size = got != nullptr ? got->size : 0;
   void* data = r->parts[base].data;
   r->doneCount[static_cast<size_t>(b)] -= 1;
@@ -284,7 +267,7 @@ bool RecvComm::judge(Request* r) {
     if (last < 0 || r->doneCount[bi] != static_cast<uint64_t>(last) + 1) return release();
     const uint32_t pieces = static_cast<uint32_t>(last) + 1;
     const std::string name = messageName(static_cast<uint32_t>(r->tags[bi]), r->seqs[bi], r->landedBytes[bi], pieces);
-    const Part* s = r->sealLanded(b);
+    const Part* s = r->landed(b, tag::kSealPiece);
     if (s == nullptr) {  // every copy ended without it: never reported unjudged
       abort(Status::kRemoteError, telemetry::ErrorKind::kOther, cls + name + " landed, but its seal did not");
       return release();
@@ -317,7 +300,7 @@ bool RecvComm::judge(Request* r) {
     }
     bad.clear();
     for (uint32_t k = 0; k < pieces; ++k) {
-      const Part* p = landed(*r, b, k);
+      const Part* p = r->landed(b, k);
       auto check = checkBytes(cfg_.verify, p->data, p->size, memoryTypeOf(r->mhs[bi]), dev().driver(), hub_->staging());
       if (!check.ok()) {
         abort(check.status(), telemetry::ErrorKind::kOther, cls + name + ": " + check.error().message);
@@ -383,7 +366,7 @@ void RecvComm::checkDeadlines() {
     // The first buffer still short of something: what landed and what it waits for.
     for (int b = 0; b < r->nbuffers; ++b) {
       const size_t bi = static_cast<size_t>(b);
-      const Part* seal = r->sealLanded(b);
+      const Part* seal = r->landed(b, tag::kSealPiece);
       const bool sealIn = seal != nullptr;
       uint32_t pieces = r->lastPiece[bi] >= 0 ? static_cast<uint32_t>(r->lastPiece[bi]) + 1 : 0;
       uint64_t bytes = 0;
@@ -394,7 +377,7 @@ void RecvComm::checkDeadlines() {
       const uint32_t upTo = pieces != 0 ? pieces : r->partCount[bi];
       int listed = 0;
       for (uint32_t k = 0; k < upTo && listed < 8; ++k)
-        if (landed(*r, b, k) == nullptr) waiting += (listed++ == 0 ? "piece " : ", ") + std::to_string(k);
+        if (r->landed(b, k) == nullptr) waiting += (listed++ == 0 ? "piece " : ", ") + std::to_string(k);
       if (!sealIn && r->seals != 0) waiting += std::string(waiting.empty() ? "" : " and ") + "the message's seal";
       if (waiting.empty()) continue;
       abort(Status::kDeadline, telemetry::ErrorKind::kDeadline,
@@ -452,9 +435,7 @@ void RecvComm::shutdown() {
   leaveInFlight();
   // Second copies that came after their message was reported (a rail failover sends again what
   // was not acknowledged yet) would wait in UCX's unexpected queue until the worker goes.
-  for (size_t rail = 0; rail < static_cast<size_t>(std::max(1, cfg_.rails)); ++rail)
-    counters_.add(telemetry::kDuplicatesFiltered,
-                  dev().worker(rail).discardUnexpected(tag::spaceTag(tagSpace_), tag::spaceMask(), hub_->looseOps()));
+  dropUnexpected(tag::spaceTag(tagSpace_), tag::spaceMask());
   // The tag space is given back once the sender has closed too (or its process is gone), so no
   // message of this comm is still on its way from a sender that could send more; the generation
   // covers one still on the wire (tags.h). Until then the Reaper progresses the device: the last

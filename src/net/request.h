@@ -19,6 +19,7 @@
 
 #include "common/clock.h"
 #include "common/status.h"
+#include "net/tags.h"
 #include "transport/device_ctx.h"
 #include "transport/lanes.h"
 #include "transport/slab.h"
@@ -137,16 +138,20 @@ struct Request {
   // comm, until its stranded parts end (Comm::release); it is never reused before.
   bool settled() const { return pending == stranded; }
   size_t dataParts() const { return parts.size() - seals; }
-  Part& sealPart(int buffer, int rail = 0) {
-    return parts[parts.size() - seals + static_cast<size_t>(buffer * rails + rail)];
-  }
-  // Receive: the copy of buffer's seal that landed, or nullptr.
-  const Part* sealLanded(int buffer) const {
-    if (seals == 0) return nullptr;
-    const size_t base = parts.size() - seals + static_cast<size_t>(buffer * rails);
+  Part& sealPart(int buffer, int rail = 0) { return parts[copiesOf(buffer, tag::kSealPiece) + static_cast<size_t>(rail)]; }
+  // Receive: the copy of buffer's piece (tag::kSealPiece: its seal) that landed, other than
+  // `except`, or nullptr.
+  const Part* landed(int buffer, uint32_t piece, const Part* except = nullptr) const {
+    if (piece == tag::kSealPiece && seals == 0) return nullptr;
+    const size_t base = copiesOf(buffer, piece);
     for (size_t i = base; i < base + static_cast<size_t>(rails); ++i)
-      if (parts[i].done && !parts[i].canceled && parts[i].status == Status::kOk) return &parts[i];
+      if (&parts[i] != except && parts[i].done && !parts[i].canceled && parts[i].status == Status::kOk) return &parts[i];
     return nullptr;
+  }
+  // Where buffer's piece (or seal) has its copies, one per rail, in parts.
+  size_t copiesOf(int buffer, uint32_t piece) const {
+    return piece == tag::kSealPiece ? parts.size() - seals + static_cast<size_t>(buffer * rails)
+                                    : firstPart[static_cast<size_t>(buffer)] + piece * static_cast<size_t>(rails);
   }
   // More data parts than buffers (pieces of an unordered message, or copies on several rails):
   // parts past a buffer's last piece, or copies on other rails, may have to be cancelled.

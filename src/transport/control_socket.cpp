@@ -1,9 +1,9 @@
 #include "transport/control_socket.h"
+#include "ucx/devices.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -155,35 +155,22 @@ Result<std::optional<Frame>> ControlSocket::poll() {
 Result<std::string> resolveListenIp(const std::string& spec) {
   in6_addr probe{};
   if (inet_pton(AF_INET, spec.c_str(), &probe) == 1 || inet_pton(AF_INET6, spec.c_str(), &probe) == 1) return spec;
-  char text[INET6_ADDRSTRLEN] = {};
-  auto textOf = [&](const sockaddr* a) {
-    const void* in = a->sa_family == AF_INET ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a)->sin_addr)
-                                             : static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(a)->sin6_addr);
-    return std::string(inet_ntop(a->sa_family, in, text, sizeof text) ? text : "");
-  };
-  ifaddrs* all = nullptr;
-  if (!spec.empty() && ::getifaddrs(&all) == 0) {
-    std::string v4, v6;
-    for (ifaddrs* i = all; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr == nullptr || spec != i->ifa_name) continue;
-      if (i->ifa_addr->sa_family == AF_INET && v4.empty()) v4 = textOf(i->ifa_addr);
-      if (i->ifa_addr->sa_family == AF_INET6 && v6.empty()) v6 = textOf(i->ifa_addr);
-    }
-    ::freeifaddrs(all);
-    if (!v4.empty() || !v6.empty()) return v4.empty() ? v6 : v4;
-  }
+  if (spec.empty()) return Error{Status::kInvalidArgument, "listen: an empty address"};
+  const auto interfaces = ucx::interfaceAddresses();
+  if (auto it = interfaces.find(spec); it != interfaces.end()) return it->second;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (!spec.empty() && ::getaddrinfo(spec.c_str(), nullptr, &hints, &res) == 0) {
-    std::string v4, v6;
-    for (addrinfo* r = res; r != nullptr; r = r->ai_next) {
-      if (r->ai_family == AF_INET && v4.empty()) v4 = textOf(r->ai_addr);
-      if (r->ai_family == AF_INET6 && v6.empty()) v6 = textOf(r->ai_addr);
-    }
+  if (::getaddrinfo(spec.c_str(), nullptr, &hints, &res) == 0) {
+    const addrinfo* pick = nullptr;  // the first IPv4 address, else the first IPv6 one
+    for (const addrinfo* r = res; r != nullptr && (pick == nullptr || pick->ai_family != AF_INET); r = r->ai_next)
+      if (r->ai_family == AF_INET || (r->ai_family == AF_INET6 && pick == nullptr)) pick = r;
+    char text[NI_MAXHOST] = {};
+    const bool found = pick != nullptr && ::getnameinfo(pick->ai_addr, pick->ai_addrlen, text, sizeof text, nullptr, 0,
+                                                        NI_NUMERICHOST) == 0;
     ::freeaddrinfo(res);
-    if (!v4.empty() || !v6.empty()) return v4.empty() ? v6 : v4;
+    if (found) return std::string(text);
   }
   return Error{Status::kInvalidArgument, "listen '" + spec +
                                              "': not an IP address, an interface of this host with an address, "

@@ -111,8 +111,8 @@ class Sessions {
   static constexpr auto kLostByeDelay = std::chrono::milliseconds(200);
   // Rail failover: the channel's rails say whether its peer lives while the session's own link (rail
   // 0) is out, so the session's keepalive stops judging the peer until released (hold false, or
-  // the channel ends); its TCP connection rides the outage out on retransmits, as long as the
-  // kernel's (tcp_retries2, about 15 minutes). A peer that dies meanwhile is seen by the rails.
+  // the channel ends); its TCP connection rides the outage out on retransmits, however long
+  // (control_socket.h, kHeldUserTimeout). A peer that dies meanwhile is seen by the rails.
   void holdLiveness(uint64_t channel, bool on);
   // "ip:port" of the channel's peer.
   std::string peerName(uint64_t channel);
@@ -194,8 +194,8 @@ class Sessions {
   uint64_t nextChannel_ = 1;
   size_t closing_ = 0;
   size_t handshaking_ = 0;  // sessions neither ready nor lost
-  std::vector<uint64_t> reapable_;
-  std::vector<uint64_t> rearm_;  // sessions whose keepalive comes back once nothing is unacknowledged  // lost sessions with no channel left: freed by the next step
+  std::vector<uint64_t> reapable_;  // lost sessions with no channel left: freed by the next step
+  std::vector<uint64_t> rearm_;     // sessions whose user timeout comes back once the peer is heard
   TimePoint lastStep_{};
   static constexpr auto kMinStepInterval = std::chrono::microseconds(250);
 };

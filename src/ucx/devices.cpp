@@ -11,11 +11,12 @@
 #include <algorithm>
 #include <atomic>
 #include <fstream>
-#include <string_view>
 #include <map>
 #include <memory>
+#include <string_view>
 
 #include "common/log.h"
+#include "common/parse.h"
 #include "pact_config.h"
 #include "ucx/ucx_status.h"
 
@@ -150,26 +151,6 @@ uint64_t parseHexGroups(const std::string& s, size_t maxBytes) {
   return v;
 }
 
-std::map<std::string, std::string> interfaceAddresses() {
-  std::map<std::string, std::string> out;  // ifname -> first IPv4 (else IPv6) address
-  ifaddrs* list = nullptr;
-  if (getifaddrs(&list) != 0) return out;
-  for (ifaddrs* a = list; a; a = a->ifa_next) {
-    if (!a->ifa_addr || !(a->ifa_flags & IFF_UP)) continue;
-    char text[INET6_ADDRSTRLEN] = {};
-    int fam = a->ifa_addr->sa_family;
-    if (fam == AF_INET)
-      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
-    else if (fam == AF_INET6 && !out.count(a->ifa_name))
-      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, text, sizeof text);
-    else
-      continue;
-    if (fam == AF_INET || !out.count(a->ifa_name)) out[a->ifa_name] = text;
-  }
-  freeifaddrs(list);
-  return out;
-}
-
 void fillEthernet(DeviceInfo& d) {
   const std::string sys = "/sys/class/net/" + d.netdev;
   d.pciPath = realPath(sys + "/device");
@@ -205,6 +186,26 @@ void fillInfiniband(DeviceInfo& d) {
 }
 
 }  // namespace
+
+std::map<std::string, std::string> interfaceAddresses() {
+  std::map<std::string, std::string> out;  // ifname -> first IPv4 (else IPv6) address
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return out;
+  for (ifaddrs* a = list; a; a = a->ifa_next) {
+    if (!a->ifa_addr || !(a->ifa_flags & IFF_UP)) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    int fam = a->ifa_addr->sa_family;
+    if (fam == AF_INET)
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, text, sizeof text);
+    else if (fam == AF_INET6 && !out.count(a->ifa_name))
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(a->ifa_addr)->sin6_addr, text, sizeof text);
+    else
+      continue;
+    if (fam == AF_INET || !out.count(a->ifa_name)) out[a->ifa_name] = text;
+  }
+  freeifaddrs(list);
+  return out;
+}
 
 std::string DeviceInfo::ucxDevices() const {
   if (members.empty()) return name;
@@ -278,28 +279,16 @@ std::vector<size_t> defaultPorts(const std::vector<PortFacts>& ports, std::strin
   return out;
 }
 
-namespace {
-// The user's UCX_NET_DEVICES as a list of names; empty when unset, "all" or an exclusion.
-std::vector<std::string> ucxNetDevices() {
-  const char* v = std::getenv("UCX_NET_DEVICES");
-  std::vector<std::string> out;
-  if (v == nullptr || *v == '\0' || *v == '^' || std::string_view(v) == "all") return out;
-  std::string s = v;
-  for (size_t at = 0; at <= s.size();) {
-    const size_t comma = std::min(s.find(',', at), s.size());
-    if (comma > at) out.push_back(s.substr(at, comma - at));
-    at = comma + 1;
-  }
-  return out;
-}
-}  // namespace
-
 Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& given) {
-  const std::vector<std::string> ucxDevices = ucxNetDevices();
+  // The user's UCX_NET_DEVICES, as PACT_NET_DEVICES is read; empty when unset, "all" or not a
+  // plain list (an exclusion).
+  const std::string ucxValue = envValue("UCX_NET_DEVICES");
+  auto parsed = DeviceListParser::parse(ucxValue);
+  const std::vector<std::string> ucxDevices = parsed.ok() ? std::move(*parsed) : std::vector<std::string>{};
   std::vector<std::string> filter = given;
   if (filter.empty() && !ucxDevices.empty()) {
     filter = ucxDevices;
-    PACT_INFO("devices: UCX_NET_DEVICES=%s chooses them (PACT_NET_DEVICES is unset)", std::getenv("UCX_NET_DEVICES"));
+    PACT_INFO("devices: UCX_NET_DEVICES=%s chooses them (PACT_NET_DEVICES is unset)", ucxValue.c_str());
   } else if (!ucxDevices.empty()) {
     std::string outside;
     for (const auto& name : filter)
@@ -309,7 +298,7 @@ Result<std::vector<DeviceInfo>> discoverDevices(const std::vector<std::string>& 
     if (!outside.empty() && !warned.exchange(true))
       PACT_WARN("PACT_NET_DEVICES names %s, which UCX_NET_DEVICES=%s leaves out: pact uses the devices "
                 "PACT_NET_DEVICES names, each over its own port (UCX_NET_DEVICES does not apply to them)",
-                outside.c_str(), std::getenv("UCX_NET_DEVICES"));
+                outside.c_str(), ucxValue.c_str());
   }
   std::vector<std::string> cuda;
   std::vector<UctResource> resources = queryUct(&cuda);

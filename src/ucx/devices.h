@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,9 @@ struct PortFacts {
 // flannel*, cali*, vxlan*, tun*, tap*, ifb*, lxc*, podman*, kube*). Those are taken only when
 // nothing else is (a namespace whose only ports are veths), and *note then says so.
 std::vector<size_t> defaultPorts(const std::vector<PortFacts>& ports, std::string* note);
+
+// Each interface of this host that is up, by name: its IPv4 address, else its first IPv6 one.
+std::map<std::string, std::string> interfaceAddresses();
 
 // filter (PACT_NET_DEVICES): exactly the named ones, in that order; empty: those the user's
 // UCX_NET_DEVICES names (as launch scripts set it), else defaultPorts. Each device's UCP context is

@@ -47,8 +47,8 @@ Version version();
 
 class Context {
  public:
-  // netDevice: restricts UCX to that network device (plus shared memory) unless the user set
-  // UCX_NET_DEVICES, which always wins. Empty = UCX's default.
+  // netDevice: restricts UCX to that network device (plus shared memory), whatever the user's
+  // UCX_NET_DEVICES says (it chooses pact's devices: discoverDevices). Empty = UCX's default.
   // settings: further UCX settings (key without the UCX_ prefix, e.g. {"TLS", "rc,sm,self"}),
   // applied in order with ucp_config_modify; the caller decides whether the user's UCX_<KEY>
   // wins (transport/service.h leaves out every key the user set).
