@@ -14,5 +14,5 @@ for tls in tcp sm; do
   echo
   echo "== UCX_TLS=$tls: two processes, NCCL net ABI v12, loopback =="
   UCX_TLS=$tls build/perf/pact-perf p2p --plugin build/plugin/libnccl-net-pact.so \
-    --min-size 4K --max-size 64M --factor 4 --budget 128M --lat-max-size 1M
+    -b 8 -e 64M -f 8 --budget 128M --lat-max-size 1M
 done

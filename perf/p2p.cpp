@@ -116,14 +116,28 @@ std::vector<size_t> parseSweep(const std::string& lo, const std::string& hi, siz
   return v;
 }
 
+// Latency runs at the sweep's sizes up to --lat-max-size, or over a sweep of its own when
+// --lat-min-size or --lat-factor asks for one.
+std::vector<size_t> latencySizes(const P2pOptions& o) {
+  if (!o.lat_min.empty() || o.lat_factor != 0) {
+    return parseSweep(o.lat_min.empty() ? "8" : o.lat_min, o.lat_max,
+                      o.lat_factor != 0 ? o.lat_factor : 4, "latency");
+  }
+  size_t cap = 0;
+  if (!parseSize(o.lat_max, &cap)) die("bad --lat-max-size");
+  auto v = parseSweep(o.min_size, o.max_size, o.factor, "size");
+  std::erase_if(v, [&](size_t z) { return z > cap; });
+  return v;
+}
+
 int runP2p(P2pOptions opt) {
   if (opt.plugin.empty()) opt.plugin = defaultPluginPath();
   if (opt.window < 1) die("--window must be >= 1");
   size_t budget = 0;
   if (!parseSize(opt.budget, &budget) || budget == 0) die("bad --budget");
   std::vector<size_t> bw, lat;
-  if (!opt.no_bw) bw = parseSweep(opt.min_size, opt.max_size, opt.factor, "bandwidth");
-  if (!opt.no_lat) lat = parseSweep(opt.lat_min, opt.lat_max, opt.lat_factor, "latency");
+  if (!opt.no_bw) bw = parseSweep(opt.min_size, opt.max_size, opt.factor, "size");
+  if (!opt.no_lat) lat = latencySizes(opt);
   if (opt.buffers < 0) die("--buffers must be >= 0");
   if (opt.verify && opt.buffers > 0) die("--verify needs a buffer per outstanding message (no --buffers)");
   if (opt.verify && !bw.empty()) {
@@ -251,13 +265,13 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
                 "KEY=VALUE set in rank 1 before the plugin opens (repeatable)");
   c->add_flag("--lane-stats", o->lane_stats,
               "print the send comm's per-lane bytes after the table (pact_comm_stats, if any)");
-  c->add_option("--min-size", o->min_size, "smallest bandwidth message")
+  c->add_option("-b,--minbytes,--min-size", o->min_size, "smallest message")
       ->check(sizeCheck)
       ->capture_default_str();
-  c->add_option("--max-size", o->max_size, "largest bandwidth message")
+  c->add_option("-e,--maxbytes,--max-size", o->max_size, "largest message")
       ->check(sizeCheck)
       ->capture_default_str();
-  c->add_option("--factor", o->factor, "bandwidth size step")
+  c->add_option("-f,--stepfactor,--factor", o->factor, "size multiplier")
       ->check(CLI::Range(2, 1024))
       ->capture_default_str();
   c->add_option("--window", o->window, "outstanding sends/receives")
@@ -268,7 +282,8 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
                 "1 = like ucx_perftest, keeps the data in cache)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  c->add_option("--iters", o->iters, "measured messages per size (default: --budget bytes, >= 5)");
+  c->add_option("-n,--iters", o->iters,
+                "measured messages per bandwidth size (default: --budget bytes, >= 5)");
   c->add_option("--budget", o->budget, "bytes per bandwidth size when --iters is not given")
       ->check(sizeCheck)
       ->capture_default_str();
@@ -276,15 +291,16 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   c->add_option("--lat-iters", o->lat_iters,
                 "ping-pongs per size (default 1000, fewer above 64K, >= 50)");
-  c->add_option("--lat-min-size", o->lat_min, "smallest latency message")
+  c->add_option("--lat-max-size", o->lat_max,
+                "largest latency message (ping-pong above it measures bandwidth again)")
       ->check(sizeCheck)
       ->capture_default_str();
-  c->add_option("--lat-max-size", o->lat_max, "largest latency message")
-      ->check(sizeCheck)
-      ->capture_default_str();
-  c->add_option("--lat-factor", o->lat_factor, "latency size step")
-      ->check(CLI::Range(2, 1024))
-      ->capture_default_str();
+  c->add_option("--lat-min-size", o->lat_min,
+                "give latency a sweep of its own, from this size (default: the -b/-e/-f sizes)")
+      ->check(sizeCheck);
+  c->add_option("--lat-factor", o->lat_factor,
+                "step of latency's own sweep (default 4 when --lat-min-size is given)")
+      ->check(CLI::Range(2, 1024));
   c->add_option("--tc", o->tc, "trafficClass passed to init (v11+) / connect (v10)")
       ->capture_default_str();
   c->add_option("--timeout", o->timeout, "watchdog seconds per step")->capture_default_str();
@@ -299,6 +315,8 @@ void addP2pCommand(CLI::App& app, int* exit_code) {
       "after a warmup of iters/10 (1..1000); bw_pNN = gap between consecutive receive\n"
       "completions in us (its mean is size/bandwidth; the tail shows stalls).\n"
       "Latency: ping-pong over two comms; one-way = RTT/2; percentiles over --lat-iters.\n"
+      "Sizes follow nccl-tests: -b/-e/-f (the long names --min-size/--max-size/--factor work too);\n"
+      "each table lists only the sizes it measured.\n"
       "Rank 1 is a child forked before the plugin is opened; both ranks open it themselves.\n"
       "--netns and --env-a/--env-b apply in each rank right after the fork (so each side can have\n"
       "its own PACT_NET_DEVICES); --netns needs root and namespaces made by `ip netns add`\n"

@@ -17,9 +17,11 @@ struct P2pOptions {
   std::string plugin;
   int version = 0, dev = 0, window = 16, tc = -1;
   int buffers = 0;  // bandwidth buffers per side; 0 = one per outstanding message (up to 512 MiB)
-  std::string min_size = "4K", max_size = "1G", budget = "256M";
-  std::string lat_min = "8", lat_max = "1M";
-  size_t factor = 2, lat_factor = 4;
+  // One sweep (nccl-tests' -b/-e/-f) for both measurements; latency stops at lat_max unless a
+  // latency sweep of its own is asked for (lat_min or lat_factor set).
+  std::string min_size = "8", max_size = "1G", budget = "256M";
+  std::string lat_min, lat_max = "1M";
+  size_t factor = 2, lat_factor = 0;
   long iters = 0, max_iters = 20000, lat_iters = 0;
   unsigned timeout = 60;
   std::string json;

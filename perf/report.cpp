@@ -96,20 +96,23 @@ long streamIters(size_t budget, size_t size, long max_iters) {
 long streamWarmup(long iters) { return std::clamp<long>(iters / 10, 1, 1000); }
 
 void printTable(std::FILE* out, const std::vector<SizeRow>& rows) {
-  std::fprintf(out, "%10s %10s %10s %10s %10s | %10s %10s %10s\n", "size", "bw_GB/s", "bw_p50_us",
-               "bw_p95_us", "bw_p99_us", "lat_p50_us", "lat_p95_us", "lat_p99_us");
-  for (const SizeRow& r : rows) {
-    std::fprintf(out, "%10s ", formatSize(r.size).c_str());
-    if (r.has_bw) {
-      std::fprintf(out, "%10.3f %10.2f %10.2f %10.2f | ", r.bw_gbps, r.bw_us.p50, r.bw_us.p95,
-                   r.bw_us.p99);
-    } else {
-      std::fprintf(out, "%10s %10s %10s %10s | ", "-", "-", "-", "-");
+  // Two tables, each with only the sizes it measured (no rows of dashes).
+  if (std::any_of(rows.begin(), rows.end(), [](const SizeRow& r) { return r.has_bw; })) {
+    std::fprintf(out, "# bandwidth, at the receiver\n%10s %10s %10s %10s %10s\n", "size", "bw_GB/s",
+                 "bw_p50_us", "bw_p95_us", "bw_p99_us");
+    for (const SizeRow& r : rows) {
+      if (!r.has_bw) continue;
+      std::fprintf(out, "%10s %10.3f %10.2f %10.2f %10.2f\n", formatSize(r.size).c_str(), r.bw_gbps,
+                   r.bw_us.p50, r.bw_us.p95, r.bw_us.p99);
     }
-    if (r.has_lat) {
-      std::fprintf(out, "%10.2f %10.2f %10.2f\n", r.lat_us.p50, r.lat_us.p95, r.lat_us.p99);
-    } else {
-      std::fprintf(out, "%10s %10s %10s\n", "-", "-", "-");
+  }
+  if (std::any_of(rows.begin(), rows.end(), [](const SizeRow& r) { return r.has_lat; })) {
+    std::fprintf(out, "# latency, one-way (RTT/2)\n%10s %10s %10s %10s\n", "size", "lat_p50_us",
+                 "lat_p95_us", "lat_p99_us");
+    for (const SizeRow& r : rows) {
+      if (!r.has_lat) continue;
+      std::fprintf(out, "%10s %10.2f %10.2f %10.2f\n", formatSize(r.size).c_str(), r.lat_us.p50,
+                   r.lat_us.p95, r.lat_us.p99);
     }
   }
   std::fflush(out);

@@ -6,7 +6,7 @@
 // (--buffers 1), receives pre-posted, completions tested oldest first, bandwidth counted at the
 // receiver from the start barrier to the last completion. The output table is pact-perf's.
 //
-// usage: pact-ucp-bw [--min-size 64K] [--max-size 64M] [--window 8] [--buffers 0] [--json F]
+// usage: pact-ucp-bw [-b 64K] [-e 64M] [--window 8] [--buffers 0] [--json F]
 // UCX reads its own UCX_* variables (UCX_TLS, UCX_NET_DEVICES) as in any UCP program.
 #include "peer.h"
 #include "report.h"
@@ -233,9 +233,9 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   pact::perf::Options o;
   CLI::App app{"pact-ucp-bw: raw UCP tag bandwidth in NCCL's slot pattern (pact-perf p2p's baseline)"};
-  app.add_option("--min-size", o.min_size, "smallest message")->capture_default_str();
-  app.add_option("--max-size", o.max_size, "largest message")->capture_default_str();
-  app.add_option("--factor", o.factor, "size step")->capture_default_str();
+  app.add_option("-b,--minbytes,--min-size", o.min_size, "smallest message")->capture_default_str();
+  app.add_option("-e,--maxbytes,--max-size", o.max_size, "largest message")->capture_default_str();
+  app.add_option("-f,--stepfactor,--factor", o.factor, "size multiplier")->capture_default_str();
   app.add_option("--window", o.window, "messages in flight")->capture_default_str();
   app.add_option("--buffers", o.buffers,
                  "slot buffers per side, reused in turn (0 = one per message in flight, NCCL's "

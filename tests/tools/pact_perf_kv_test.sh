@@ -2,7 +2,8 @@
 # pact-perf kv and a2a (transfer-engine scenarios) on loopback: each run writes every required
 # JSON key, commits something, and never miscommits or leaks a registration; an epoch switch
 # mid-run aborts (or retries) transfers without a miscommit; --breakdown splits every request into
-# its phases; a refused class and an unknown mode fail naming what was wrong.
+# its phases; a refused class and an unknown mode fail naming what was wrong; p2p takes
+# nccl-tests' size flags.
 # Usage: pact_perf_kv_test.sh PACT_PERF
 set -u
 perf=$1
@@ -104,6 +105,21 @@ elif ! "$perf" p2p --help 2>&1 | grep -q -- "--abi"; then
   echo "FAIL: pact-perf p2p has no --abi"; fail=1
 else
   echo "ok: pact-perf --version, p2p --abi"
+fi
+
+# p2p takes nccl-tests' sizes (-b/-e/-f, -n) and prints only the sizes each table measured:
+# bandwidth at 8, 64, 512; latency at the sweep's sizes up to --lat-max-size (8, 64).
+if UCX_TLS=tcp "$perf" p2p -b 8 -e 512 -f 8 -n 50 --lat-iters 50 --lat-max-size 64 \
+    --json "$tmp/p2p.json" >"$tmp/p2p.out" 2>&1; then
+  sizes=$(python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["results"]
+print([x["size"] for x in r if x["bw_gbps"] is not None], [x["size"] for x in r if x["lat_p50_us"] is not None])' "$tmp/p2p.json")
+  if [ "$sizes" != "[8, 64, 512] [8, 64]" ] || grep -qE '^ +[0-9]+[KMG]? +- ' "$tmp/p2p.out"; then
+    echo "FAIL: p2p -b 8 -e 512 -f 8 --lat-max-size 64 measured $sizes"; cat "$tmp/p2p.out"; fail=1
+  else
+    echo "ok: p2p -b/-e/-f: bandwidth at 8, 64, 512, latency at 8, 64, no rows of dashes"
+  fi
+else
+  echo "FAIL: pact-perf p2p -b 8 -e 512 -f 8 exited nonzero"; cat "$tmp/p2p.out"; fail=1
 fi
 
 [ $fail -eq 0 ] && echo "pact-perf kv/a2a checks passed"
