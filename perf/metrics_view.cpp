@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -101,46 +102,39 @@ int printMetrics(const std::string& source, std::FILE* out) {
     }
     text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
-  // Samples "pact_<scope>_<counter>{object="...",set="N"} value", grouped by set.
-  std::map<std::pair<std::string, long>, std::vector<Row>> byObject;
+  // Samples "pact_<scope>_<counter>{labels} value", grouped by scope and labels (a kind label
+  // names the counter's series instead: errors{peer_lost}).
+  std::map<std::string, std::vector<Row>> byGroup;
   std::istringstream lines(text);
   int n = 0, series = 0;
   for (std::string line; std::getline(lines, line);) {
     ++n;
     if (line.empty() || line[0] == '#') continue;
-    const size_t brace = line.find('{'), close = line.rfind('}');
     const size_t space = line.rfind(' ');
-    const size_t obj = line.find("object=\""), set = line.find("set=\""), dev = line.find("{device=\"");
-    const bool counter = obj != std::string::npos && set != std::string::npos;  // pact's own
-    if (brace == std::string::npos || close == std::string::npos || space == std::string::npos || space < close ||
-        (!counter && dev != brace) || line.rfind("pact_", 0) != 0) {
+    const size_t brace = line.find('{');
+    const size_t nameEnd = std::min(brace, space);
+    const size_t close = brace == std::string::npos ? std::string::npos : line.rfind('}');
+    const size_t scopeEnd = line.find('_', 5);
+    if (line.rfind("pact_", 0) != 0 || space == std::string::npos || scopeEnd == std::string::npos ||
+        scopeEnd >= nameEnd || (brace != std::string::npos && (close == std::string::npos || close > space))) {
       std::fprintf(stderr, "pact-info --metrics %s: line %d is not a pact sample: %s\n", source.c_str(), n, line.c_str());
       return 2;
     }
-    // The label's value, unescaped.
-    std::string object = counter ? "" : "nic ";
-    for (size_t i = counter ? obj + 8 : dev + 9; i < close && line[i] != '"'; ++i) {
-      if (line[i] == '\\' && i + 1 < close) {
-        ++i;
-        object += line[i] == 'n' ? '\n' : line[i];
-      } else {
-        object += line[i];
-      }
+    std::string labels = brace == std::string::npos ? "" : line.substr(brace + 1, close - brace - 1);
+    std::string name = line.substr(scopeEnd + 1, nameEnd - scopeEnd - 1);
+    if (const size_t kind = labels.find("kind=\""); kind != std::string::npos && (kind == 0 || labels[kind - 1] == ',')) {
+      const size_t end = labels.find('"', kind + 6);
+      name += "{" + labels.substr(kind + 6, end - kind - 6) + "}";
+      labels.erase(kind == 0 ? 0 : kind - 1, end + 1 - (kind == 0 ? 0 : kind - 1));
+      if (kind == 0 && !labels.empty() && labels[0] == ',') labels.erase(0, 1);
     }
-    const long id = counter ? std::strtol(line.c_str() + set + 5, nullptr, 10) : 0;
-    std::string name = line.substr(5, brace - 5);           // past "pact_"
-    if (counter) name = name.substr(name.find('_') + 1);    // past the scope
-    if (const size_t kind = line.find(",kind=\""); counter && kind != std::string::npos && kind < close)
-      name += "{" + line.substr(kind + 7, line.find('"', kind + 7) - kind - 7) + "}";  // errors by kind
-    byObject[{object, id}].push_back({name, line.substr(space + 1)});
+    const std::string group = line.substr(5, scopeEnd - 5) + (labels.empty() ? "" : "{" + labels + "}");
+    byGroup[group].push_back({name, line.substr(space + 1)});
     ++series;
   }
-  std::fprintf(out, "metrics from %s: %d series, %zu objects\n", source.c_str(), series, byObject.size());
-  for (const auto& [key, rows] : byObject) {
-    if (key.second != 0)
-      std::fprintf(out, "%s (set %ld)\n", key.first.c_str(), key.second);
-    else
-      std::fprintf(out, "%s\n", key.first.c_str());
+  std::fprintf(out, "metrics from %s: %d series, %zu groups\n", source.c_str(), series, byGroup.size());
+  for (const auto& [group, rows] : byGroup) {
+    std::fprintf(out, "%s\n", group.c_str());
     for (const Row& r : rows) std::fprintf(out, "  %-28s %s\n", r.name.c_str(), r.value.c_str());
   }
   return 0;

@@ -145,7 +145,7 @@ ncclResult_t init(void** ctx, int trafficClass, ncclDebugLogger_t logger, bool c
       g.net = std::move(n.value());
       PACT_INFO("pact %s initialised: %d device(s)", PACT_VERSION, g.net->deviceCount());
       if (!classes) noClassesNote(*params);
-      telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval});
+      telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval, params->metrics_per_comm != 0});
       timeline::configure(params->trace_file, static_cast<size_t>(params->trace_events));
     }
     ++g.refs;

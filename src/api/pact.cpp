@@ -166,7 +166,7 @@ pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine
     // The PACT_* configuration is read once per process, here at the C API's edge.
     static const pact::Result<pact::Params> params = pact::Params::fromProcessEnv();
     if (!params.ok()) return st(pact::engine::fail(Status::kInvalidArgument, params.error().message));
-    pact::telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval});
+    pact::telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval, params->metrics_per_comm != 0});
     auto handle = std::make_unique<pact_engine>();
     if (Status code = Engine::create(c, *params, &handle->engine); code != Status::kOk) return st(code);
     *engine = handle.release();

@@ -12,7 +12,7 @@ Protocol::Protocol(const ProtocolConfig& config, Link& link)
     : config_(config), link_(link), epoch_(config.epoch),
       credits_(config.creditBudget == 0 ? kUnlimited : config.creditBudget),
       committed_(config.exactlyOnceWindow, &pool_), generations_(config.exactlyOnceWindow, &pool_),
-      counters_(telemetry::kEngineCatalog, "engine " + config.name), trace_(config.traceEvents),
+      counters_(telemetry::kEngineCatalog, "engine " + config.name, {{"engine", config.name}}), trace_(config.traceEvents),
       fault_(config.fault) {
   creditSet_ = config.creditBudget != 0;
   syncCredit();

@@ -185,7 +185,8 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
     }
     lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));
   }
-  lanes->countAs("class " + route.name + " of engine " + config_.name + " to " + p.name);  // >1 lane: a set each
+  lanes->countAs("class " + route.name + " of engine " + config_.name + " to " + p.name,  // >1 lane: a set each
+                 {{"engine", config_.name}, {"class", route.name}, {"peer", p.name}}, dev.railNames());
   if (params_.classes.mixedPriorities())
     lanes->setGate(transport::PeerGate::forPeer(sessions_->peerProcess(p.channel)), route.profile.priority);
   p.lanes[r] = std::move(lanes);

@@ -60,7 +60,7 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
     }
     lanes_.add(std::move(ep.value()), static_cast<uint8_t>(r));
   }
-  lanes_.countAs("send comm to " + peer_);
+  lanes_.countAs("send comm to " + peer_, counters_.labels(), dev().railNames(), counters_.id());
   return Status::kOk;
 }
 

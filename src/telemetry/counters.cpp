@@ -122,7 +122,7 @@ CounterSet& classCounters(std::string_view face, std::string_view name) {
   const std::string object = std::string(face) + " class " + std::string(name);
   std::lock_guard lock(sh.classMu);
   auto& s = sh.classes[object];
-  if (s == nullptr) s = new CounterSet(kClassCatalog, object);
+  if (s == nullptr) s = new CounterSet(kClassCatalog, object, {{"face", std::string(face)}, {"class", std::string(name)}});
   return *s;
 }
 
@@ -139,8 +139,8 @@ const char* scopeName(Scope s) {
   return "?";
 }
 
-CounterSet::CounterSet(const Catalog& catalog, std::string object)
-    : catalog_(sharedCatalog(catalog)), object_(std::move(object)),
+CounterSet::CounterSet(const Catalog& catalog, std::string object, Labels labels, uint64_t comm)
+    : catalog_(sharedCatalog(catalog)), object_(std::move(object)), labels_(std::move(labels)), comm_(comm),
       values_(std::make_unique<std::atomic<uint64_t>[]>(catalog.counters.size())) {
   for (size_t i = 0; i < catalog.counters.size(); ++i) values_[i].store(0, std::memory_order_relaxed);
   Registry::process().add(this);
@@ -177,6 +177,12 @@ void Registry::add(CounterSet* s) {
 void Registry::remove(CounterSet* s) {
   // Constant time (a process may hold 100,000 comms): the last set takes the slot.
   std::lock_guard lock(mu_);
+  std::string key(1, static_cast<char>(s->catalog().scope));
+  for (const Label& l : s->labels_) key += l.key + '\0' + l.value + '\0';
+  Retired& r = retired_[key];
+  if (r.values.empty()) r = Retired{&s->catalog(), s->labels_, s->comm() != 0, std::vector<uint64_t>(s->catalog().counters.size())};
+  for (size_t i = 0; i < r.values.size(); ++i)
+    if (!s->catalog().counters[i].gauge) r.values[i] += s->get(i);
   CounterSet* last = sets_.back();
   sets_[s->slot_] = last;
   last->slot_ = s->slot_;
@@ -188,6 +194,11 @@ void Registry::forEach(const Scope* scope, const std::function<void(const Counte
   std::lock_guard lock(mu_);
   for (const CounterSet* s : sets_)
     if (scope == nullptr || s->catalog().scope == *scope) f(*s);
+}
+
+void Registry::forEachRetired(const std::function<void(const Retired&)>& f) const {
+  std::lock_guard lock(mu_);
+  for (const auto& [key, r] : retired_) f(r);
 }
 
 uint64_t Registry::total(Scope scope, size_t i) const {
@@ -205,7 +216,7 @@ std::span<const Catalog* const> Registry::catalogs() {
 CounterSet& processCounters() {
   // Never destroyed: the plugin's Net (a static) counts its sessions while it is destroyed at exit.
   // One per copy of pact (shared.h), named by the object that holds it.
-  static CounterSet* const s = new CounterSet(kProcessCatalog, "process (" + copyName() + ")");
+  static CounterSet* const s = new CounterSet(kProcessCatalog, "process (" + copyName() + ")", {{"copy", copyName()}});
   return *s;
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -37,6 +38,15 @@ struct CounterInfo {
   const char* kind = nullptr;
 };
 
+// A label of a set's series in the metrics. Only values from bounded sets: a device, a rail, a
+// class, a peer's host, a direction, an engine's name, a lane number (docs/observability.md,
+// "Labels and cardinality"); never an address with a port or an id.
+struct Label {
+  std::string key, value;
+  bool operator==(const Label&) const = default;
+};
+using Labels = std::vector<Label>;
+
 // The counters of one scope, in the order of that scope's index enum.
 struct Catalog {
   Scope scope;
@@ -45,10 +55,13 @@ struct Catalog {
 
 class CounterSet {
  public:
-  // object: what it counts ("engine prefill-0", "comm 0x55.. to 10.0.0.2", "device mlx5_0").
+  // object: what it counts ("engine prefill-0", "send comm to 10.0.0.2:4242", "device mlx5_0"),
+  // for people (pact-info, logs). labels: what its series carry in the metrics; sets with equal
+  // labels are one series, their values summed. comm: the id of the plugin comm the set counts
+  // (a lane's), the comm label of PACT_METRICS_PER_COMM's series; a comm set is its own.
   // catalog() is then the process's shared copy of catalog (the same counters, in heap memory
   // that outlives the copy of pact that created the set).
-  CounterSet(const Catalog& catalog, std::string object);
+  CounterSet(const Catalog& catalog, std::string object, Labels labels = {}, uint64_t comm = 0);
   ~CounterSet();
   CounterSet(const CounterSet&) = delete;
   CounterSet& operator=(const CounterSet&) = delete;
@@ -68,6 +81,9 @@ class CounterSet {
 
   const Catalog& catalog() const { return catalog_; }
   const std::string& object() const { return object_; }
+  const Labels& labels() const { return labels_; }
+  // The plugin comm it counts (comm's or this set's own id for a comm set), or 0.
+  uint64_t comm() const { return comm_ != 0 || catalog_.scope != Scope::kComm ? comm_ : id_; }
   // Unique in the process for its whole life (1, 2, ...), across copies of pact: tells two sets of
   // one object name apart.
   uint64_t id() const { return id_; }
@@ -76,6 +92,8 @@ class CounterSet {
   friend class Registry;
   const Catalog& catalog_;
   std::string object_;
+  Labels labels_;
+  uint64_t comm_ = 0;
   std::unique_ptr<std::atomic<uint64_t>[]> values_;
   uint64_t id_ = 0;
   size_t slot_ = 0;  // its index in the registry
@@ -93,6 +111,18 @@ class Registry {
   // Every catalog that exists, for documentation (pact-info --counters).
   static std::span<const Catalog* const> catalogs();
 
+  // What the sets gone from the registry counted, summed by scope and labels: counters only (a
+  // gauge's level goes with its set), so that a series never goes down when a comm closes. As
+  // many entries as label sets ever seen, which the labels keep bounded.
+  struct Retired {
+    const Catalog* catalog;  // the shared one (it outlives every copy of pact)
+    Labels labels;
+    bool ofComm = false;  // counted plugin comms (PACT_METRICS_PER_COMM shows it as comm="closed")
+    std::vector<uint64_t> values;
+  };
+  // Calls f for each, under the registry's lock (with forEach's rule).
+  void forEachRetired(const std::function<void(const Retired&)>& f) const;
+
  private:
   friend class CounterSet;
   void add(CounterSet* s);
@@ -100,6 +130,7 @@ class Registry {
 
   mutable std::mutex mu_;
   std::vector<CounterSet*> sets_;
+  std::map<std::string, Retired> retired_;  // by scope and labels
   uint64_t nextId_ = 1;
 };
 

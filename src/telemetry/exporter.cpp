@@ -63,6 +63,17 @@ ScopedFd listenOn(const std::string& address, std::string* bound, std::string* e
   return fd;
 }
 
+// The text, per comm when the exporter's config asks.
+std::string exposition() {
+  ExportClaim& claim = shared().claim;
+  bool perComm = false;
+  {
+    std::lock_guard lock(claim.mu);
+    perComm = claim.perComm;
+  }
+  return prometheusText(Registry::process(), perComm);
+}
+
 void sendAll(int fd, const std::string& s) {
   size_t off = 0;
   while (off < s.size()) {
@@ -93,7 +104,7 @@ void serve(int client) {
   const auto line = req.substr(0, req.find_first_of("\r\n"));
   std::string status = "200 OK", type = "text/plain; version=0.0.4; charset=utf-8", body;
   if (line.rfind("GET /metrics", 0) == 0 && (line.size() == 12 || line[12] == ' ' || line[12] == '?')) {
-    body = prometheusText(Registry::process());
+    body = exposition();
   } else if (line.rfind("GET / ", 0) == 0) {
     type = "text/plain; charset=utf-8";
     body = "pact metrics: GET /metrics\n";
@@ -173,7 +184,9 @@ struct Owned {
 void startExporter(const ExportConfig& config) {
   ExportClaim& claim = shared().claim;
   std::lock_guard lock(claim.mu);
-  if (claim.running || (config.listen.empty() && config.file.empty())) return;
+  if (claim.running) return;
+  claim.perComm = config.perComm;  // pact_plugin_metrics_write's text too
+  if (config.listen.empty() && config.file.empty()) return;
   ScopedFd listener;
   std::string bound, error;
   if (!config.listen.empty()) {
@@ -223,7 +236,7 @@ bool writeMetricsFile(const std::string& path, std::string* error) {
     *error = "no file: PACT_METRICS_FILE is not set and no path was given";
     return false;
   }
-  const std::string text = prometheusText(Registry::process());
+  const std::string text = exposition();
   return replaceFile(
       target, [&](std::FILE* f) { return std::fwrite(text.data(), 1, text.size(), f) == text.size(); }, error);
 }

@@ -1,7 +1,7 @@
 // The process's metrics exporter (PACT_METRICS_PORT, PACT_METRICS_FILE): one thread that serves
 // GET /metrics over HTTP/1.0 on its listening socket and rewrites the metrics file every interval
 // and once more when the exporter stops (at exit). The body is prometheusText() of the process
-// registry. Started once per process by the first plugin init or engine, in whichever copy of pact
+// registry (per comm as the starting copy's config says). Started once per process by the first plugin init or engine, in whichever copy of pact
 // that is (telemetry/shared.h: the plugin and the engine library share one); later starts keep it.
 #pragma once
 
@@ -14,6 +14,7 @@ struct ExportConfig {
   std::string listen;  // "HOST:PORT" ("[V6]:PORT"), empty: no endpoint
   std::string file;    // empty: no file
   std::chrono::microseconds interval{10'000'000};  // file rewrites; 0: only at exit
+  bool perComm = false;  // a series per plugin comm (PACT_METRICS_PER_COMM)
 };
 
 // Starts the exporter unless one runs already or the config asks for nothing. A socket that

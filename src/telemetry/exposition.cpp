@@ -112,24 +112,53 @@ std::string nicText(const std::vector<std::string>& devices, const std::string& 
   return out;
 }
 
-std::string prometheusText(const Registry& registry) {
-  // Read everything under the registry's lock first, then format: samples grouped by catalog and
-  // counter, in the catalogs' documented order.
-  // By scope: every set of a scope has the process's one shared catalog of it (shared.h).
-  std::map<Scope, std::pair<const Catalog*, std::vector<std::pair<std::string, std::vector<uint64_t>>>>> byScope;
-  std::vector<std::string> devices;  // what the device sets name: "device NAME"
+namespace {
+
+// `key="value",...` of a series, without braces.
+std::string labelText(const Labels& labels) {
+  std::string out;
+  for (const Label& l : labels) out += (out.empty() ? "" : ",") + l.key + "=\"" + escapeLabelValue(l.value) + "\"";
+  return out;
+}
+
+}  // namespace
+
+std::string prometheusText(const Registry& registry, bool perComm) {
+  // Read everything under the registry's lock first, then format. A series is a scope and a label
+  // set: the live sets that carry it summed, plus the counters of those gone (Registry::Retired).
+  // Per comm (perComm), a comm's sets carry comm="ID" and the closed ones' counters comm="closed".
+  // Every set of a scope has the process's one shared catalog of it (shared.h).
+  struct Scoped {
+    const Catalog* catalog = nullptr;
+    std::map<std::string, std::vector<uint64_t>> series;  // by label text
+    void add(const Catalog& c, const std::string& labels, const std::vector<uint64_t>& v) {
+      catalog = &c;
+      auto& sum = series[labels];
+      sum.resize(v.size());
+      for (size_t i = 0; i < v.size(); ++i) sum[i] += v[i];
+    }
+  };
+  std::map<Scope, Scoped> byScope;
+  std::set<std::string> devices;  // what the device sets name
+  auto withComm = [&](const Labels& labels, const std::string& comm) {
+    const std::string t = labelText(labels);
+    return comm.empty() ? t : t + (t.empty() ? "" : ",") + "comm=\"" + comm + "\"";
+  };
   registry.forEach(nullptr, [&](const CounterSet& s) {
-    if (s.catalog().scope == Scope::kDevice && s.object().rfind("device ", 0) == 0) devices.push_back(s.object().substr(7));
-    std::string labels = "{object=\"" + escapeLabelValue(s.object()) + "\",set=\"" + std::to_string(s.id()) + "\"}";
-    auto& entry = byScope[s.catalog().scope];
-    entry.first = &s.catalog();
-    entry.second.emplace_back(std::move(labels), s.values());
+    if (s.catalog().scope == Scope::kDevice)
+      for (const Label& l : s.labels())
+        if (l.key == "device") devices.insert(l.value);
+    const std::string comm = perComm && s.comm() != 0 ? std::to_string(s.comm()) : "";
+    byScope[s.catalog().scope].add(s.catalog(), withComm(s.labels(), comm), s.values());
+  });
+  registry.forEachRetired([&](const Registry::Retired& r) {
+    byScope[r.catalog->scope].add(*r.catalog, withComm(r.labels, perComm && r.ofComm ? "closed" : ""), r.values);
   });
   std::string out;
   for (const Catalog* documented : Registry::catalogs()) {
     auto it = byScope.find(documented->scope);
     if (it == byScope.end()) continue;
-    const Catalog* c = it->second.first;
+    const Catalog* c = it->second.catalog;
     for (size_t i = 0; i < c->counters.size(); ++i) {
       const CounterInfo& info = c->counters[i];
       const std::string name = std::string("pact_") + scopeName(c->scope) + "_" + info.name + (info.gauge ? "" : "_total");
@@ -139,12 +168,15 @@ std::string prometheusText(const Registry& registry) {
         out += "# HELP " + name + " " + escapeHelp(info.doc) + "\n";
         out += "# TYPE " + name + (info.gauge ? " gauge\n" : " counter\n");
       }
-      const std::string kind = info.kind != nullptr ? std::string(",kind=\"") + info.kind + "\"}" : "}";
-      for (const auto& [labels, values] : it->second.second)
-        out += name + labels.substr(0, labels.size() - 1) + kind + " " + std::to_string(values[i]) + "\n";
+      const std::string kind = info.kind != nullptr ? std::string("kind=\"") + info.kind + "\"" : "";
+      for (const auto& [labels, values] : it->second.series) {
+        const std::string all = labels + (!labels.empty() && !kind.empty() ? "," : "") + kind;
+        out += name + (all.empty() ? "" : "{" + all + "}") + " " + std::to_string(values[i]) + "\n";
+      }
     }
   }
-  return out + nicText(devices) + tcpText(devices);
+  const std::vector<std::string> named(devices.begin(), devices.end());
+  return out + nicText(named) + tcpText(named);
 }
 
 }  // namespace pact::telemetry

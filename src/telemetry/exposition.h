@@ -3,13 +3,14 @@
 //
 //   # HELP pact_engine_committed_total transfers committed
 //   # TYPE pact_engine_committed_total counter
-//   pact_engine_committed_total{object="engine prefill-0",set="7"} 1234
+//   pact_engine_committed_total{engine="prefill-0"} 1234
 //
 // One family per scope and counter, named pact_<scope>_<counter> (counters that only grow end in
-// _total, gauges do not), with its HELP and TYPE once, before its samples; one sample per live
-// set, labelled with the set's object ("engine NAME", "send comm to PEER", "device NAME") and its
-// process-unique id (two comms to one peer are two series). Families with no live set are left
-// out. docs/observability.md lists them.
+// _total, gauges do not), with its HELP and TYPE once, before its samples. A series is a scope and
+// a set of bounded labels (device, rail, class, peer, direction, engine, lane): every set that
+// carries them summed, with what closed sets counted kept in (a counter never goes down). The
+// plugin's comms are summed by those labels unless PACT_METRICS_PER_COMM asks for a series per
+// comm. Families with no series are left out. docs/observability.md lists them and the labels.
 #pragma once
 
 #include <string>
@@ -19,9 +20,11 @@
 
 namespace pact::telemetry {
 
-// The text for every live set of the registry, then the NIC counters of the devices its device
-// sets name (nicText) and the TCP connections on them (tcp_info.h).
-std::string prometheusText(const Registry& registry);
+// The text for the registry's series, then the NIC counters of the devices its device sets
+// name (nicText) and the TCP connections on them (tcp_info.h).
+// perComm: each plugin comm (and its lanes) its own series, labelled comm="ID"; what closed comms
+// counted under comm="closed".
+std::string prometheusText(const Registry& registry, bool perComm = false);
 
 // The kernel's counters of each device, beside pact's, labelled device="NAME": a network
 // interface's /sys/class/net/NAME/statistics/* as pact_netdev_<file>_total, an RDMA port

@@ -52,6 +52,7 @@ struct ExportClaim {
   std::mutex mu;
   bool running = false;
   std::string address, file;
+  bool perComm = false;  // PACT_METRICS_PER_COMM of the copy that started it
 };
 
 struct Shared {

@@ -70,6 +70,13 @@ class DeviceCtx {
     bool peerFailureSupported = true;  // cleared once UCX says the transports lack it
   };
   size_t rails() const { return rails_.size(); }
+  // The port rail r runs on ("pa0"; the device's own name when it is one port).
+  const std::string& railName(size_t r) const { return r < info_.members.size() ? info_.members[r] : info_.name; }
+  std::vector<std::string> railNames() const {
+    std::vector<std::string> out;
+    for (size_t r = 0; r < rails(); ++r) out.push_back(railName(r));
+    return out;
+  }
   const cuda::Driver& driver() const { return driver_; }
   // Registers req on every rail (one region each, in rail order), for both faces. A dmabuf fd
   // (>= 0) is checked first (transport::checkDmabuf) and never kept. hit (may be null): whether
@@ -127,7 +134,7 @@ class DeviceCtx {
  private:
   DeviceCtx(ucx::DeviceInfo info, const Params& params)
       : info_(std::move(info)), params_(params), driver_(cuda::Driver::instance(params_.cuda_driver)),
-        counters_(telemetry::kDeviceCatalog, "device " + info_.name) {}
+        counters_(telemetry::kDeviceCatalog, "device " + info_.name, {{"device", info_.name}}) {}
 
   ucx::DeviceInfo info_;
   Params params_;

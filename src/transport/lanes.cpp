@@ -61,11 +61,26 @@ void Lanes::closeAll() {
   }
 }
 
-void Lanes::countAs(const std::string& owner) {
+void Lanes::countAs(const std::string& owner, telemetry::Labels labels, std::vector<std::string> railNames,
+                    uint64_t comm) {
   if (lanes_.size() < 2) return;
-  for (size_t i = 0; i < lanes_.size(); ++i)
-    lanes_[i].counters = std::make_unique<telemetry::CounterSet>(
-        telemetry::kLaneCatalog, "lane " + std::to_string(i) + " of " + owner);
+  counting_ = std::make_unique<Counting>(Counting{owner, std::move(labels), std::move(railNames), comm});
+  for (size_t i = 0; i < lanes_.size(); ++i) railSet(i);  // each lane shows from the start
+}
+
+telemetry::CounterSet& Lanes::railSet(size_t i) {
+  Lane& l = lanes_[i];
+  if (l.counters.size() <= l.rail) l.counters.resize(l.rail + 1u);
+  auto& set = l.counters[l.rail];
+  if (!set) {
+    const Counting& c = *counting_;
+    telemetry::Labels labels = c.labels;
+    labels.push_back({"lane", std::to_string(i)});
+    labels.push_back({"rail", l.rail < c.rails.size() ? c.rails[l.rail] : std::to_string(l.rail)});
+    set = std::make_unique<telemetry::CounterSet>(telemetry::kLaneCatalog, "lane " + std::to_string(i) + " of " + c.owner,
+                                                  std::move(labels), c.comm);
+  }
+  return *set;
 }
 
 LaneStats Lanes::stats(size_t i) const {

@@ -128,8 +128,11 @@ class Lanes {
   void closeAll();
   LaneStats stats(size_t i) const;
   // With several lanes: each counts its share in the registry as "lane N of OWNER" (the
-  // metrics' pact_lane_pieces_total and pact_lane_bytes_total). One lane: nothing to share.
-  void countAs(const std::string& owner);
+  // metrics' pact_lane_pieces_total and pact_lane_bytes_total), a set for each rail it carried
+  // pieces on, labelled `labels` plus lane="N" and rail=railNames[rail]; comm: the plugin comm's
+  // counter set id (0 for an engine's). One lane: nothing to share.
+  void countAs(const std::string& owner, telemetry::Labels labels, std::vector<std::string> railNames,
+               uint64_t comm = 0);
 
  private:
   struct Lane {
@@ -143,8 +146,17 @@ class Lanes {
     Ring<LanePiece*> delayed;
     uint64_t pieces = 0;
     uint64_t bytes = 0;
-    std::unique_ptr<telemetry::CounterSet> counters;  // countAs()
+    std::vector<std::unique_ptr<telemetry::CounterSet>> counters;  // countAs(), by rail
   };
+  // countAs()'s: how a lane's set on a rail is made.
+  struct Counting {
+    std::string owner;
+    telemetry::Labels labels;
+    std::vector<std::string> rails;
+    uint64_t comm = 0;
+  };
+  // Lane i's set for the rail it is on now (made on the rail's first piece).
+  telemetry::CounterSet& railSet(size_t i);
   // The lane for a piece of `bytes` among lanes with room, or lanes_.size() when all are full.
   size_t choose(size_t bytes);
   void measure(Lane& l, const LanePiece& p);
@@ -186,6 +198,7 @@ class Lanes {
   std::shared_ptr<PeerGate> gate_;
   int priority_ = 0;
   uint64_t holds_ = 0;
+  std::unique_ptr<Counting> counting_;  // countAs()
   bool standing_ = false;  // standing back for a higher class now
   TimePoint lastTrickle_{};  // the last piece bound while a higher class had work
 };
@@ -208,9 +221,10 @@ void Lanes::bind(LanePiece* p, size_t i, Post&& post) {
   inflight_ += p->size;
   ++l.pieces;
   l.bytes += p->size;
-  if (l.counters) {
-    l.counters->add(telemetry::kLanePieces);
-    l.counters->add(telemetry::kLaneBytes, p->size);
+  if (counting_) {
+    telemetry::CounterSet& c = railSet(p->lane);
+    c.add(telemetry::kLanePieces);
+    c.add(telemetry::kLaneBytes, p->size);
   }
   if (delayed)
     l.delayed.push_back(p);

@@ -77,7 +77,7 @@ struct ClassStats {
 
 ClassStats readClassStats(NetPlugin& plugin) {
   const MetricsSnapshot m(plugin);
-  const std::string plugin_ = "object=\"plugin class ";
+  const std::string plugin_ = "face=\"plugin\"";
   ClassStats c;
   c.messagesSent = m.total("pact_class_messages_sent_total", plugin_);
   c.messagesReceived = m.total("pact_class_messages_received_total", plugin_);

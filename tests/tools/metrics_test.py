@@ -128,12 +128,12 @@ with tempfile.TemporaryDirectory() as tmp:
             status, ctype, _ = get(url)
             if status != 200 or not ctype.startswith("text/plain; version=0.0.4"):
                 fail("GET /metrics: %s %s" % (status, ctype))
-            labels = sorted(re.search(r'object="([^"]*)"', k).group(1) for k in engine_committed(first))
-            if labels != ["engine soak-rx", "engine soak-tx"]:
+            labels = sorted(engine_committed(first))
+            if labels != ['pact_engine_committed_total{engine="soak-rx"}', 'pact_engine_committed_total{engine="soak-tx"}']:
                 fail("engine series %s" % labels)
-            copies = sorted(re.search(r'object="([^"]*)"', k).group(1) for k in first
+            copies = sorted(re.search(r'copy="([^"]*)"', k).group(1) for k in first
                             if k.startswith("pact_process_sessions{"))
-            if copies != ["process (libnccl-net-pact.so)", "process (libpact.so.0)"]:
+            if copies != ["libnccl-net-pact.so", "libpact.so.0"]:
                 fail("the process sets of the two copies of pact: %s" % copies)
             else:
                 print("ok: one endpoint serves both copies of pact: " + ", ".join(copies))
@@ -154,7 +154,7 @@ with tempfile.TemporaryDirectory() as tmp:
             # pact-info --metrics reads the same endpoint as a table.
             p = subprocess.run([info, "--metrics", "http://127.0.0.1:%d" % port], env=env,
                                capture_output=True, text=True, timeout=30)
-            if p.returncode != 0 or "engine soak-rx (set " not in p.stdout or not re.search(r"\n  committed_total +[0-9]+", p.stdout):
+            if p.returncode != 0 or '\nengine{engine="soak-rx"}\n' not in p.stdout or not re.search(r"\n  committed_total +[0-9]+", p.stdout):
                 fail("pact-info --metrics URL: rc %d" % p.returncode, p.stdout + p.stderr)
             else:
                 print("ok: pact-info --metrics URL: " + p.stdout.splitlines()[0])
@@ -200,7 +200,15 @@ with tempfile.TemporaryDirectory() as tmp:
                                       query("pact_engine_committed_total")), 15)
             if res:
                 print("ok: a real Prometheus scraped it: " + ", ".join(
-                    "%s=%s" % (r["metric"]["object"], r["value"][1]) for r in res))
+                    "%s=%s" % (r["metric"]["engine"], r["value"][1]) for r in res))
+            # The labels aggregate as a user would: one sum per peer host of the plugin's comms.
+            by_peer = wait_for("Prometheus answering sum by (peer, direction) (pact_comm_messages_total)",
+                               lambda: query("sum by (peer, direction) (pact_comm_messages_total)") or None, 15)
+            if by_peer and sorted(r["metric"].get("peer") for r in by_peer) != ["127.0.0.1", "127.0.0.1"]:
+                fail("sum by (peer, direction): %s" % by_peer)
+            elif by_peer:
+                print("ok: sum by (peer, direction) of the comms' messages: " + ", ".join(
+                    "%s %s=%s" % (r["metric"]["peer"], r["metric"]["direction"], r["value"][1]) for r in by_peer))
     finally:
         if prom:
             prom.send_signal(signal.SIGTERM)
@@ -259,8 +267,9 @@ with tempfile.TemporaryDirectory() as tmp:
 # asks for with pact_plugin_metrics_write: 2 requests taken while the message's send and receive
 # are posted, none once they ended; with both comms open, 2 comms, 3 registrations, an
 # endpoint, a session and 2 channels, one message, one piece and its 4096 bytes on each comm and
-# in the class DEFAULT each way; after the
-# send comm's close, 1 comm, 1 registration, fewer endpoints, and the send comm's series gone.
+# in the class DEFAULT each way; after the send comm's close, 1 comm, 1 registration, fewer
+# endpoints, and the send comm's counters still in its series (a counter never goes down). With
+# PACT_METRICS_PER_COMM each comm has its series (comm="ID"), and the closed one's are comm="closed".
 with tempfile.TemporaryDirectory() as tmp:
     snap = os.path.join(tmp, "snap")
     p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE=snap),
@@ -297,8 +306,10 @@ with tempfile.TemporaryDirectory() as tmp:
         if not (one(closed, "pact_device_endpoints") or 0) < one(opened, "pact_device_endpoints"):
             errors.append("the send comm's endpoint did not go (endpoints %s -> %s)" % (
                 one(opened, "pact_device_endpoints"), one(closed, "pact_device_endpoints")))
-        if len(every(closed, "pact_comm_messages_total")) != 1:
-            errors.append("the closed send comm still has series")
+        sent = 'pact_comm_messages_total{direction="send",device="lo",class="DEFAULT",peer="127.0.0.1"}'
+        if closed.get(sent) != 1 or len(every(closed, "pact_comm_messages_total")) != 2:
+            errors.append("after closeSend: %s = %s in %s, want the closed comm's 1 kept" % (
+                sent, closed.get(sent), every(closed, "pact_comm_messages_total")))
         if errors:
             fail("counters of a known host: " + "; ".join(errors), p.stdout + p.stderr)
         else:
@@ -313,8 +324,8 @@ with tempfile.TemporaryDirectory() as tmp:
                        capture_output=True, text=True, timeout=120)
     try:
         lanes = parse_strict(open(snap + ".lanes.open").read())
-        pieces = {re.search(r'"lane (\d+) of send comm', k).group(1): v for k, v in lanes.items() if k.startswith("pact_lane_pieces_total{")}
-        nbytes = {re.search(r'"lane (\d+) of send comm', k).group(1): v for k, v in lanes.items() if k.startswith("pact_lane_bytes_total{")}
+        pieces = {re.search(r'lane="(\d+)",rail="lo"', k).group(1): v for k, v in lanes.items() if k.startswith("pact_lane_pieces_total{")}
+        nbytes = {re.search(r'lane="(\d+)",rail="lo"', k).group(1): v for k, v in lanes.items() if k.startswith("pact_lane_bytes_total{")}
         if sorted(pieces) != ["0", "1"] or sum(pieces.values()) != 1 or sum(nbytes.values()) != 4096:
             fail("two lanes: pieces %s, bytes %s (want lanes 0 and 1, one 4096-byte piece in all)" % (pieces, nbytes),
                  p.stdout + p.stderr)
@@ -322,6 +333,24 @@ with tempfile.TemporaryDirectory() as tmp:
             print("ok: an unordered two-lane send comm's share per lane: pieces %s, bytes %s" % (pieces, nbytes), flush=True)
     except OSError as e:
         fail("the two-lane snapshot: %s" % e, p.stdout + p.stderr)
+    # Per comm, when asked: the open comms by id, the closed one's counters under comm="closed".
+    p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE=snap + ".per",
+                                                 PACT_METRICS_PER_COMM="1"),
+                       capture_output=True, text=True, timeout=120)
+    try:
+        per_open, per_closed = (parse_strict(open(snap + ".per" + s).read()) for s in (".open", ".closed"))
+        ids = sorted(re.search(r'comm="([^"]*)"', k).group(1) for k in per_open if k.startswith("pact_comm_messages_total{"))
+        after = {re.search(r'direction="(\w+)".*comm="([^"]*)"', k).groups(): v for k, v in per_closed.items()
+                 if k.startswith("pact_comm_messages_total{")}
+        if len(ids) != 2 or not all(i.isdigit() for i in ids) or len(set(ids)) != 2:
+            fail("PACT_METRICS_PER_COMM=1: comm ids %s with both comms open, want two numbers" % ids, p.stdout + p.stderr)
+        elif after.get(("send", "closed")) != 1 or sum(1 for (d, c) in after if d == "recv" and c.isdigit()) != 1:
+            fail("PACT_METRICS_PER_COMM=1 after closeSend: %s, want the send comm's 1 under comm=\"closed\" and the receive comm by id" % after,
+                 p.stdout + p.stderr)
+        else:
+            print("ok: PACT_METRICS_PER_COMM=1: comms %s by id; after closeSend %s" % (ids, after), flush=True)
+    except OSError as e:
+        fail("the per-comm snapshot: %s" % e, p.stdout + p.stderr)
     p = subprocess.run([probe, plugin], env=dict(env, UCX_TLS="tcp", PROBE_METRICS_WRITE="/nonexistent-dir/m"),
                        capture_output=True, text=True, timeout=120)
     if p.returncode == 0 or "pact_plugin_metrics_write" not in p.stdout + p.stderr:

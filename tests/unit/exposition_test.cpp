@@ -14,10 +14,12 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "common/parse.h"
 #include "telemetry/counters.h"
@@ -74,28 +76,36 @@ std::map<std::string, double> parseStrict(const std::string& text) {
   return out;
 }
 
-TEST(Exposition, EverySetAndCounterIsThereAndParses) {
-  CounterSet a(kEngineCatalog, "engine prefill-0");
-  CounterSet b(kEngineCatalog, "engine prefill-0");  // the same name: two series all the same
-  CounterSet c(kCommCatalog, "send comm to 10.0.0.2:4242");
+// The labels of a plugin send comm to host H on device lo, class C.
+Labels commTo(const std::string& host, const std::string& cls = "0") {
+  return {{"direction", "send"}, {"device", "lo"}, {"class", cls}, {"peer", host}};
+}
+
+TEST(Exposition, EverySeriesAndCounterIsThereAndParses) {
+  CounterSet a(kEngineCatalog, "engine prefill-0", {{"engine", "prefill-0"}});
+  CounterSet b(kEngineCatalog, "engine prefill-1", {{"engine", "prefill-1"}});
+  CounterSet c(kCommCatalog, "send comm to 10.0.0.2:4242", commTo("10.0.0.2"));
   a.add(kCommitted, 7);
   a.set(kOpenTransfers, 3);
   b.add(kBytesSent, 1u << 20);
   c.add(kMessages, 11);
   const auto samples = parseStrict(prometheusText(Registry::process()));
-  const std::string la = "{object=\"engine prefill-0\",set=\"" + std::to_string(a.id()) + "\"}";
-  const std::string lb = "{object=\"engine prefill-0\",set=\"" + std::to_string(b.id()) + "\"}";
-  const std::string lc = "{object=\"send comm to 10.0.0.2:4242\",set=\"" + std::to_string(c.id()) + "\"}";
+  const std::string la = "{engine=\"prefill-0\"}", lb = "{engine=\"prefill-1\"}";
+  const std::string lc = "{direction=\"send\",device=\"lo\",class=\"0\",peer=\"10.0.0.2\"}";
   EXPECT_EQ(samples.at("pact_engine_committed_total" + la), 7);
   EXPECT_EQ(samples.at("pact_engine_open_transfers" + la), 3) << "a gauge has no _total";
   EXPECT_EQ(samples.at("pact_engine_bytes_sent_total" + lb), 1u << 20);
   EXPECT_EQ(samples.at("pact_comm_messages_total" + lc), 11);
+  for (const auto& [series, v] : samples) {
+    EXPECT_EQ(series.find("object="), std::string::npos) << "no free-text label: " << series;
+    EXPECT_EQ(series.find("set="), std::string::npos) << "no per-set id by default: " << series;
+  }
   // Errors by kind: one family, a kind label per series.
   CounterSet& cls = classCounters("plugin", "exposition-test");
   cls.addShared(classError(ErrorKind::kPeerLost), 2);
   cls.addShared(classError(ErrorKind::kRetries));
   const auto withClass = parseStrict(prometheusText(Registry::process()));
-  const std::string lk = "{object=\"plugin class exposition-test\",set=\"" + std::to_string(cls.id()) + "\",kind=\"";
+  const std::string lk = "{face=\"plugin\",class=\"exposition-test\",kind=\"";
   EXPECT_EQ(withClass.at("pact_class_errors_total" + lk + "peer_lost\"}"), 2);
   EXPECT_EQ(withClass.at("pact_class_errors_total" + lk + "retries\"}"), 1);
   EXPECT_EQ(withClass.at("pact_class_errors_total" + lk + "other\"}"), 0);
@@ -110,24 +120,79 @@ TEST(Exposition, EverySetAndCounterIsThereAndParses) {
   }
 }
 
+// Comms with the same labels are one series (what sum by (peer) wants, bounded at any number of
+// comms); comms to another host are another.
+TEST(Exposition, CommsWithTheSameLabelsAreOneSeries) {
+  std::vector<std::unique_ptr<CounterSet>> comms;
+  for (int i = 0; i < 100; ++i) {
+    comms.push_back(std::make_unique<CounterSet>(kCommCatalog, "send comm to 10.9.0.1:" + std::to_string(4000 + i), commTo("10.9.0.1")));
+    comms.back()->add(kMessages, 2);
+  }
+  CounterSet other(kCommCatalog, "send comm to 10.9.0.2:4000", commTo("10.9.0.2"));
+  other.add(kMessages, 5);
+  const auto samples = parseStrict(prometheusText(Registry::process()));
+  EXPECT_EQ(samples.at("pact_comm_messages_total" + std::string("{direction=\"send\",device=\"lo\",class=\"0\",peer=\"10.9.0.1\"}")), 200);
+  EXPECT_EQ(samples.at("pact_comm_messages_total" + std::string("{direction=\"send\",device=\"lo\",class=\"0\",peer=\"10.9.0.2\"}")), 5);
+  size_t series = 0;
+  for (const auto& [k, v] : samples)
+    if (k.starts_with("pact_comm_messages_total{") && k.find("10.9.0.") != std::string::npos) ++series;
+  EXPECT_EQ(series, 2u) << "101 comms, two peers: two series";
+}
+
+// A closed set's counters stay in its series (a Prometheus counter never goes down); its gauges go.
+TEST(Exposition, AClosedSetsCountersStayAndItsGaugesGo) {
+  const Labels labels{{"engine", "closing-engine"}};
+  const std::string l = "{engine=\"closing-engine\"}";
+  {
+    CounterSet gone(kEngineCatalog, "engine closing-engine", labels);
+    gone.add(kCommitted, 4);
+    gone.set(kOpenTransfers, 2);
+    const auto live = parseStrict(prometheusText(Registry::process()));
+    EXPECT_EQ(live.at("pact_engine_committed_total" + l), 4);
+    EXPECT_EQ(live.at("pact_engine_open_transfers" + l), 2);
+  }
+  const auto after = parseStrict(prometheusText(Registry::process()));
+  EXPECT_EQ(after.at("pact_engine_committed_total" + l), 4) << "the counter did not go down";
+  EXPECT_EQ(after.at("pact_engine_open_transfers" + l), 0) << "the gauge's level went with its set";
+  CounterSet again(kEngineCatalog, "engine closing-engine", labels);
+  again.add(kCommitted, 1);
+  EXPECT_EQ(parseStrict(prometheusText(Registry::process())).at("pact_engine_committed_total" + l), 5);
+}
+
+// PACT_METRICS_PER_COMM: each comm and its lanes a series of their own (comm="ID"), what closed
+// comms counted under comm="closed"; sets of no comm are as without it.
+TEST(Exposition, PerCommSeriesWhenAskedFor) {
+  const std::string base = "direction=\"send\",device=\"lo\",class=\"7\",peer=\"10.9.1.1\"";
+  CounterSet kept(kCommCatalog, "send comm to 10.9.1.1:1", commTo("10.9.1.1", "7"));
+  kept.add(kMessages, 3);
+  Labels laneLabels = commTo("10.9.1.1", "7");
+  laneLabels.push_back({"lane", "1"});
+  laneLabels.push_back({"rail", "lo"});
+  CounterSet lane(kLaneCatalog, "lane 1 of send comm to 10.9.1.1:1", laneLabels, kept.id());
+  lane.add(kLaneBytes, 64);
+  {
+    CounterSet closed(kCommCatalog, "send comm to 10.9.1.1:2", commTo("10.9.1.1", "7"));
+    closed.add(kMessages, 4);
+  }
+  const std::string id = std::to_string(kept.id());
+  const auto per = parseStrict(prometheusText(Registry::process(), true));
+  EXPECT_EQ(per.at("pact_comm_messages_total{" + base + ",comm=\"" + id + "\"}"), 3);
+  EXPECT_EQ(per.at("pact_comm_messages_total{" + base + ",comm=\"closed\"}"), 4);
+  EXPECT_EQ(per.at("pact_lane_bytes_total{" + base + ",lane=\"1\",rail=\"lo\",comm=\"" + id + "\"}"), 64)
+      << "a lane carries its comm's id";
+  EXPECT_FALSE(per.count("pact_comm_messages_total{" + base + "}"));
+  const auto summed = parseStrict(prometheusText(Registry::process()));
+  EXPECT_EQ(summed.at("pact_comm_messages_total{" + base + "}"), 7) << "off: one series, the closed comm's kept";
+}
+
 TEST(Exposition, LabelValuesAreEscaped) {
-  CounterSet odd(kEngineCatalog, "engine a\"b\\c\nd");
+  CounterSet odd(kEngineCatalog, "engine odd", {{"engine", "a\"b\\c\nd"}});
   odd.add(kCommitted, 1);
   const std::string text = prometheusText(Registry::process());
-  EXPECT_NE(text.find("object=\"engine a\\\"b\\\\c\\nd\""), std::string::npos);
+  EXPECT_NE(text.find("engine=\"a\\\"b\\\\c\\nd\""), std::string::npos);
   const auto samples = parseStrict(text);
   EXPECT_EQ(escapeLabelValue("x\"y\\z\n"), "x\\\"y\\\\z\\n");
   EXPECT_FALSE(samples.empty());
-}
-
-TEST(Exposition, AGoneSetLeavesNoSeries) {
-  std::string label;
-  {
-    CounterSet gone(kDeviceCatalog, "device gone-0");
-    label = "set=\"" + std::to_string(gone.id()) + "\"";
-    EXPECT_NE(prometheusText(Registry::process()).find(label), std::string::npos);
-  }
-  EXPECT_EQ(prometheusText(Registry::process()).find(label), std::string::npos);
 }
 
 // A sysfs tree of its own (a fake: this machine has no RDMA port): what nicText reads.
@@ -253,7 +318,7 @@ TEST(Exporter, ServesMetricsOverHttpAndWritesTheFile) {
   startExporter({"127.0.0.1:1", "", {}});
   EXPECT_EQ(exporterAddress(), address) << "a second start keeps the first exporter";
 
-  CounterSet s(kEngineCatalog, "engine http");
+  CounterSet s(kEngineCatalog, "engine http", {{"engine", "http"}});
   s.add(kCommitted, 5);
   const std::string resp = httpGet(address, "/metrics");
   EXPECT_EQ(resp.rfind("HTTP/1.0 200 OK\r\n", 0), 0u) << resp.substr(0, 200);
@@ -262,14 +327,14 @@ TEST(Exporter, ServesMetricsOverHttpAndWritesTheFile) {
   ASSERT_NE(body, std::string::npos);
   EXPECT_NE(resp.find("Content-Length: " + std::to_string(resp.size() - body - 4) + "\r\n"), std::string::npos);
   const auto samples = parseStrict(resp.substr(body + 4));
-  EXPECT_EQ(samples.at("pact_engine_committed_total{object=\"engine http\",set=\"" + std::to_string(s.id()) + "\"}"), 5);
+  EXPECT_EQ(samples.at("pact_engine_committed_total{engine=\"http\"}"), 5);
   EXPECT_EQ(httpGet(address, "/nothing").rfind("HTTP/1.0 404", 0), 0u);
 
   flushMetricsFile();
   std::ifstream in(file);
   ASSERT_TRUE(in.good()) << file;
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  EXPECT_NE(text.find("object=\"engine http\""), std::string::npos);
+  EXPECT_NE(text.find("engine=\"http\""), std::string::npos);
   parseStrict(text);
   std::remove(file.c_str());
 

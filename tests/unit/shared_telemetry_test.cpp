@@ -24,7 +24,7 @@ std::string slurp(const std::string& path) {
 }
 
 TEST(SharedTelemetry, ThePluginLoadedLocallyServesTheExecutablesCounters) {
-  CounterSet mine(kEngineCatalog, "engine joined-by-test");
+  CounterSet mine(kEngineCatalog, "engine joined-by-test", {{"engine", "joined-by-test"}});
   mine.add(kCommitted, 7);
   void* plugin = dlopen(PACT_PLUGIN_PATH, RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(plugin, nullptr) << dlerror();
@@ -33,17 +33,16 @@ TEST(SharedTelemetry, ThePluginLoadedLocallyServesTheExecutablesCounters) {
   const std::string path = testing::TempDir() + "/shared-telemetry.prom";
   ASSERT_EQ(write(path.c_str()), 0);
   const std::string text = slurp(path);
-  const std::string sample = "pact_engine_committed_total{object=\"engine joined-by-test\",set=\"" +
-                             std::to_string(mine.id()) + "\"} 7\n";
+  const std::string sample = "pact_engine_committed_total{engine=\"joined-by-test\"} 7\n";
   EXPECT_NE(text.find(sample), std::string::npos) << "the plugin's exposition:\n" << text;
   EXPECT_FALSE(sharedIsAdopted()) << "the executable came first: its state is the process's";
 
-  // A set the plugin's copy creates lands in the same registry: its process set, named by its
-  // object, through the plugin's own pact_faults_injected.
+  // A set the plugin's copy creates lands in the same registry: its process set, labelled with
+  // the copy, through the plugin's own pact_faults_injected.
   auto faults = reinterpret_cast<uint64_t (*)()>(dlsym(plugin, "pact_faults_injected"));
   ASSERT_NE(faults, nullptr);
   EXPECT_EQ(faults(), 0u);
-  EXPECT_NE(prometheusText(Registry::process()).find("object=\"process (libnccl-net-pact.so)\""), std::string::npos);
+  EXPECT_NE(prometheusText(Registry::process()).find("{copy=\"libnccl-net-pact.so\"}"), std::string::npos);
 
   // The plugin leaves; what it counted is in heap memory, so the exposition still reads it.
   dlclose(plugin);
