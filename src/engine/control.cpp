@@ -49,6 +49,7 @@ struct Encoder {
     w.u64(m.bytes);
     w.u8(static_cast<uint8_t>(m.checksumKind));
     w.u64(m.checksum);
+    w.u64(m.nonce);
     return Type::kDone;
   }
   Type operator()(const Verdict& m) {
@@ -56,6 +57,7 @@ struct Encoder {
     w.u8(static_cast<uint8_t>(m.outcome));
     w.u16(static_cast<uint16_t>(m.reason));
     w.u32(m.attempt);
+    w.u64(m.nonce);
     return Type::kVerdict;
   }
   Type operator()(const Offer& m) {
@@ -65,6 +67,7 @@ struct Encoder {
     w.u8(m.flags);
     w.u8(static_cast<uint8_t>(m.checksumKind));
     w.u64(m.checksum);
+    w.u64(m.nonce);
     return Type::kOffer;
   }
   Type operator()(const Hello& m) {
@@ -84,6 +87,8 @@ struct Encoder {
   Type operator()(const Cancel& m) {
     putKey(w, m.key);
     w.u8(m.answer ? 1 : 0);
+    w.u64(m.nonce);
+    w.u8(m.closing ? 1 : 0);
     return Type::kCancel;
   }
   Type operator()(const EpochChange& m) {
@@ -148,7 +153,8 @@ bool getChecksumKind(ByteReader& r, Checksum* out) {
 Result<Control> decodeDone(ByteReader& r) {
   Done m;
   if (!getKey(r, &m.key) || !r.u32(&m.attempt, "attempt") || !r.u64(&m.bytes, "bytes") ||
-      !getChecksumKind(r, &m.checksumKind) || !r.u64(&m.checksum, "checksum") || !r.done())
+      !getChecksumKind(r, &m.checksumKind) || !r.u64(&m.checksum, "checksum") || !r.u64(&m.nonce, "nonce") ||
+      !r.done())
     return r.error();
   return Control(m);
 }
@@ -158,7 +164,7 @@ Result<Control> decodeVerdict(ByteReader& r) {
   uint8_t outcome = 0;
   uint16_t reason = 0;
   if (!getKey(r, &m.key) || !r.u8(&outcome, "outcome") || !r.u16(&reason, "reason") ||
-      !r.u32(&m.attempt, "attempt"))
+      !r.u32(&m.attempt, "attempt") || !r.u64(&m.nonce, "nonce"))
     return r.error();
   if (outcome < 1 || outcome > 3) {
     r.fail("outcome", "unknown outcome " + std::to_string(outcome));
@@ -178,7 +184,7 @@ Result<Control> decodeOffer(ByteReader& r) {
   Offer m;
   if (!getKey(r, &m.key) || !r.u64(&m.bytes, "bytes") || !r.u64(&m.deadlineUs, "deadline_us") ||
       !r.u8(&m.flags, "flags") || !getChecksumKind(r, &m.checksumKind) ||
-      !r.u64(&m.checksum, "checksum"))
+      !r.u64(&m.checksum, "checksum") || !r.u64(&m.nonce, "nonce"))
     return r.error();
   if ((m.flags & ~(kOfferEager | kOfferRepeat)) != 0) {
     r.fail("flags", "unknown flags " + std::to_string(m.flags));
@@ -304,13 +310,19 @@ Result<Control> decode(std::span<const uint8_t> frame, Advertise* spare) {
     case Type::kCancel: {
       ByteReader r(body, "cancel");
       Cancel m;
-      uint8_t answer = 0;
+      uint8_t answer = 0, closing = 0;
       if (!getKey(r, &m.key) || !r.u8(&answer, "answer")) return r.error();
       if (answer > 1) {
         r.fail("answer", "expected 0 or 1, got " + std::to_string(answer));
         return r.error();
       }
+      if (!r.u64(&m.nonce, "nonce") || !r.u8(&closing, "closing")) return r.error();
+      if (closing > 1) {
+        r.fail("closing", "expected 0 or 1, got " + std::to_string(closing));
+        return r.error();
+      }
       m.answer = answer == 1;
+      m.closing = closing == 1;
       if (!r.done()) return r.error();
       return Control(m);
     }

@@ -22,7 +22,7 @@
 namespace pact::engine {
 
 inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
-inline constexpr uint16_t kControlVersion = 5;  // 2: Hello lists the engine's contexts; 3: auth moved to the session; 4: eager offers; 5: Hello carries rail probe addresses
+inline constexpr uint16_t kControlVersion = 6;  // 2: Hello lists the engine's contexts; 3: auth moved to the session; 4: eager offers; 5: Hello carries rail probe addresses; 6: a send's nonce in Offer, Done, Verdict and Cancel
 inline constexpr size_t kControlHeader = kFrameHeader;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
@@ -53,11 +53,16 @@ struct Advertise {
 
 enum class Checksum : uint8_t { kNone = 0, kCrc32c = 1, kXxh3 = 2 };
 
+// Every pact_send has a nonce, unique in its sender's process, in every Offer, Done and Cancel it
+// sends; the receiver keeps the nonce of the send that committed a key and puts the nonce of
+// the send a verdict is about in the Verdict. So a copy of a send's own frames (a wire
+// duplicate, a repeat after a lost verdict) is told apart from a second send of the same key:
+// the first is answered "committed", the second refused as a duplicate.
+//
 // Offer flags. kOfferEager: the sender offered the transfer eagerly (docs/engine.md, "Eager
 // transfers"): its first offer carried every byte, so it says the offer again (kOfferRepeat)
 // rather than Done until the receiver advertises. kOfferRepeat: a repeat of an eager offer,
-// without the bytes; for a key committed already the receiver answers with the verdict again
-// (a first offer of a committed key is a second send: refused as a duplicate).
+// without the bytes.
 inline constexpr uint8_t kOfferEager = 1;
 inline constexpr uint8_t kOfferRepeat = 2;
 
@@ -73,6 +78,7 @@ struct Offer {
   uint8_t flags = 0;        // kOfferEager, kOfferRepeat
   Checksum checksumKind = Checksum::kNone;  // of the bytes behind an eager offer
   uint64_t checksum = 0;
+  uint64_t nonce = 0;  // the send's
 };
 
 // Sender -> receiver: every byte of attempt `attempt` of the transfer has been sent.
@@ -82,6 +88,7 @@ struct Done {
   uint64_t bytes = 0;
   Checksum checksumKind = Checksum::kNone;
   uint64_t checksum = 0;
+  uint64_t nonce = 0;  // the send's
 };
 
 // kRetry: the attempt failed in a way a resend can fix (checksum); send attempt `attempt` again.
@@ -99,6 +106,7 @@ struct Verdict {
   Outcome outcome = Outcome::kCommitted;
   Reason reason = Reason::kNone;
   uint32_t attempt = 0;  // kRetry: the attempt the receiver now accepts
+  uint64_t nonce = 0;    // of the send it answers (kCommitted for a committed key: the committing send's)
 };
 
 // Receiver -> senders: the receiver moved to a new model epoch; older transfers are aborted.
@@ -134,13 +142,16 @@ struct Hello {
   std::vector<wire::ProbeAddress> probes{};
 };
 
-// Sender -> receiver: the sender's application released (or destroyed) the transfer before its
-// Done left; the receiver aborts it (PACT_ERR_CANCELED) and never commits it.
+// Sender -> receiver: the sender's application released the transfer before its Done left (the
+// receiver aborts it, PACT_ERR_CANCELED, and never commits it), or destroyed its engine
+// (closing: the receiver's transfer ends PACT_ERR_PEER_LOST, as pact_engine_destroy promises).
 // answer: the sender waits for a verdict (an eager sender: the receiver may have committed
 // already); the receiver answers with the verdict of the key, committed or canceled.
 struct Cancel {
   TransferKey key;
   bool answer = false;
+  uint64_t nonce = 0;    // the send's
+  bool closing = false;  // not a release: the sender's engine is being destroyed (PEER_LOST there)
 };
 
 using Control =

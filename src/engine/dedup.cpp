@@ -26,15 +26,20 @@ bool pushOrder(std::vector<TransferKey>& order, size_t& next, size_t capacity,
 DedupSet::DedupSet(size_t capacity, std::pmr::memory_resource* nodes)
     : capacity_(std::max<size_t>(capacity, 1)), set_(nodes) {}
 
-bool DedupSet::insert(const TransferKey& key) {
+bool DedupSet::insert(const TransferKey& key, uint64_t nonce) {
   if (set_.contains(key)) return false;
   TransferKey evicted{};
   if (pushOrder(order_, next_, capacity_, key, &evicted)) set_.erase(evicted);
-  set_.insert(key);
+  set_.emplace(key, nonce);
   return true;
 }
 
 bool DedupSet::contains(const TransferKey& key) const { return set_.contains(key); }
+
+const uint64_t* DedupSet::nonceOf(const TransferKey& key) const {
+  auto it = set_.find(key);
+  return it == set_.end() ? nullptr : &it->second;
+}
 
 GenerationTracker::GenerationTracker(size_t capacity, std::pmr::memory_resource* nodes)
     : capacity_(std::max<size_t>(capacity, 1)), highest_(nodes) {}

@@ -24,20 +24,24 @@
 
 namespace pact::engine {
 
-// Remembers the identities (request_id, transfer_id, generation) of finished transfers.
+// Remembers the identities (request_id, transfer_id, generation) of finished transfers, each
+// with the nonce of the send that finished it (control.h: a copy of that send's frames is told
+// apart from a second send of the key).
 class DedupSet {
  public:
   explicit DedupSet(size_t capacity, std::pmr::memory_resource* nodes = std::pmr::get_default_resource());
 
   // Remembers the identity; false (and nothing changes) if it is already present.
-  bool insert(const TransferKey& key);
+  bool insert(const TransferKey& key, uint64_t nonce = 0);
   bool contains(const TransferKey& key) const;
+  // The nonce noted with the identity, or null when it is not (or no longer) known.
+  const uint64_t* nonceOf(const TransferKey& key) const;
   size_t size() const { return set_.size(); }
   size_t capacity() const { return capacity_; }
 
  private:
   size_t capacity_;
-  std::pmr::unordered_set<TransferKey, IdentityHash, SameTransfer> set_;
+  std::pmr::unordered_map<TransferKey, uint64_t, IdentityHash, SameTransfer> set_;
   std::vector<TransferKey> order_;  // insertion order, a ring once full; order_[next_] is the oldest
   size_t next_ = 0;
 };

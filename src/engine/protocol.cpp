@@ -3,6 +3,8 @@
 #include "engine/protocol.h"
 
 #include <algorithm>
+#include <atomic>
+#include <random>
 
 #include "common/log.h"
 
@@ -23,6 +25,15 @@ Protocol::Protocol(const ProtocolConfig& config, Link& link)
     static uint64_t protocols = 0;  // each engine of a process draws its own sequence
     dice_ = FaultDice(fault_.seed, ++protocols);
   }
+}
+
+uint64_t Protocol::freshNonceBase() {
+  // Random high bits (two engines, or an engine and its restarted self, never share them in
+  // practice), a count of the process's engines in the middle, the transfer id added below.
+  static std::atomic<uint64_t> engines{0};
+  std::random_device rd;
+  const uint64_t high = (static_cast<uint64_t>(rd()) << 32 | rd()) & ~((uint64_t{1} << 48) - 1);
+  return high | (engines.fetch_add(1) & 0xffff) << 32;
 }
 
 Protocol::PeerView* Protocol::peer(uint64_t id) {
@@ -54,7 +65,7 @@ void Protocol::setRailFailover(uint64_t id, std::chrono::microseconds grace) {
 void Protocol::railOut(uint64_t id) {
   forEachLive([&](const Transfer& x) { return x.peer == id; }, [&](Transfer& x) {
     if (x.role == Role::kSender && !x.eager && x.state == State::kAllocated) {
-      link_.sendControl(id, Offer{x.key, x.bytes, remainingUs(x.deadline), kOfferRepeat});
+      link_.sendControl(id, Offer{x.key, x.bytes, remainingUs(x.deadline), kOfferRepeat, Checksum::kNone, 0, x.nonce});
     } else if (x.role == Role::kReceiver && x.advertised && !x.doneSeen && x.landedBytes == 0) {
       sendAdvertise(x);  // the sender takes it only while it still waits for one
     }
@@ -178,6 +189,7 @@ Transfer& Protocol::newTransfer(Role role, const TransferKey& key, std::span<con
     x->reset();
   }
   x->id = nextId_++;
+  x->nonce = role == Role::kSender ? nonceBase_ + x->id : 0;
   x->role = role;
   x->key = key;
   x->created = now();

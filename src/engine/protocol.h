@@ -119,7 +119,7 @@ class Protocol {
   // ---- time and teardown ----
   int fireTimers();
   TimePoint nextTimer() const { return timers_.next(); }
-  // Destroy: every open transfer aborts, each peer is told.
+  // Destroy: every open transfer aborts, each peer is told (its side ends PEER_LOST).
   void abortAll();
   // Whether a UCX operation still reads or writes a transfer's blocks.
   bool busy() const;
@@ -211,8 +211,9 @@ class Protocol {
   void onDone(uint64_t from, const Done& m);
   void onCancel(uint64_t from, const Cancel& m);
   // The offer of peer from matched x: x waits for credit, then is advertised.
-  void match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs);
-  void bindPeer(Transfer& x, uint64_t from, uint64_t offerDeadlineUs);
+  void match(Transfer& x, uint64_t from, const Offer& offer);
+  // x is the transfer of that offer's send (its peer, nonce and deadline).
+  void bindPeer(Transfer& x, uint64_t from, const Offer& offer);
   // An eager offer matched x: landed and committed now when credit allows, else advertised.
   void matchEager(Transfer& x, uint64_t from, const Offer& m, const uint8_t* data);
   void advertiseWaiting();
@@ -220,7 +221,8 @@ class Protocol {
   void takeCredit(Transfer& x);
   void sendAdvertise(Transfer& x);
   bool classCreditFits(const Transfer& x) const;
-  void sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reason r, uint32_t attempt = 0);
+  // nonce: of the send it answers (control.h).
+  void sendVerdict(uint64_t to, const TransferKey& key, uint64_t nonce, Outcome o, Reason r, uint32_t attempt = 0);
   bool copyIn(Transfer& x, const Extent& b, uint8_t* dst, const void* src, size_t n);
   void landed(Transfer& x, uint8_t* dst, uint64_t length);
   // PACT_FAULT corrupt: flips a bit of [dst, dst + length), one of x's blocks.
@@ -263,6 +265,10 @@ class Protocol {
   Link& link_;
   std::vector<uint8_t> staging_;  // kVerifyStagingBytes once a GPU block is verified
   uint64_t nextId_ = 1;
+  // A send's nonce is this plus its transfer id: unique among the process's engines and their
+  // predecessors (a restarted engine's sends are not taken for the old one's).
+  static uint64_t freshNonceBase();
+  const uint64_t nonceBase_ = freshNonceBase();
   // Every container of per-transfer state takes its nodes from pool_ (declared first, so it
   // outlives them; no lock: the engine's), and a freed Transfer waits in spare_ (its vectors keep
   // their capacity): a warm engine allocates nothing per transfer.

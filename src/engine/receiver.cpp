@@ -38,7 +38,7 @@ Status Protocol::setEpoch(uint64_t epoch) {
   for (auto it = offers_.begin(); it != offers_.end();) {
     if (it->second.offer.key.modelEpoch != epoch) {
       counters_.add(telemetry::kStaleRejected);
-      sendVerdict(it->second.peer, it->second.offer.key, Outcome::kAborted, Reason::kEpochMismatch);
+      sendVerdict(it->second.peer, it->second.offer.key, it->second.offer.nonce, Outcome::kAborted, Reason::kEpochMismatch);
       it = offers_.erase(it);
     } else {
       ++it;
@@ -85,11 +85,11 @@ Status Protocol::expect(const TransferKey& key, std::span<const BlockRef> blocks
     offers_.erase(offer);
     if (peer(pending.peer) != nullptr) {
       if (pending.offer.bytes != x.bytes) {
-        sendVerdict(pending.peer, key, Outcome::kAborted, Reason::kSizeMismatch);
+        sendVerdict(pending.peer, key, pending.offer.nonce, Outcome::kAborted, Reason::kSizeMismatch);
         x.peer = pending.peer;
         settle(x, Event::kFatalError, Status::kInvalidArgument);
       } else {
-        match(x, pending.peer, pending.offer.deadlineUs);
+        match(x, pending.peer, pending.offer);
       }
     }
   }
@@ -100,30 +100,30 @@ void Protocol::onOffer(uint64_t from, const Offer& m, const uint8_t* data) {
   const TransferKey& k = m.key;
   if (k.modelEpoch != epoch_) {
     counters_.add(telemetry::kStaleRejected);
-    sendVerdict(from, k, Outcome::kAborted, Reason::kEpochMismatch);
+    sendVerdict(from, k, m.nonce, Outcome::kAborted, Reason::kEpochMismatch);
     return;
   }
   // A newer generation is expected already: stale, even if this one once committed.
   if (generations_.isStale(k)) {
     counters_.add(telemetry::kStaleRejected);
-    sendVerdict(from, k, Outcome::kAborted, Reason::kStale);
+    sendVerdict(from, k, m.nonce, Outcome::kAborted, Reason::kStale);
     return;
   }
   const bool repeat = (m.flags & kOfferRepeat) != 0;
-  if (committed_.contains(k)) {
-    // A repeated eager offer: the verdict was lost, say it again. A first eager offer of a
-    // committed key is a second send of it (an eager sender commits on a committed verdict).
+  if (const uint64_t* committedBy = committed_.nonceOf(k)) {
+    // A copy of the committing send's offer (a wire duplicate, a repeat after a lost verdict):
+    // its verdict again. Another send of the key: refused as a duplicate.
     counters_.add(telemetry::kDuplicatesDropped);
-    if (repeat || (m.flags & kOfferEager) == 0) {
-      sendVerdict(from, k, Outcome::kCommitted, Reason::kDuplicate);
+    if (*committedBy == m.nonce) {
+      sendVerdict(from, k, m.nonce, Outcome::kCommitted, Reason::kDuplicate);
     } else {
-      sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
+      sendVerdict(from, k, m.nonce, Outcome::kAborted, Reason::kDuplicate);
     }
     return;
   }
   Transfer* x = openReceiver(k);
   if (x == nullptr && canceled_.count(k) != 0) {
-    sendVerdict(from, k, Outcome::kAborted, Reason::kCanceled);  // released before the offer came
+    sendVerdict(from, k, m.nonce, Outcome::kAborted, Reason::kCanceled);  // released before the offer came
     return;
   }
   if (x == nullptr) {
@@ -133,7 +133,7 @@ void Protocol::onOffer(uint64_t from, const Offer& m, const uint8_t* data) {
     if (pending != offers_.end() && pending->second.peer == from) return;
     if (pending != offers_.end() || offers_.size() >= (1u << 16)) {
       counters_.add(telemetry::kDuplicatesDropped);
-      sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
+      sendVerdict(from, k, m.nonce, Outcome::kAborted, Reason::kDuplicate);
       return;
     }
     // Waits for the application's expect, at most until the sender's deadline (an eager
@@ -146,11 +146,11 @@ void Protocol::onOffer(uint64_t from, const Offer& m, const uint8_t* data) {
   if (x->matched) {
     if (repeat && x->peer == from) return;  // it waits for credit, or its bytes are moving
     counters_.add(telemetry::kDuplicatesDropped);  // a second offer of an open transfer
-    if (x->peer != from) sendVerdict(from, k, Outcome::kAborted, Reason::kDuplicate);
+    if (x->peer != from) sendVerdict(from, k, m.nonce, Outcome::kAborted, Reason::kDuplicate);
     return;
   }
   if (m.bytes != x->bytes) {
-    sendVerdict(from, k, Outcome::kAborted, Reason::kSizeMismatch);
+    sendVerdict(from, k, m.nonce, Outcome::kAborted, Reason::kSizeMismatch);
     x->peer = from;
     settle(*x, Event::kFatalError, Status::kInvalidArgument);
     return;
@@ -158,16 +158,17 @@ void Protocol::onOffer(uint64_t from, const Offer& m, const uint8_t* data) {
   if (data != nullptr) {
     matchEager(*x, from, m, data);
   } else {
-    match(*x, from, m.deadlineUs);
+    match(*x, from, m);
   }
 }
 
-void Protocol::bindPeer(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
+void Protocol::bindPeer(Transfer& x, uint64_t from, const Offer& offer) {
   x.matched = true;
   x.peer = from;
+  x.nonce = offer.nonce;
   x.matchedAt = now();
-  if (offerDeadlineUs != 0) {
-    advanceDeadline(x, x.matchedAt + std::chrono::microseconds(offerDeadlineUs));
+  if (offer.deadlineUs != 0) {
+    advanceDeadline(x, x.matchedAt + std::chrono::microseconds(offer.deadlineUs));
   }
 }
 
@@ -175,9 +176,9 @@ void Protocol::bindPeer(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
 // fit, as advertiseWaiting). Then they are checked and committed as if every piece and the Done
 // had come; a failed check asks for them as pieces.
 void Protocol::matchEager(Transfer& x, uint64_t from, const Offer& m, const uint8_t* data) {
-  bindPeer(x, from, m.deadlineUs);
+  bindPeer(x, from, m);
   if (!credits_.fits(from, x.bytes) || !classCreditFits(x)) {
-    match(x, from, m.deadlineUs);  // advertised when credit comes; the bytes come as pieces
+    match(x, from, m);  // advertised when credit comes; the bytes come as pieces
     return;
   }
   takeCredit(x);
@@ -193,12 +194,12 @@ void Protocol::matchEager(Transfer& x, uint64_t from, const Offer& m, const uint
   x.landedBytes = x.bytes;
   counters_.add(telemetry::kBytesReceived, x.bytes);
   x.doneSeen = true;
-  x.done = Done{x.key, x.attempt, m.bytes, m.checksumKind, m.checksum};
+  x.done = Done{x.key, x.attempt, m.bytes, m.checksumKind, m.checksum, m.nonce};
   tryComplete(x);
 }
 
-void Protocol::match(Transfer& x, uint64_t from, uint64_t offerDeadlineUs) {
-  if (!x.matched) bindPeer(x, from, offerDeadlineUs);
+void Protocol::match(Transfer& x, uint64_t from, const Offer& offer) {
+  if (!x.matched) bindPeer(x, from, offer);
   // Larger than the budget its sender is held to: it waits until the application raises the
   // budget (a decode worker grants credit as pages free up), or until its deadline. Said once,
   // so that a wait without a deadline is never silent.
@@ -292,14 +293,15 @@ void Protocol::releaseCredit(Transfer& x) {
   advertiseWaiting();
 }
 
-void Protocol::sendVerdict(uint64_t to, const TransferKey& key, Outcome o, Reason r, uint32_t attempt) {
+void Protocol::sendVerdict(uint64_t to, const TransferKey& key, uint64_t nonce, Outcome o, Reason r,
+                           uint32_t attempt) {
   if (o == Outcome::kCommitted && inject(fault_.loseRemoteDone, kNoRoute)) return;
-  if (peer(to) != nullptr) link_.sendControl(to, Verdict{key, o, r, attempt});
+  if (peer(to) != nullptr) link_.sendControl(to, Verdict{key, o, r, attempt, nonce});
 }
 
 void Protocol::receiverAbort(Transfer& x, Event e, Status result, Reason r) {
   if (!x.live()) return;
-  if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, r);
+  if (x.matched) sendVerdict(x.peer, x.key, x.nonce, Outcome::kAborted, r);
   settle(x, e, result);
 }
 
@@ -438,7 +440,7 @@ bool Protocol::retryAttempt(Transfer& x, Event why, Reason reason) {
     return true;
   }
   ++x.attempt;
-  sendVerdict(x.peer, x.key, Outcome::kRetry, reason, x.attempt);
+  sendVerdict(x.peer, x.key, x.nonce, Outcome::kRetry, reason, x.attempt);
   return true;
 }
 
@@ -461,23 +463,24 @@ void Protocol::checkMissing(Transfer& x) {
 void Protocol::onCancel(uint64_t from, const Cancel& m) {
   offers_.erase(m.key);  // an offer still waiting for its expect
   Transfer* x = openReceiver(m.key);
-  if (x != nullptr && x->peer == from && x->live()) {
-    PACT_INFO("engine %s: %s canceled by the sender %s", config_.name.c_str(),
-              keyText(x->key).c_str(), peers_[from].name.c_str());
-    settle(*x, Event::kFatalError, Status::kCanceled);
-  } else if (m.answer && committed_.contains(m.key)) {
-    sendVerdict(from, m.key, Outcome::kCommitted, Reason::kDuplicate);  // committed before
+  const uint64_t* committedBy = committed_.nonceOf(m.key);
+  if (x != nullptr && x->peer == from && x->nonce == m.nonce && x->live()) {
+    PACT_INFO("engine %s: %s %s by the sender %s", config_.name.c_str(), keyText(x->key).c_str(),
+              m.closing ? "aborted (peer lost): its engine destroyed" : "canceled", peers_[from].name.c_str());
+    settle(*x, Event::kFatalError, m.closing ? Status::kRemoteError : Status::kCanceled);
+  } else if (m.answer && committedBy != nullptr && *committedBy == m.nonce) {
+    sendVerdict(from, m.key, m.nonce, Outcome::kCommitted, Reason::kDuplicate);  // this send committed before
     return;
   }
-  if (m.answer) sendVerdict(from, m.key, Outcome::kAborted, Reason::kCanceled);
+  if (m.answer) sendVerdict(from, m.key, m.nonce, Outcome::kAborted, Reason::kCanceled);
 }
 
 void Protocol::onDone(uint64_t from, const Done& m) {
   Transfer* x = openReceiver(m.key);
-  if (x == nullptr || x->peer != from) {
-    if (committed_.contains(m.key)) {
+  if (x == nullptr || x->peer != from || x->nonce != m.nonce) {
+    if (const uint64_t* committedBy = committed_.nonceOf(m.key); committedBy != nullptr && *committedBy == m.nonce) {
       counters_.add(telemetry::kDuplicatesDropped);  // our verdict was lost: say it again
-      sendVerdict(from, m.key, Outcome::kCommitted, Reason::kDuplicate);
+      sendVerdict(from, m.key, m.nonce, Outcome::kCommitted, Reason::kDuplicate);
     }
     return;
   }
@@ -537,12 +540,12 @@ void Protocol::tryComplete(Transfer& x) {
   const bool refused = inject(fault_.reject, x.route);
   const bool accepted = !refused && (x.groupChunk || !hook_ || hook_(id, x.key, x.peer, table));
   if (!accepted) {
-    if (x.matched) sendVerdict(x.peer, x.key, Outcome::kAborted, Reason::kRejected);
+    if (x.matched) sendVerdict(x.peer, x.key, x.nonce, Outcome::kAborted, Reason::kRejected);
     settle(x, Event::kRejected, Status::kRejected);
     return;
   }
-  committed_.insert(x.key);
-  sendVerdict(x.peer, x.key, Outcome::kCommitted, Reason::kNone);
+  committed_.insert(x.key, x.nonce);
+  sendVerdict(x.peer, x.key, x.nonce, Outcome::kCommitted, Reason::kNone);
   settle(x, Event::kCommit, Status::kOk);
 }
 

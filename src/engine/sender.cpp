@@ -56,7 +56,7 @@ Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const Block
   if (eagerFits(x, *peer(to))) {
     sendEager(x);
   } else {
-    link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline)});
+    link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline), 0, Checksum::kNone, 0, x.nonce});
   }
   return Status::kOk;
 }
@@ -76,7 +76,7 @@ bool Protocol::eagerFits(const Transfer& x, const PeerView& p) const {
 // after a Done, a release can no longer withdraw the transfer), or advertises and the bytes come
 // again as pieces.
 void Protocol::sendEager(Transfer& x) {
-  Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, wireKind(x.verify), 0};
+  Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, wireKind(x.verify), 0, x.nonce};
   if (!senderChecksum(x, &m.checksum)) return;
   x.eager = true;
   x.eagerHeld = true;
@@ -98,10 +98,10 @@ void Protocol::repeatOffer(Transfer& x) {
   // On the eager offer's lane, behind it: a Cancel never overtakes the bytes it withdraws.
   const int lane = static_cast<int>(x.route);
   if (x.userReleased) {
-    link_.sendControl(x.peer, Cancel{x.key, true}, lane);
+    link_.sendControl(x.peer, Cancel{x.key, true, x.nonce}, lane);
   } else {
     link_.sendControl(x.peer, Offer{x.key, x.bytes, remainingUs(x.deadline),
-                                    static_cast<uint8_t>(kOfferEager | kOfferRepeat)}, lane);
+                                    static_cast<uint8_t>(kOfferEager | kOfferRepeat), Checksum::kNone, 0, x.nonce}, lane);
   }
   armResend(x);
 }
@@ -121,7 +121,7 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
     return;
   }
   if (x.userReleased) {  // an eager transfer released since: the receiver has not committed it
-    link_.sendControl(from, Cancel{x.key});
+    link_.sendControl(from, Cancel{x.key, false, x.nonce});
     settle(x, Event::kFatalError, Status::kCanceled);
     return;
   }
@@ -232,7 +232,7 @@ bool Protocol::senderChecksum(Transfer& x, uint64_t* out) {
 void Protocol::sendDone(Transfer& x) {
   if (peer(x.peer) == nullptr || x.stalled) return;
   const bool lost = inject(fault_.loseRemoteDone, x.route);
-  Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0};
+  Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0, x.nonce};
   if (!senderChecksum(x, &d.checksum)) return;
   // On the class's first lane, behind the pieces it carried (the others may still be landing:
   // the receiver waits for them).
@@ -258,22 +258,19 @@ void Protocol::onVerdict(uint64_t from, const Verdict& m) {
   auto it = sending_.find({from, m.key});
   if (it == sending_.end()) return;
   Transfer& x = *xfers_.at(it->second);
-  if (!x.live()) return;
+  // A verdict about another send of the key (an earlier one's, late) is not this send's.
+  if (!x.live() || m.nonce != x.nonce) return;
   switch (m.outcome) {
     case Outcome::kCommitted:
-      // In flight: this transfer committed (perhaps on an earlier Done whose verdict was lost).
-      if (x.state == State::kAllocated && x.eager) {  // committed on the eager offer
-        step(x, Event::kEager);
-        step(x, Event::kPost);
-        step(x, Event::kSend);
-      }
-      if (x.state == State::kInFlight) {
-        step(x, Event::kRemoteDone);
-        step(x, Event::kVerified);
-        settle(x, Event::kCommit, Status::kOk);
-      } else {
-        settle(x, Event::kFatalError, Status::kDuplicate);  // an earlier send of the key committed
-      }
+      // This send committed (perhaps on an earlier Done, or on the eager offer, whose verdict
+      // was lost): the state walks to COMMITTED from wherever it stands.
+      if (x.state == State::kAllocated) step(x, Event::kEager);  // committed on the eager offer
+      if (x.state == State::kAdvertised) step(x, Event::kPost);
+      if (x.state == State::kRetrying) step(x, Event::kRetry);
+      if (x.state == State::kPosted) step(x, Event::kSend);
+      if (x.state == State::kInFlight) step(x, Event::kRemoteDone);
+      if (x.state == State::kRemoteDone) step(x, Event::kVerified);
+      settle(x, Event::kCommit, Status::kOk);
       return;
     case Outcome::kRetry:
       if (x.state != State::kInFlight || x.pendingOps != 0) return;
@@ -306,11 +303,12 @@ void Protocol::senderWithdraw(Transfer& x, Status result, bool waitVerdict) {
     if (!waitVerdict) {
       settle(x, Event::kFatalError, result);
     } else if (x.eager && x.state == State::kAllocated && peer(x.peer) != nullptr) {
-      link_.sendControl(x.peer, Cancel{x.key, true}, static_cast<int>(x.route));
+      link_.sendControl(x.peer, Cancel{x.key, true, x.nonce}, static_cast<int>(x.route));
     }
     return;
   }
-  if (peer(x.peer) != nullptr) link_.sendControl(x.peer, Cancel{x.key});
+  // A release, or (no verdict awaited) the engine's destroy: the receiver tells them apart.
+  if (peer(x.peer) != nullptr) link_.sendControl(x.peer, Cancel{x.key, false, x.nonce, !waitVerdict});
   settle(x, Event::kFatalError, result);
 }
 

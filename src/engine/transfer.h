@@ -45,6 +45,7 @@ struct Transfer {
   int retriesLeft = 0;
   uint32_t retries = 0;
   uint32_t attempt = 0;           // pieces and Done of another attempt are ignored
+  uint64_t nonce = 0;             // the send's (control.h); receiver: of the offer it matched
   TimePoint deadline = TimePoint::max();
   TimePoint created;
   int pendingOps = 0;             // UCX operations that still read or write blocks

@@ -3,6 +3,7 @@
 // sender whatever the stage (before the offer, waiting for credit, bytes moving); a sender's
 // release before its Done left is PACT_ERR_CANCELED at the receiver, which never commits it; a
 // release after the Done left cannot un-commit. The connection carries new transfers afterwards.
+// An engine destroyed mid-transfer is PACT_ERR_PEER_LOST on the other side.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -154,6 +155,31 @@ TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost
 TEST(EngineAborts, SenderReleaseBeforeItsDoneIsCanceledAtTheReceiver) {
   releaseWhileWaitingForCredit(false);  // before an advertisement, so before any Done
 }
+
+// pact_engine_destroy keeps pact.h's promise: the other side's transfer ends PACT_ERR_PEER_LOST
+// (kRemoteError), at once, never CANCELED (no application released it). Either side destroyed
+// while 256 MiB move; the one that goes on still carries nothing open.
+void destroyMidTransfer(bool sender) {
+  constexpr uint64_t kBytes = 256ull << 20;
+  Pair p({}, {}, kBytes);
+  ASSERT_TRUE(p.rx && p.tx);
+  const uint64_t rx = expectWhole(p, 1, kBytes);
+  const uint64_t tx = sendWhole(p, 1, kBytes);
+  ASSERT_TRUE(spinUntil([&] { return p.rx->stats()[telemetry::kBytesReceived] > 0; }));
+  std::unique_ptr<Engine>& gone = sender ? p.tx : p.rx;
+  std::unique_ptr<Engine>& left = sender ? p.rx : p.tx;
+  gone.reset();
+  int64_t ms = 0;
+  const XferInfo info = waitFinal(*left, sender ? rx : tx, &ms);
+  EXPECT_EQ(info.result, Status::kRemoteError) << (sender ? "receiver" : "sender") << " saw " << statusName(info.result);
+  EXPECT_LT(ms, kBound.count());
+  pact::ignore(left->release(sender ? rx : tx));
+  EXPECT_EQ(left->stats()[telemetry::kOpenTransfers], 0u);
+}
+
+TEST(EngineAborts, ASenderDestroyedMidTransferIsPeerLostAtTheReceiver) { destroyMidTransfer(true); }
+
+TEST(EngineAborts, AReceiverDestroyedMidTransferIsPeerLostAtTheSender) { destroyMidTransfer(false); }
 
 // The race of a sender's release with its own transfer, at 40 points from "just sent" to "long
 // done": the receiver either commits byte-exact (the Done had left: the release cannot un-commit

@@ -448,6 +448,41 @@ TEST(Engine, DuplicateDeliveryCommitsOnce) {
       });
 }
 
+// Every eager offer duplicated on the wire and half the receiver's verdicts lost: each of 16 keys
+// commits once, and every sender transfer ends PACT_OK (a copy of its own offer is not taken for
+// a second send; docs/engine.md "Exactly once"). Three seeds.
+TEST(Engine, DuplicatedOffersAndLostVerdictsTellTheSenderTheTruth) {
+  for (const char* seed : {"1", "2", "3"}) {
+    SCOPED_TRACE(std::string("seed ") + seed);
+    PairOptions o;
+    o.senderEnv = {{"PACT_FAULT", std::string("dup=1,seed=") + seed}};
+    o.receiverEnv = {{"PACT_FAULT", std::string("lose_remote_done=0.5,seed=") + seed}};
+    runPair(
+        o,
+        [&](Side& r) {
+          CheckingHook& hook = r.checkCommits();
+          std::vector<pact_xfer_t> xs;
+          for (int i = 0; i < 16; ++i) xs.push_back(expectInto(r, key(200 + i), {4096}, static_cast<uint64_t>(i) * 4096));
+          for (pact_xfer_t x : xs) EXPECT_EQ(r.waitFinal(x).result, PACT_OK);
+          EXPECT_EQ(hook.calls, 16);
+          EXPECT_EQ(hook.bad, 0);
+          r.note(1);
+          EXPECT_TRUE(r.await(2));
+        },
+        [&](Side& s) {
+          std::vector<pact_xfer_t> xs;
+          for (int i = 0; i < 16; ++i) xs.push_back(sendPattern(s, key(200 + i), {4096}, static_cast<uint64_t>(i) * 4096));
+          for (size_t i = 0; i < xs.size(); ++i) {
+            const pact_xfer_info_t info = s.waitFinal(xs[i]);
+            EXPECT_EQ(info.result, PACT_OK) << "key " << 200 + i << " committed at the receiver, the sender was told "
+                                            << pact_status_string(info.result);
+          }
+          EXPECT_TRUE(s.await(1));
+          s.note(2);
+        });
+  }
+}
+
 // ---- epochs ------------------------------------------------------------------------------------
 
 // The receiver stops progressing once it advertised, lets the sender put every piece on the wire,

@@ -31,14 +31,16 @@ TEST(Control, EveryMessageRoundTrips) {
   ASSERT_EQ(adv.blocks.size(), 2u);
   EXPECT_EQ(adv.blocks[1].offset, 4096u);
 
-  auto d = decode(encode(Done{{1, 2, 3, 4}, 2, 8192, Checksum::kCrc32c, 0xdeadbeef}));
+  auto d = decode(encode(Done{{1, 2, 3, 4}, 2, 8192, Checksum::kCrc32c, 0xdeadbeef, 0xfeedf00d12345678ull}));
   ASSERT_TRUE(d.ok());
+  EXPECT_EQ(std::get<Done>(*d).nonce, 0xfeedf00d12345678ull) << "a send's nonce (control version 6)";
   EXPECT_EQ(std::get<Done>(*d).attempt, 2u);
   EXPECT_EQ(std::get<Done>(*d).checksum, 0xdeadbeefu);
   EXPECT_EQ(std::get<Done>(*d).checksumKind, Checksum::kCrc32c);
 
-  auto v = decode(encode(Verdict{{1, 2, 3, 4}, Outcome::kAborted, Reason::kEpochMismatch, 5}));
+  auto v = decode(encode(Verdict{{1, 2, 3, 4}, Outcome::kAborted, Reason::kEpochMismatch, 5, 77}));
   ASSERT_TRUE(v.ok());
+  EXPECT_EQ(std::get<Verdict>(*v).nonce, 77u);
   EXPECT_EQ(std::get<Verdict>(*v).attempt, 5u);
   EXPECT_EQ(std::get<Verdict>(*v).reason, Reason::kEpochMismatch);
   EXPECT_STREQ(reasonName(Reason::kEpochMismatch), "epoch mismatch");
@@ -54,12 +56,15 @@ TEST(Control, EveryMessageRoundTrips) {
   EXPECT_EQ(std::get<Offer>(*o).deadlineUs, 1000u);
   EXPECT_EQ(std::get<Offer>(*o).flags, 0u);
   auto eager = decode(encode(Offer{{5, 6, 7, 8}, 4096, 0, kOfferEager | kOfferRepeat,
-                                   Checksum::kXxh3, 0x1234567890abcdefull}));
+                                   Checksum::kXxh3, 0x1234567890abcdefull, 99}));
   ASSERT_TRUE(eager.ok()) << eager.error().message;
+  EXPECT_EQ(std::get<Offer>(*eager).nonce, 99u);
   EXPECT_EQ(std::get<Offer>(*eager).flags, kOfferEager | kOfferRepeat);
   EXPECT_EQ(std::get<Offer>(*eager).checksumKind, Checksum::kXxh3);
   EXPECT_EQ(std::get<Offer>(*eager).checksum, 0x1234567890abcdefull);
   EXPECT_TRUE(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}, true}))).answer);
+  EXPECT_EQ(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}, true, 88}))).nonce, 88u);
+  EXPECT_TRUE(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}, false, 88, true}))).closing);
   auto h = decode(encode(Hello{"decode-3", 42, 7, {1, 2, 3, 4}}));
   ASSERT_TRUE(h.ok()) << h.error().message;
   EXPECT_EQ(std::get<Hello>(*h).name, "decode-3");
@@ -120,7 +125,7 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   bad = f;
   bad[4] = 1;  // an engine of wire version 1 (before Hello listed contexts)
   EXPECT_EQ(decode(bad).status(), Status::kRefused);
-  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 5");
+  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 6");
   bad = f;
   bad[6] = 10;  // the first type past kCancel (9)
   EXPECT_EQ(decode(bad).error().message, "control.type: unknown type 10");

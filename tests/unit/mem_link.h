@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -28,14 +29,17 @@ inline TimePoint& virtualTime() {
 }
 inline TimePoint virtualNow() { return virtualTime(); }
 
-// kOutOfRange: a piece arrives with its offset moved past its block's end (a sender that lies,
-// or corrupt wire bytes the transport did not catch).
-enum class Fault : uint8_t { kNone, kDrop, kDuplicate, kReorder, kDelay, kOutOfRange };
+// kDuplicate: a copy arrives just before the message; kDuplicateLate: the message arrives, and a
+// copy 50 ms later (after what it caused, the verdict included). kOutOfRange: a piece arrives
+// with its offset moved past its block's end (a sender that lies, or corrupt wire bytes the
+// transport did not catch).
+enum class Fault : uint8_t { kNone, kDrop, kDuplicate, kDuplicateLate, kReorder, kDelay, kOutOfRange };
 inline const char* faultName(Fault f) {
   switch (f) {
     case Fault::kNone: return "none";
     case Fault::kDrop: return "drop";
     case Fault::kDuplicate: return "duplicate";
+    case Fault::kDuplicateLate: return "late duplicate";
     case Fault::kReorder: return "reorder";
     case Fault::kDelay: return "delay";
     case Fault::kOutOfRange: return "out of range";
@@ -115,7 +119,9 @@ class MemNet {
   // Virtual time each delivered message takes (0: none).
   void setLatency(std::chrono::microseconds l) { latency_ = l; }
   // The fault to apply to the message with this sequence number (0 = the first one sent).
-  void setFault(size_t seq, Fault f) { faultSeq_ = seq, fault_ = f; }
+  void setFault(size_t seq, Fault f) { faults_[seq] = f; }
+  // Verdicts lost on the wire: bit i drops the i-th verdict handled (0 = the first).
+  void loseVerdicts(uint32_t mask) { verdictLoss_ = mask; }
   // Rail failover as the engine's link does it (engine/failover.cpp): when the message with this
   // sequence number is due, its rail dies with it and everything still in flight (pieces and
   // eager offers as sends UCX had completed: their senders are told they went; fetches under way
@@ -212,9 +218,18 @@ class MemNet {
       failOver(std::move(q));
       return;
     }
-    if (q.seq == faultSeq_ && !q.faultApplied) {
+    if (!q.msg.piece && !q.msg.eager && std::holds_alternative<Verdict>(q.msg.control)) {
+      const size_t i = verdicts_++;
+      if (i < 32 && (verdictLoss_ >> i & 1) != 0) {
+        log_.push_back("   lost: " + q.msg.what);
+        notify(q.seq);
+        return;
+      }
+    }
+    auto fault = faults_.find(q.seq);
+    if (fault != faults_.end() && !q.faultApplied) {
       q.faultApplied = true;
-      switch (fault_) {
+      switch (fault->second) {
         case Fault::kNone: break;
         case Fault::kDrop:
           finishPiece(q.msg);
@@ -224,6 +239,13 @@ class MemNet {
           Queued copy = q;
           copy.msg.senderXfer = 0;  // the sender's operation completes once
           deliver(copy.msg);
+          break;
+        }
+        case Fault::kDuplicateLate: {
+          Queued copy = q;
+          copy.msg.senderXfer = 0;
+          copy.msg.what += " (late copy)";
+          delayed_.emplace_back(virtualTime() + std::chrono::milliseconds(50), std::move(copy));
           break;
         }
         case Fault::kReorder:
@@ -291,10 +313,11 @@ class MemNet {
   std::deque<std::vector<uint8_t>> descriptors_;
   std::vector<std::string> log_;
   size_t sent_ = 0;
-  size_t faultSeq_ = SIZE_MAX;
+  std::map<size_t, Fault> faults_;  // by sequence number
+  uint32_t verdictLoss_ = 0;
+  size_t verdicts_ = 0;             // verdicts handled so far
   size_t railOutSeq_ = SIZE_MAX;
   std::vector<Message> sentPieces_;
-  Fault fault_ = Fault::kNone;
   bool rendezvous_ = false;
   std::chrono::microseconds latency_{0};
 };

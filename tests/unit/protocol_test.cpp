@@ -130,6 +130,12 @@ void expectSound(const Result& r, const std::string& what, const std::set<Status
   }
 }
 
+XferInfo infoOf(const Protocol& p, uint64_t id) {
+  XferInfo i{};
+  EXPECT_EQ(p.query(id, &i), Status::kOk);
+  return i;
+}
+
 // Messages of a clean run (2 credit grants, offer, advertise, 3 pieces, done, verdict).
 // With an eager offer: 2 credit grants, the eager offer, the verdict.
 size_t cleanRunMessages(Mode mode) {
@@ -191,6 +197,69 @@ TEST_P(ProtocolFaults, EverySingleFaultOfEveryMessageEndsCommittedOnceOrInASpeci
   EXPECT_GE(committed, static_cast<int>(4 * tried) - (mode == Mode::kEagerOffer ? 0 : 2));
   std::printf("[   INFO   ] %s: %zu messages x 4 faults: %d committed, %d ended DEADLINE\n",
               modeName(mode), tried, committed, failed);
+}
+
+// Exactly-once tells the sender the truth: every frame of a clean run duplicated (the copy at
+// once, or 50 ms late, after the verdict it caused), alone and all together, each with every loss
+// of the first three verdicts. Every run commits once, byte-exact, and the sender says PACT_OK:
+// a copy of the send's own offer or Done is never taken for a second send of the key.
+TEST_P(ProtocolFaults, DuplicatedFramesAndLostVerdictsNeverMisleadTheSender) {
+  const Mode mode = GetParam();
+  const size_t messages = cleanRunMessages(mode);
+  int runs = 0;
+  for (uint32_t lost = 0; lost < 8; ++lost) {
+    for (Fault f : {Fault::kDuplicate, Fault::kDuplicateLate}) {
+      for (size_t seq = firstMessage(mode); seq <= messages; ++seq) {  // seq == messages: every frame
+        Exchange run(mode);
+        if (seq == messages) {
+          for (size_t s = firstMessage(mode); s < 64; ++s) run.net.setFault(s, f);
+        } else {
+          run.net.setFault(seq, f);
+        }
+        run.net.loseVerdicts(lost);
+        run.start();
+        const Result r = run.finish();
+        const std::string what = std::string(faultName(f)) + " of " +
+                                 (seq == messages ? std::string("every message") : "message " + std::to_string(seq)) +
+                                 ", verdicts lost: mask " + std::to_string(lost);
+        expectSound(r, what, {});
+        EXPECT_EQ(r.rx, Status::kOk) << what << "\n" << r.log;
+        EXPECT_EQ(r.tx, Status::kOk) << what << ": the sender was told " << statusName(r.tx) << "\n" << r.log;
+        ++runs;
+      }
+    }
+  }
+  std::printf("[   INFO   ] %s: %d runs of duplicated frames and lost verdicts, each committed once and told so\n",
+              modeName(mode), runs);
+}
+
+// A genuine second pact_send of a committed key is still refused as a duplicate, whatever
+// happens to its frames (each duplicated, its verdicts lost), and commits nothing; never OK.
+TEST_P(ProtocolFaults, ASecondSendOfACommittedKeyIsRefusedWhateverItsFramesMeet) {
+  const Mode mode = GetParam();
+  for (uint32_t lost = 0; lost < 4; ++lost) {
+    for (Fault f : {Fault::kNone, Fault::kDuplicate, Fault::kDuplicateLate}) {
+      Exchange run(mode);
+      run.start();
+      const Result first = run.finish();
+      ASSERT_EQ(first.rx, Status::kOk) << first.log;
+      ASSERT_EQ(first.tx, Status::kOk) << first.log;
+      const size_t from = run.net.sent();
+      for (size_t s = from; s < from + 32; ++s) run.net.setFault(s, f);
+      run.net.loseVerdicts(lost << 1);  // the first run had one verdict; lose the second send's
+      run.sendIt();
+      run.net.run();
+      const XferInfo again = infoOf(*run.b, run.tx);
+      const std::string what = std::string(faultName(f)) + ", verdicts lost: mask " + std::to_string(lost);
+      EXPECT_TRUE(again.final) << what << "\n" << run.log();
+      // A plain offer is not repeated (an eager one is, until answered): with its verdict lost it
+      // ends at its deadline, as after a lost offer.
+      const bool mayTimeOut = mode != Mode::kEagerOffer && lost != 0;
+      EXPECT_TRUE(again.result == Status::kDuplicate || (mayTimeOut && again.result == Status::kDeadline))
+          << what << ": " << statusName(again.result) << "\n" << run.log();
+      EXPECT_EQ(run.commits, 1) << what;
+    }
+  }
 }
 
 // Rail failover (engine/failover.cpp; MemNet::setRailOut) at every message of a clean run: the
@@ -377,12 +446,6 @@ TEST(ProtocolPacing, EachRetryWaitsTheStragglerGraceOnce) {
 }
 
 // ---- eager offers: the paths a clean run does not take ----
-
-XferInfo infoOf(const Protocol& p, uint64_t id) {
-  XferInfo i{};
-  EXPECT_EQ(p.query(id, &i), Status::kOk);
-  return i;
-}
 
 // Offered before the receiver expects it: the bytes are not kept; the expect advertises and they
 // come again as pieces.
