@@ -1,12 +1,23 @@
 """Fixtures of the pact package's suite: real engines over UCX on loopback, in this process."""
 
+import importlib.util
 import os
+import sys
 import time
 
 import pytest
 
 os.environ.setdefault("UCX_NET_DEVICES", "lo")
 os.environ.setdefault("PACT_NET_DEVICES", "lo")
+
+# Not installed (pip install .) and not on PYTHONPATH: the package ci/build.sh built.
+if importlib.util.find_spec("pact") is None:
+    built = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "python")
+    if os.path.isdir(os.path.join(built, "pact")):
+        built = os.path.normpath(built)
+        sys.path.insert(0, built)
+        # The tests' own child processes (python -m pact.discovery, ...) import it too.
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (built, os.environ.get("PYTHONPATH")) if p)
 
 import pact  # noqa: E402  (after the environment it reads)
 

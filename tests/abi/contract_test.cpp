@@ -19,12 +19,14 @@
 
 #include "pact/nccl_ext.h"
 #include "tests/abi/harness.h"
+#include "tests/common/scoped_env.h"
 
 namespace pact::abi_test {
 namespace {
 
 constexpr int kVersion = 12;
 using Env = std::map<std::string, std::string>;
+using test::ScopedEnv;
 
 int64_t nowUs() {
   return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -52,10 +54,6 @@ pact_comm_stats_t statsOf(NetPlugin& plugin, void* comm) {
   return s;
 }
 
-void apply(const Env& env) {
-  for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-}
-
 // A comm pair between two children with their own environment: A receives, B sends. `before`
 // (may be empty) runs in each child after the plugin is open and before the comm connects.
 using Body = std::function<void(NetPlugin&, void* comm, PeerIo&)>;
@@ -63,7 +61,7 @@ using Setup = std::function<void(NetPlugin&)>;
 // One side of the pair: its environment, the plugin, setup, the comm (the receiver accepts, the
 // sender connects), the body, the close.
 void runSide(PeerIo& io, bool receiver, const Env& env, const Body& body, const Setup& setup) {
-  apply(env);
+  const ScopedEnv scoped(env);
   auto plugin = openPlugin(io.version);
   ASSERT_TRUE(plugin);
   if (setup) setup(*plugin);
@@ -621,7 +619,7 @@ TEST(ContractCredits, ABurstNeverExceedsTheClassBudgetToThePeer) {
   PeerPair pair(
       kVersion,
       [&](PeerIo& io) {
-        apply(cls);
+        const ScopedEnv scoped(cls);
         auto plugin = openPlugin(io.version);
         ASSERT_TRUE(plugin);
         void* comms[2] = {};
@@ -656,7 +654,7 @@ TEST(ContractCredits, ABurstNeverExceedsTheClassBudgetToThePeer) {
         for (void* c : comms) EXPECT_EQ(plugin->closeRecv(c), loader::kSuccess);
       },
       [&](PeerIo& io) {
-        apply(cls);
+        const ScopedEnv scoped(cls);
         auto plugin = openPlugin(io.version);
         ASSERT_TRUE(plugin);
         void* comms[2] = {};
@@ -740,7 +738,7 @@ TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) 
   PeerPair pair(
       kVersion,
       [&](PeerIo& io) {
-        apply(env);
+        const ScopedEnv scoped(env);
         auto bulkPlugin = openPlugin(io.version, 1), latPlugin = openPlugin(io.version, 2);
         ASSERT_TRUE(bulkPlugin && latPlugin);
         void *bulk = nullptr, *lat = nullptr;
@@ -793,7 +791,7 @@ TEST(ContractPriority, ABulkClassKeepsOnePieceInFlightWhileAHigherClassHasWork) 
         EXPECT_EQ(latPlugin->closeRecv(lat), loader::kSuccess);
       },
       [&](PeerIo& io) {
-        apply(env);
+        const ScopedEnv scoped(env);
         auto bulkPlugin = openPlugin(io.version, 1), latPlugin = openPlugin(io.version, 2);
         ASSERT_TRUE(bulkPlugin && latPlugin);
         void *bulk = nullptr, *lat = nullptr;
@@ -879,7 +877,7 @@ TEST(ContractKeys, AKeyNcclCommsCannotHonourFailsInit) {
   for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
            {"PACT_TC_3", "unordered,eager=64K"}, {"PACT_TC_DEFAULT", "eager=64K"}}) {
     runInChild("init with " + var, [&, var = var, value = value] {
-      ::setenv(var.c_str(), value.c_str(), 1);
+      const ScopedEnv scoped(var, value);
       std::string error;
       auto plugin = NetPlugin::open(pluginPath(), kVersion, &error);
       ASSERT_TRUE(plugin) << error;
@@ -898,8 +896,7 @@ TEST(ContractKeys, AKeyNcclCommsCannotHonourFailsInit) {
 TEST(ContractKeys, NumberedClassesOnAnAbiWithoutClassesAreNamedAtInit) {
   for (int version : {8, 9, 10, 12}) {
     runInChild("init v" + std::to_string(version), [version] {
-      ::setenv("PACT_TC_2", "unordered,lanes=2", 1);
-      ::setenv("PACT_TC_DEFAULT", "chunk=256K", 1);
+      const ScopedEnv scoped({{"PACT_TC_2", "unordered,lanes=2"}, {"PACT_TC_DEFAULT", "chunk=256K"}});
       std::string error;
       auto plugin = NetPlugin::open(pluginPath(), version, &error);
       ASSERT_TRUE(plugin) << error;

@@ -125,7 +125,7 @@ class Gpu : public ::testing::TestWithParam<int> {};
 // ptrSupport of device 0 in a child that sets var=value before it opens the plugin.
 void expectPtrSupport(int version, const char* var, const char* value, int expected) {
   runInChild(var, [=] {
-    setenv(var, value, 1);
+    const test::ScopedEnv env(var, value);
     auto plugin = openPlugin(version);
     ASSERT_TRUE(plugin);
     loader::Properties p;
@@ -219,7 +219,7 @@ TEST_P(Gpu, TransfersIntoDeviceBuffersAreByteExact) {
 // staging buffer (the CPU never reads device memory), and the transfer completes byte-exact.
 TEST_P(Gpu, VerifiedTransfersOfDeviceBuffersReadTheirChecksThroughTheDriver) {
   runInChild("verify", [v = GetParam()] {
-    setenv("PACT_TC_DEFAULT", "unordered,chunk=1M,verify=crc32c", 1);
+    const test::ScopedEnv env("PACT_TC_DEFAULT", "unordered,chunk=1M,verify=crc32c");
     DoubleGpu gpu("gpus=1");
     Loopback lb(v);
     ASSERT_TRUE(lb.plugin && lb.send && lb.recv);

@@ -3,6 +3,7 @@
 // threads, typically at the top of a forked child's body, before the plugin is opened.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,10 @@ class ScopedEnv {
   // Convenience: one variable. value == nullopt unsets it.
   ScopedEnv(const std::string& name, std::optional<std::string> value) {
     set(name, std::move(value));
+  }
+  // Several: each name set to its value.
+  explicit ScopedEnv(const std::map<std::string, std::string>& vars) {
+    for (const auto& [name, value] : vars) set(name, value);
   }
   ~ScopedEnv();
   ScopedEnv(const ScopedEnv&) = delete;

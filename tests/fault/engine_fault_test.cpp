@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "tests/common/scoped_env.h"
 #include "tests/integration/engine_util.h"
 
 namespace pact::test {
@@ -51,7 +52,8 @@ struct Results {
 };
 
 void receiverBody(Channel& parent, const FaultCase& fc) {
-  if (fc.where == Where::kReceiver) setenv("PACT_FAULT", fc.spec, 1);
+  ScopedEnv env;
+  if (fc.where == Where::kReceiver) env.set("PACT_FAULT", fc.spec);
   Side side;
   side.engine = makeEngine("receiver", "127.0.0.1");
   ASSERT_NE(side.engine, nullptr);
@@ -108,7 +110,8 @@ void receiverBody(Channel& parent, const FaultCase& fc) {
 }
 
 void senderBody(Channel& parent, const FaultCase& fc, bool faulty) {
-  if (faulty && fc.where == Where::kSender) setenv("PACT_FAULT", fc.spec, 1);
+  ScopedEnv env;
+  if (faulty && fc.where == Where::kSender) env.set("PACT_FAULT", fc.spec);
   Side side;
   side.engine = makeEngine(faulty ? "faulty" : "clean", nullptr);
   ASSERT_NE(side.engine, nullptr);
@@ -161,7 +164,7 @@ class EngineFault : public ::testing::TestWithParam<FaultCase> {};
 
 TEST_P(EngineFault, CompletesExactlyOrFailsCleanlyAndOthersKeepWorking) {
   const FaultCase fc = GetParam();
-  setenv("PACT_TC_KV", "verify=crc32c,retries=3", 1);  // inherited by the three processes
+  const ScopedEnv kv("PACT_TC_KV", "verify=crc32c,retries=3");  // inherited by the three processes
   auto [pr, cr] = Channel::pair();
   auto [pf, cf] = Channel::pair();
   auto [pc, cc] = Channel::pair();
@@ -175,7 +178,6 @@ TEST_P(EngineFault, CompletesExactlyOrFailsCleanlyAndOthersKeepWorking) {
   cr.close();
   cf.close();
   cc.close();
-  unsetenv("PACT_TC_KV");
   Address a{};
   ASSERT_TRUE(pr.recvValue(&a, milliseconds(20000)));
   ASSERT_TRUE(pf.sendValue(a));

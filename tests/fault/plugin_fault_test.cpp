@@ -31,6 +31,7 @@
 
 #include "pact/nccl_ext.h"
 #include "tests/abi/harness.h"
+#include "tests/common/scoped_env.h"
 
 namespace pact::abi_test {
 namespace {
@@ -215,12 +216,13 @@ std::string caseName(const ::testing::TestParamInfo<Params>& info) {
 
 class PluginFault : public ::testing::TestWithParam<Params> {};
 
-// Opens the plugin in a child: the class profile for every process, the fault for F only.
-std::unique_ptr<NetPlugin> open(bool unordered, const char* fault, const char* keys) {
+// Opens the plugin in a child: the class profile for every process, the fault for F only, set
+// in env (the caller's, kept while the plugin lives).
+std::unique_ptr<NetPlugin> open(test::ScopedEnv& env, bool unordered, const char* fault, const char* keys) {
   std::string profile = unordered ? "unordered,lanes=2,chunk=64K,retries=3" : "ordered,retries=3";
   if (*keys != '\0') profile += std::string(",") + keys;
-  ::setenv("PACT_TC_DEFAULT", profile.c_str(), 1);
-  if (fault != nullptr) ::setenv("PACT_FAULT", fault, 1);
+  env.set("PACT_TC_DEFAULT", profile);
+  if (fault != nullptr) env.set("PACT_FAULT", fault);
   return openPlugin(kVersion);
 }
 
@@ -287,7 +289,8 @@ TEST_P(PluginFault, CompletesExactlyOrFailsOnBothSides) {
 
   // F and C: one comm with S; they receive when the fault is on the receiving side.
   auto edge = [&](const char* fault, Channel& toS, Channel& parent, int messages, uint64_t seed) {
-    auto plugin = open(unordered, fault, c.keys);
+    test::ScopedEnv env;
+    auto plugin = open(env, unordered, fault, c.keys);
     ASSERT_TRUE(plugin);
     const int64_t initAt = nowUs();
     ASSERT_TRUE(parent.sendValue(initAt));
@@ -313,7 +316,8 @@ TEST_P(PluginFault, CompletesExactlyOrFailsOnBothSides) {
   auto f = test::ForkPeer::start("F", [&] { edge(c.fault, fs, fp, fMessages, 1000); }, fOpt);
   auto cc = test::ForkPeer::start("C", [&] { edge(nullptr, cs, cp, kMessages, 2000); }, cOpt);
   auto s = test::ForkPeer::start("S", [&] {
-    auto plugin = open(unordered, nullptr, c.keys);
+    test::ScopedEnv env;
+    auto plugin = open(env, unordered, nullptr, c.keys);
     ASSERT_TRUE(plugin);
     const bool receiver = faultySends;
     void* withF = join(*plugin, sf, receiver);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <thread>
 
+#include "tests/common/scoped_env.h"
 #include "tests/common/temp_file.h"
 #include "tests/integration/engine_util.h"
 
@@ -657,7 +658,8 @@ TEST(Engine, AKilledSenderRestartsOnANewEpochAndItsNewTransferCommits) {
       },
       {milliseconds(60000), {&pr, &p1, &c1, &p2, &c2}});
   const auto senderBody = [](Channel& parent, uint64_t epoch, const char* fault) {
-    if (fault != nullptr) setenv("PACT_FAULT", fault, 1);
+    ScopedEnv env;
+    if (fault != nullptr) env.set("PACT_FAULT", fault);
     Side s;
     s.engine = makeEngine("sender", nullptr);
     ASSERT_NE(s.engine, nullptr);

@@ -1,4 +1,5 @@
 #include "tests/integration/engine_util.h"
+#include "tests/common/scoped_env.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -8,10 +9,6 @@ namespace pact::test {
 namespace {
 
 constexpr std::chrono::milliseconds kNoteWait{20000};
-
-void setEnv(const Env& env) {
-  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-}
 
 }  // namespace
 
@@ -104,7 +101,7 @@ void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sen
   ForkPeer r = ForkPeer::start(
       "receiver",
       [&] {
-        setEnv(o.receiverEnv);
+        const ScopedEnv env(o.receiverEnv);
         Side side;
         side.channel = &rx;
         side.parent = &cr;
@@ -128,7 +125,7 @@ void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sen
   ForkPeer s = ForkPeer::start(
       "sender",
       [&] {
-        setEnv(o.senderEnv);
+        const ScopedEnv env(o.senderEnv);
         Side side;
         side.channel = &tx;
         side.parent = &cs;

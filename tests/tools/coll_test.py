@@ -13,17 +13,13 @@ import sys
 import tempfile
 import time
 
+from checks import fail, finish, skip
+
 perf = sys.argv[1]
 env = dict(os.environ, UCX_NET_DEVICES="lo", PACT_NET_DEVICES="lo")
 FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
           "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
           "broadcast": lambda n: 1, "sendrecv": lambda n: 1}
-failures = []
-
-
-def fail(msg):
-    failures.append(msg)
-    print("FAIL:", msg, flush=True)
 
 
 def parse(out, ranks, name):
@@ -160,7 +156,7 @@ else:
 # 5. mpirun -np 4 (OpenMPI): ranks from the launcher, handles through the store.
 mpirun = shutil.which("mpirun")
 if mpirun is None:
-    print("skip: mpirun is not installed (ci/setup.sh installs openmpi-bin)")
+    skip("mpirun -np 4: mpirun is not installed (ci/setup.sh installs openmpi-bin)")
 else:
     launcher = [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "4", "-x", "UCX_TLS=tcp",
                 "-x", "UCX_NET_DEVICES=lo", "-x", "PACT_NET_DEVICES=lo", "-x", "MASTER_PORT=%d" % (29600 + os.getpid() % 300)]
@@ -190,7 +186,4 @@ for how, rank_var, size_var in (("slurm", "SLURM_PROCID", "SLURM_NTASKS"), ("tor
 
 shutil.rmtree(tmp, ignore_errors=True)
 
-if failures:
-    print("%d failure(s)" % len(failures))
-    sys.exit(1)
-print("ok: pact-perf coll")
+finish("pact-perf coll")

@@ -22,7 +22,7 @@ import tempfile
 import time
 import urllib.request
 
-from checks import fail, finish
+from checks import fail, finish, skip
 
 perf, info, probe, plugin = sys.argv[1:5]
 env = dict(os.environ, UCX_NET_DEVICES="lo", PACT_NET_DEVICES="lo")
@@ -178,7 +178,7 @@ with tempfile.TemporaryDirectory() as tmp:
         # A real Prometheus scraping the endpoint.
         exe = shutil.which("prometheus")
         if exe is None:
-            print("skip: real Prometheus scrape: no prometheus on PATH (ci/setup.sh installs Debian's)")
+            skip("real Prometheus scrape: no prometheus on PATH (ci/setup.sh installs Debian's)")
         elif first:
             web = free_port()
             cfg = os.path.join(tmp, "prometheus.yml")
