@@ -77,8 +77,7 @@ Status RecvComm::flushByRead(int n, void* const* data,
       continue;
     }
     ucp_request_param_t param = sendParam(onFlushReadDone, p);
-    track(p, ucp_get_nbx(flushEp_->ep.get(), &flushWord_, 1, reinterpret_cast<uint64_t>(data[i]),
-                         rkey.value(), &param));
+    track(p, flushEp_->ep.get(&flushWord_, 1, reinterpret_cast<uint64_t>(data[i]), rkey.value(), param));
     counters_.add(telemetry::kGpuFlushReads);
   }
   *out = r;

@@ -49,7 +49,7 @@ void Hub::sendLate(TimePoint due, std::shared_ptr<transport::SharedEndpoint> ep,
 void Hub::onLateSent(void* request, ucs_status_t, void* user) {
   std::unique_ptr<LateSend> l(static_cast<LateSend*>(user));
   --*l->inFlight;
-  ucp_request_free(request);
+  ucx::freeRequest(request);
 }
 
 void Hub::postLate() {
@@ -61,7 +61,7 @@ void Hub::postLate() {
     param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     param.cb.send = onLateSent;
     param.user_data = l.get();
-    void* r = ucp_tag_send_nbx(l->ep->ep.get(), l->data.data(), l->data.size(), l->tag, &param);
+    void* r = l->ep->ep.tagSend(l->data.data(), l->data.size(), l->tag, param);
     if (r != nullptr && !UCS_PTR_IS_ERR(r)) {
       ++*loose_;
       (void)l.release();  // onLateSent owns it now

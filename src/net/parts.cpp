@@ -67,7 +67,7 @@ void onSendDone(void* request, ucs_status_t st, void* user) {
   auto* p = static_cast<Part*>(user);
   const bool owned = p->ucxOwned;
   completePart(p, st, p->size);
-  if (owned) ucp_request_free(request);
+  if (owned) ucx::freeRequest(request);
 }
 }  // namespace
 
@@ -75,7 +75,7 @@ void sendPart(Part* p, ucx::Endpoint& ep, const void* data, const MemHandle* mh)
   ucp_request_param_t param = sendParam(onSendDone, p);
   if (p->ucxOwned) param.op_attr_mask &= ~UCP_OP_ATTR_FIELD_REQUEST;
   if (mh != nullptr) setMemh(&param, mh, p);
-  track(p, ucp_tag_send_nbx(ep.get(), data, p->size, p->ucxTag, &param));
+  track(p, ep.tagSend(data, p->size, p->ucxTag, param));
 }
 
 ucp_request_param_t partParam(Part* p) {

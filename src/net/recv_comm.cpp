@@ -112,9 +112,9 @@ void RecvComm::postPart(Part* p, void* data, size_t size) {
   param.op_attr_mask |= UCP_OP_ATTR_FLAG_NO_IMM_CMPL;
   param.cb.recv = onRecvDone;
   if (!p->seal) setMemh(&param, static_cast<const MemHandle*>(r->mhs[p->buffer]), p);
-  track(p, ucp_tag_recv_nbx(dev().worker(p->rail).get(), data, size,
-                            tag::make(tagSpace_, r->tags[p->buffer], r->seqs[p->buffer], p->piece, false),
-                            tag::kRecvMask, &param));
+  track(p, dev().worker(p->rail).tagRecv(data, size,
+                                         tag::make(tagSpace_, r->tags[p->buffer], r->seqs[p->buffer], p->piece, false),
+                                         tag::kRecvMask, param));
 }
 
 void RecvComm::drainStale(int tag, uint32_t seq) {
@@ -199,7 +199,7 @@ void RecvComm::partDone(Part* p) {
 void RecvComm::cancel(Part& p) {
   if (p.done || p.canceled || p.ucxRequest == nullptr) return;
   p.canceled = true;
-  ucp_request_cancel(dev().worker(p.rail).get(), p.ucxRequest);
+  dev().worker(p.rail).cancel(p.ucxRequest);
 }
 
 void RecvComm::progressComm(Request* r) {

@@ -277,7 +277,7 @@ Result<std::vector<std::string>> probeOnce(const ucx::DeviceInfo& device,
       client->progress();
       server->progress();
     }
-    ucp_request_free(req);  // released by UCX when it completes, if it has not yet
+    ucx::freeRequest(req);  // released by UCX when it completes, if it has not yet
   }
   auto lines = laneLines(ep->describe());
   ep->close(true);

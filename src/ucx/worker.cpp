@@ -224,6 +224,23 @@ ucs_status_t Worker::amRecvData(void* descriptor, void* dst, size_t length, Op* 
   return started(ucp_am_recv_data_nbx(h_.get(), descriptor, dst, length, &rp));
 }
 
+ucs_status_ptr_t Endpoint::tagSend(const void* data, size_t length, uint64_t tag, const ucp_request_param_t& param) {
+  return ucp_tag_send_nbx(ep_, data, length, tag, &param);
+}
+
+ucs_status_ptr_t Endpoint::get(void* dst, size_t length, uint64_t remote, ucp_rkey_h rkey,
+                               const ucp_request_param_t& param) {
+  return ucp_get_nbx(ep_, dst, length, remote, rkey, &param);
+}
+
+ucs_status_ptr_t Worker::tagRecv(void* dst, size_t length, uint64_t tag, uint64_t mask, const ucp_request_param_t& param) {
+  return ucp_tag_recv_nbx(h_.get(), dst, length, tag, mask, &param);
+}
+
+void Worker::cancel(void* request) { ucp_request_cancel(h_.get(), request); }
+
+void freeRequest(void* request) { ucp_request_free(request); }
+
 ucs_status_t Endpoint::amSend(unsigned id, const void* header, size_t headerLength,
                               const void* data, size_t length, bool eager, Op* op,
                               ucs_memory_type_t memType, ucp_datatype_t datatype) {

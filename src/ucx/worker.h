@@ -93,6 +93,12 @@ class Worker {
   // returns how many. A receive that does not end at once (a rendezvous) counts itself in
   // *inFlight until its callback, so the owner knows UCX still holds it.
   size_t discardUnexpected(uint64_t tag, uint64_t mask, const std::shared_ptr<size_t>& inFlight);
+  // A tagged receive of up to length bytes into dst matching tag under mask (ucp_tag_recv_nbx):
+  // UCX's request (the caller's own memory when param gives it), or an error pointer. The NCCL
+  // face's receives; param carries the callback and its user data.
+  ucs_status_ptr_t tagRecv(void* dst, size_t length, uint64_t tag, uint64_t mask, const ucp_request_param_t& param);
+  // Cancels a receive still waiting (ucp_request_cancel): its callback runs with UCS_ERR_CANCELED.
+  void cancel(void* request);
   // Gives up ownership without ucp_worker_destroy (UCX 1.13 asserts when a worker is destroyed
   // with a rendezvous still stuck on a dead link; leaking it is the lesser harm).
   void abandon() { (void)h_.release(); }
@@ -106,6 +112,9 @@ class Worker {
   std::vector<uint8_t> address_;
   std::vector<std::unique_ptr<AmRoute>> amRoutes_;  // stable addresses: UCX holds them
 };
+
+// Gives a request UCX allocated back (ucp_request_free), from its callback or after it ended.
+void freeRequest(void* request);
 
 // Progresses worker until request completes or the deadline passes; frees the request.
 // Returns the request's final status (UCS_ERR_TIMED_OUT when the deadline passed).
@@ -161,6 +170,11 @@ class Endpoint {
     return amSend(id, header, headerLength, iov.data(), iov.size(), eager, op, UCS_MEMORY_TYPE_HOST,
                   ucp_dt_make_iov());
   }
+  // Sends length bytes of data with tag (ucp_tag_send_nbx): null done now, an error pointer, or
+  // UCX's request (the caller's own memory when param gives it). The NCCL face's data path.
+  ucs_status_ptr_t tagSend(const void* data, size_t length, uint64_t tag, const ucp_request_param_t& param);
+  // Reads length bytes at the peer's address remote (rkey) into dst (ucp_get_nbx): as tagSend.
+  ucs_status_ptr_t get(void* dst, size_t length, uint64_t remote, ucp_rkey_h rkey, const ucp_request_param_t& param);
   // Flushes (force=false: outstanding sends complete first) or aborts (force=true) the endpoint;
   // progresses the worker for a bounded time. Outstanding requests complete (with an error
   // when forced) before this returns.
