@@ -133,13 +133,24 @@ TEST(EngineAborts, ReceiverReleaseWhileWaitingForCreditIsCanceledAtTheSender) {
   releaseWhileWaitingForCredit(true);
 }
 
+// A transfer of this size from p.tx to p.rx (request 1), returned once its first bytes landed:
+// {receiver's id, sender's id}, or {0, 0} (a failure recorded) when none landed.
+constexpr uint64_t kMoving = 256ull << 20;
+std::pair<uint64_t, uint64_t> startMoving(Pair& p) {
+  const uint64_t rx = expectWhole(p, 1, kMoving);
+  const uint64_t tx = sendWhole(p, 1, kMoving);
+  if (!spinUntil([&] { return p.rx->stats()[telemetry::kBytesReceived] > 0; })) {
+    ADD_FAILURE() << "no byte landed within 20 s";
+    return {0, 0};
+  }
+  return {rx, tx};
+}
+
 TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost) {
-  constexpr uint64_t kBytes = 256ull << 20;
-  Pair p({}, {}, kBytes);
+  Pair p({}, {}, kMoving);
   ASSERT_TRUE(p.rx && p.tx);
-  const uint64_t rx = expectWhole(p, 1, kBytes);
-  const uint64_t tx = sendWhole(p, 1, kBytes);
-  ASSERT_TRUE(spinUntil([&] { return p.rx->stats()[telemetry::kBytesReceived] > 0; }));
+  const auto [rx, tx] = startMoving(p);
+  ASSERT_NE(rx, 0u);
   const Status released = p.rx->release(rx);
   EXPECT_TRUE(released == Status::kOk || released == Status::kInProgress);
   int64_t ms = 0;
@@ -160,12 +171,10 @@ TEST(EngineAborts, SenderReleaseBeforeItsDoneIsCanceledAtTheReceiver) {
 // (kRemoteError), at once, never CANCELED (no application released it). Either side destroyed
 // while 256 MiB move; the one that goes on still carries nothing open.
 void destroyMidTransfer(bool sender) {
-  constexpr uint64_t kBytes = 256ull << 20;
-  Pair p({}, {}, kBytes);
+  Pair p({}, {}, kMoving);
   ASSERT_TRUE(p.rx && p.tx);
-  const uint64_t rx = expectWhole(p, 1, kBytes);
-  const uint64_t tx = sendWhole(p, 1, kBytes);
-  ASSERT_TRUE(spinUntil([&] { return p.rx->stats()[telemetry::kBytesReceived] > 0; }));
+  const auto [rx, tx] = startMoving(p);
+  ASSERT_NE(rx, 0u);
   std::unique_ptr<Engine>& gone = sender ? p.tx : p.rx;
   std::unique_ptr<Engine>& left = sender ? p.rx : p.tx;
   gone.reset();
