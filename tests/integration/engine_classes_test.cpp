@@ -85,6 +85,12 @@ TEST(EngineClasses, ABulkClassStandsBackForAHigherClassToTheSamePeer) {
     ASSERT_EQ(p.rx->expect(bulkKey, std::span(&bulkTo, 1), 0, "CKPT", &ids[0]), Status::kOk) << lastError();
     ASSERT_EQ(p.rx->expect(kvKey, std::span(&kvTo, 1), 0, "KV", &ids[1]), Status::kOk) << lastError();
     ASSERT_EQ(p.tx->send(p.peer, bulkKey, std::span(&bulkFrom, 1), 0, "CKPT", &ids[2]), Status::kOk) << lastError();
+    // KV leaves once the checkpoint's pieces are moving (sent together, KV sometimes finished
+    // before the checkpoint was advertised, and nothing had to stand back: 1 CI run).
+    const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (p.tx->stats()[telemetry::kBytesSent] == 0 && std::chrono::steady_clock::now() < limit) {
+    }
+    ASSERT_GT(p.tx->stats()[telemetry::kBytesSent], 0u) << "the checkpoint never started";
     ASSERT_EQ(p.tx->send(p.peer, kvKey, std::span(&kvFrom, 1), 0, "KV", &ids[3]), Status::kOk) << lastError();
     for (uint64_t id : {ids[1], ids[3]}) {  // KV first
       XferInfo info;
