@@ -41,6 +41,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 
 namespace pact::perf {
@@ -239,16 +240,15 @@ int runKv(Options opt) {
   pact_stats_t rx{}, tx{};
   uint64_t peak_staged = 0, receiver_aborted = 0;
   // Sums the counters of a side's engines (peak staged bytes: the largest of one engine).
+  // Every counter summed (pact_stats_t is uint64_t counters only, the engine catalog in order).
   const auto add = [&](pact_stats_t& sum, const pact_stats_t& st) {
-    sum.committed += st.committed;
-    sum.aborted += st.aborted;
-    sum.retried += st.retried;
-    sum.duplicates_dropped += st.duplicates_dropped;
-    sum.stale_rejected += st.stale_rejected;
-    sum.checksum_failures += st.checksum_failures;
-    sum.credit_stall_ns += st.credit_stall_ns;
-    sum.bytes_received += st.bytes_received;
-    sum.bytes_sent += st.bytes_sent;
+    constexpr size_t n = sizeof(pact_stats_t) / sizeof(uint64_t);
+    static_assert(n * sizeof(uint64_t) == sizeof(pact_stats_t));
+    uint64_t a[n], b[n];
+    std::memcpy(a, &sum, sizeof a);
+    std::memcpy(b, &st, sizeof b);
+    for (size_t i = 0; i < n; ++i) a[i] += b[i];
+    std::memcpy(&sum, a, sizeof a);
     peak_staged = std::max(peak_staged, st.peak_staged_bytes);
   };
   for (auto& d : s.decodes)

@@ -8,10 +8,12 @@
 #include <nanobind/stl/vector.h>
 
 #include <chrono>
+#include <cstring>
 #include <optional>
 
 #include <unistd.h>
 
+#include "telemetry/counters.h"
 #include "transfer.h"
 
 namespace pact::py {
@@ -179,28 +181,14 @@ struct Engine {
   nb::dict stats() {
     pact_stats_t s{};
     check(pact_stats(core->get(), &s), "Engine.stats");
+    // pact_stats_t is the engine catalog, field for counter, in order (src/api/pact.cpp checks
+    // it): every counter by its catalog name, none copied by hand.
+    static_assert(sizeof(pact_stats_t) == pact::telemetry::kEngineCounters * sizeof(uint64_t));
+    uint64_t values[pact::telemetry::kEngineCounters];
+    std::memcpy(values, &s, sizeof values);
     nb::dict d;
-    d["committed"] = s.committed;
-    d["aborted"] = s.aborted;
-    d["retried"] = s.retried;
-    d["duplicates_dropped"] = s.duplicates_dropped;
-    d["stale_rejected"] = s.stale_rejected;
-    d["out_of_range"] = s.out_of_range;
-    d["checksum_failures"] = s.checksum_failures;
-    d["open_registrations"] = s.open_registrations;
-    d["open_transfers"] = s.open_transfers;
-    d["staged_bytes"] = s.staged_bytes;
-    d["peak_staged_bytes"] = s.peak_staged_bytes;
-    d["credit_budget"] = s.credit_budget;
-    d["credit_stall_ns"] = s.credit_stall_ns;
-    d["bytes_received"] = s.bytes_received;
-    d["bytes_sent"] = s.bytes_sent;
-    d["faults_injected"] = s.faults_injected;
-    d["rail_failovers"] = s.rail_failovers;
-    d["rail_recoveries"] = s.rail_recoveries;
-    d["rail_resent_pieces"] = s.rail_resent_pieces;
-    d["rail_resent_bytes"] = s.rail_resent_bytes;
-    d["rail_down_us"] = s.rail_down_us;
+    const auto& counters = pact::telemetry::kEngineCatalog.counters;
+    for (size_t i = 0; i < counters.size(); ++i) d[counters[i].name] = values[i];
     std::lock_guard<std::mutex> g(core->policy.mu);
     d["policy_committed"] = core->policy.committed;
     d["policy_refused"] = core->policy.rejected;

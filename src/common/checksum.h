@@ -16,8 +16,9 @@ struct XXH3_state_s;  // xxHash's streaming state, kept opaque here
 
 namespace pact {
 
-// The payload checks a traffic class may ask for (the profile key `verify`).
-enum class Verify : uint8_t { kNone, kCrc32c, kXxh3 };
+// The payload checks a traffic class may ask for (the profile key `verify`). The values are also
+// the engine's wire code of a check (engine/control.h: Offer's and Done's checksum kind).
+enum class Verify : uint8_t { kNone = 0, kCrc32c = 1, kXxh3 = 2 };
 inline constexpr const char* kVerifyNames[] = {"none", "crc32c", "xxh3"};  // by value
 inline const char* verifyName(Verify v) { return kVerifyNames[static_cast<int>(v)]; }
 

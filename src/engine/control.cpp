@@ -139,14 +139,14 @@ Result<Control> decodeAdvertise(ByteReader& r, Advertise* spare) {
   return Control(std::move(m));
 }
 
-bool getChecksumKind(ByteReader& r, Checksum* out) {
+bool getChecksumKind(ByteReader& r, Verify* out) {
   uint8_t kind = 0;
   if (!r.u8(&kind, "checksum_kind")) return false;
   if (kind > 2) {
     r.fail("checksum_kind", "unknown kind " + std::to_string(kind));
     return false;
   }
-  *out = static_cast<Checksum>(kind);
+  *out = static_cast<Verify>(kind);
   return true;
 }
 

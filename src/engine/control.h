@@ -14,6 +14,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/checksum.h"
 #include "common/codec.h"
 #include "common/status.h"
 #include "common/transfer_key.h"
@@ -51,7 +52,6 @@ struct Advertise {
   std::vector<Block> blocks;  // each inside [0, regionLength), 1..kMaxBlocks
 };
 
-enum class Checksum : uint8_t { kNone = 0, kCrc32c = 1, kXxh3 = 2 };
 
 // Every pact_send has a nonce, unique in its sender's process, in every Offer, Done and Cancel it
 // sends; the receiver keeps the nonce of the send that committed a key and puts the nonce of
@@ -76,7 +76,7 @@ struct Offer {
   uint64_t bytes = 0;
   uint64_t deadlineUs = 0;  // time budget left, in us from receipt; 0 = none
   uint8_t flags = 0;        // kOfferEager, kOfferRepeat
-  Checksum checksumKind = Checksum::kNone;  // of the bytes behind an eager offer
+  Verify checksumKind = Verify::kNone;  // of the bytes behind an eager offer
   uint64_t checksum = 0;
   uint64_t nonce = 0;  // the send's
 };
@@ -86,7 +86,7 @@ struct Done {
   TransferKey key;
   uint32_t attempt = 0;
   uint64_t bytes = 0;
-  Checksum checksumKind = Checksum::kNone;
+  Verify checksumKind = Verify::kNone;
   uint64_t checksum = 0;
   uint64_t nonce = 0;  // the send's
 };

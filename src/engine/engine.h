@@ -168,11 +168,11 @@ class Engine final : private Link {
   std::string reach(uint64_t peer, size_t route) override;
   void sendControl(uint64_t peer, const Control& m, int route) override;
   void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src, uint64_t n,
-                 uint64_t xfer, ucx::MemoryType srcType) override;
+                 uint64_t xfer, MemoryType srcType) override;
   void sendEager(uint64_t peer, size_t route, const Offer& m, std::span<const Extent> src,
                  uint64_t xfer) override;
   void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
-             ucx::MemoryType dstType) override;
+             MemoryType dstType) override;
   Status openContexts();
   // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
   size_t routeFor(const char* trafficClass) const;

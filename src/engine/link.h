@@ -11,15 +11,16 @@
 #include <span>
 #include <string>
 
+#include "common/memory_type.h"
 #include "engine/control.h"
 #include "engine/transfer.h"
-#include "ucx/reg_cache.h"
 
 namespace pact::engine {
 
 // What became of an arriving piece: taken (landed, being fetched, or dropped as stale or a
-// duplicate) or refused (out of range: a rendezvous sender's operation then fails).
-enum class PieceVerdict : uint8_t { kDone, kRefuse };
+// duplicate) or refused (out of range: a rendezvous sender's operation then fails); the same
+// answer UCX's active-message handlers give (ucx::AmVerdict).
+using PieceVerdict = Delivery;
 
 class Link {
  public:
@@ -32,7 +33,7 @@ class Link {
   // ok) exactly once for it, later (never from inside this call), also when it gives it up.
   // srcType: the memory src lies in.
   virtual void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
-                         uint64_t n, uint64_t xfer, ucx::MemoryType srcType) = 0;
+                         uint64_t n, uint64_t xfer, MemoryType srcType) = 0;
   // An eager offer (m.flags has kOfferEager) with every byte of the transfer behind it, read
   // from src in order, as one active message on the route's first lane (never rendezvous). The
   // link calls Protocol::pieceSent(xfer, ok) exactly once for it, later, as for a piece.
@@ -42,7 +43,7 @@ class Link {
   // then calls Protocol::pieceFetched(xfer, attempt, dst, n, ok) exactly once, later.
   // dstType: the memory dst lies in (UCX writes GPU memory itself: no copy by the CPU).
   virtual void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
-                     ucx::MemoryType dstType) = 0;
+                     MemoryType dstType) = 0;
 
  protected:
   ~Link() = default;

@@ -65,7 +65,7 @@ void Protocol::setRailFailover(uint64_t id, std::chrono::microseconds grace) {
 void Protocol::railOut(uint64_t id) {
   forEachLive([&](const Transfer& x) { return x.peer == id; }, [&](Transfer& x) {
     if (x.role == Role::kSender && !x.eager && x.state == State::kAllocated) {
-      link_.sendControl(id, Offer{x.key, x.bytes, remainingUs(x.deadline), kOfferRepeat, Checksum::kNone, 0, x.nonce});
+      link_.sendControl(id, Offer{x.key, x.bytes, remainingUs(x.deadline), kOfferRepeat, Verify::kNone, 0, x.nonce});
     } else if (x.role == Role::kReceiver && x.advertised && !x.doneSeen && x.landedBytes == 0) {
       sendAdvertise(x);  // the sender takes it only while it still waits for one
     }

@@ -160,15 +160,6 @@ class Protocol {
     const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now()).count();
     return static_cast<uint64_t>(std::max<int64_t>(left, 1));
   }
-  // The payload check a class asks for, as Done carries it.
-  static Checksum wireKind(Verify v) {
-    switch (v) {
-      case Verify::kNone: return Checksum::kNone;
-      case Verify::kCrc32c: return Checksum::kCrc32c;
-      case Verify::kXxh3: return Checksum::kXxh3;
-    }
-    return Checksum::kNone;
-  }
   // PACT_FAULT: true (and counted) when a fault of probability p strikes; one branch when unset.
   // route: the class of the traffic it hits, counted there too (kNoRoute: not known).
   static constexpr size_t kNoRoute = SIZE_MAX;

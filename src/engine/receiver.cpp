@@ -383,7 +383,7 @@ void Protocol::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uin
 // Bytes in UCX's host buffer (an eager piece or eager offer) into block b at dst: a GPU block
 // through the driver's copy. False (x aborted) when the driver fails.
 bool Protocol::copyIn(Transfer& x, const Extent& b, uint8_t* dst, const void* src, size_t n) {
-  if (b.type == ucx::MemoryType::kHost) {
+  if (b.type == MemoryType::kHost) {
     std::memcpy(dst, src, n);
     return true;
   }
@@ -409,7 +409,7 @@ void Protocol::maybeCorrupt(Transfer& x, uint8_t* dst, uint64_t length) {
     for (const Extent& e : x.blocks)
       if (at >= e.addr && at < e.addr + e.length) b = &e;
     uint8_t v = 0;
-    if (b->type == ucx::MemoryType::kHost) {
+    if (b->type == MemoryType::kHost) {
       *at ^= 0x10;
     } else if (transport::readStaged(config_.cudaDriver, at, 1, b->type, std::span(&v, 1),
                                      [&](const uint8_t* p, size_t) { v = *p; }) == Status::kOk) {
@@ -523,7 +523,7 @@ void Protocol::tryComplete(Transfer& x) {
       receiverAbort(x, Event::kFatalError, digest.status(), Reason::kChecksum);
       return;
     }
-    if (x.done.checksumKind != wireKind(x.verify) || *digest != x.done.checksum) {
+    if (x.done.checksumKind != x.verify || *digest != x.done.checksum) {
       counters_.add(telemetry::kChecksumFailures);
       PACT_INFO("engine %s: %s checksum mismatch (attempt %u)", config_.name.c_str(),
                 keyText(x.key).c_str(), x.attempt);

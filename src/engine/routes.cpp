@@ -223,7 +223,7 @@ void Engine::sendControl(uint64_t peer, const Control& m, int route) {
 }
 
 void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
-                       uint64_t n, uint64_t xfer, ucx::MemoryType srcType) {
+                       uint64_t n, uint64_t xfer, MemoryType srcType) {
   PieceOp* op = pieceOps_.take();
   *op = PieceOp{};
   op->done = &Engine::onPieceSent;
@@ -284,7 +284,7 @@ void Engine::onEagerSent(ucx::Op* o, ucs_status_t st) {
 }
 
 void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
-                   ucx::MemoryType dstType) {
+                   MemoryType dstType) {
   PieceOp* op = pieceOps_.take();
   *op = PieceOp{};
   op->done = &Engine::onPieceFetched;

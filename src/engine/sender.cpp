@@ -56,7 +56,7 @@ Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const Block
   if (eagerFits(x, *peer(to))) {
     sendEager(x);
   } else {
-    link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline), 0, Checksum::kNone, 0, x.nonce});
+    link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline), 0, Verify::kNone, 0, x.nonce});
   }
   return Status::kOk;
 }
@@ -69,14 +69,14 @@ bool Protocol::eagerFits(const Transfer& x, const PeerView& p) const {
   if (p.creditBudget != kUnlimited && (x.bytes > p.creditBudget || inUse > p.creditBudget - x.bytes))
     return false;
   return std::all_of(x.blocks.begin(), x.blocks.end(),
-                     [](const Extent& b) { return b.type == ucx::MemoryType::kHost; });
+                     [](const Extent& b) { return b.type == MemoryType::kHost; });
 }
 
 // The offer, the bytes and their checksum in one message: the receiver commits on it (so, as
 // after a Done, a release can no longer withdraw the transfer), or advertises and the bytes come
 // again as pieces.
 void Protocol::sendEager(Transfer& x) {
-  Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, wireKind(x.verify), 0, x.nonce};
+  Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, x.verify, 0, x.nonce};
   if (!senderChecksum(x, &m.checksum)) return;
   x.eager = true;
   x.eagerHeld = true;
@@ -101,7 +101,7 @@ void Protocol::repeatOffer(Transfer& x) {
     link_.sendControl(x.peer, Cancel{x.key, true, x.nonce}, lane);
   } else {
     link_.sendControl(x.peer, Offer{x.key, x.bytes, remainingUs(x.deadline),
-                                    static_cast<uint8_t>(kOfferEager | kOfferRepeat), Checksum::kNone, 0, x.nonce}, lane);
+                                    static_cast<uint8_t>(kOfferEager | kOfferRepeat), Verify::kNone, 0, x.nonce}, lane);
   }
   armResend(x);
 }
@@ -209,7 +209,7 @@ void Protocol::pieceResent(uint64_t xferId, uint64_t length) {
 Result<uint64_t> Protocol::digestBlocks(const Transfer& x) {
   Digest digest(x.verify);
   for (const Extent& b : x.blocks) {
-    if (b.type != ucx::MemoryType::kHost && staging_.empty()) staging_.resize(kVerifyStagingBytes);
+    if (b.type != MemoryType::kHost && staging_.empty()) staging_.resize(kVerifyStagingBytes);
     Status s = transport::readStaged(config_.cudaDriver, b.addr, b.length, b.type, staging_,
                                      [&](const uint8_t* p, size_t n) { digest.update(p, n); });
     if (s != Status::kOk)
@@ -232,7 +232,7 @@ bool Protocol::senderChecksum(Transfer& x, uint64_t* out) {
 void Protocol::sendDone(Transfer& x) {
   if (peer(x.peer) == nullptr || x.stalled) return;
   const bool lost = inject(fault_.loseRemoteDone, x.route);
-  Done d{x.key, x.attempt, x.bytes, wireKind(x.verify), 0, x.nonce};
+  Done d{x.key, x.attempt, x.bytes, x.verify, 0, x.nonce};
   if (!senderChecksum(x, &d.checksum)) return;
   // On the class's first lane, behind the pieces it carried (the others may still be landing:
   // the receiver waits for them).

@@ -13,7 +13,7 @@
 #include "transport/profile.h"
 #include "engine/control.h"
 #include "engine/state.h"
-#include "ucx/reg_cache.h"
+#include "common/memory_type.h"
 
 namespace pact::engine {
 
@@ -26,7 +26,7 @@ struct Extent {
   uint8_t* addr = nullptr;
   uint64_t offset = 0;  // into mr (what the application passed)
   uint64_t length = 0;
-  ucx::MemoryType type = ucx::MemoryType::kHost;  // mr's
+  MemoryType type = MemoryType::kHost;  // mr's
 };
 
 enum class Role : uint8_t { kReceiver = 0, kSender = 1 };

@@ -10,10 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "common/memory_type.h"
 #include "engine/control.h"
 #include "engine/state.h"
 #include "engine/transfer.h"
-#include "ucx/reg_cache.h"
+
+namespace pact::ucx {
+struct Region;  // ucx/reg_cache.h: the engine's headers need no UCX
+}
 
 namespace pact::engine {
 
@@ -26,7 +30,7 @@ Status fail(Status c, std::string msg);
 struct MemorySpec {
   void* addr = nullptr;
   size_t length = 0;
-  ucx::MemoryType type = ucx::MemoryType::kHost;
+  MemoryType type = MemoryType::kHost;
   int device = -1;       // CUDA ordinal the memory must be on; -1: any
   int dmabufFd = -1;     // checked, never kept
   uint64_t dmabufOffset = 0;
@@ -35,7 +39,7 @@ struct MemorySpec {
 struct Registration {
   uint8_t* addr = nullptr;
   uint64_t length = 0;
-  ucx::MemoryType type = ucx::MemoryType::kHost;
+  MemoryType type = MemoryType::kHost;
   // From the core's registration caches: one region per rail of each of the engine's contexts.
   std::vector<std::shared_ptr<ucx::Region>> regions;
   int users = 0;  // unreleased transfers with a block in it

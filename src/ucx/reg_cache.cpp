@@ -9,7 +9,6 @@
 
 namespace pact::ucx {
 
-const char* memoryTypeName(MemoryType t) { return t == MemoryType::kCuda ? "cuda" : "host"; }
 
 Region::~Region() {
   if (key_ != nullptr) ucp_rkey_destroy(key_);  // before the map it names is unmapped

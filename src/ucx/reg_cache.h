@@ -17,14 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "common/memory_type.h"
 #include "common/status.h"
 #include "cuda/driver.h"
 #include "ucx/worker.h"
 
 namespace pact::ucx {
 
-enum class MemoryType : uint8_t { kHost, kCuda };
-const char* memoryTypeName(MemoryType t);
+using MemoryType = pact::MemoryType;  // common/memory_type.h
+using pact::memoryTypeName;
 // What UCX is told memory of type t is: CUDA memory is UCS_MEMORY_TYPE_CUDA, except the driver
 // double's, which is host memory.
 inline ucs_memory_type_t ucxMemoryType(MemoryType t, const cuda::Driver& driver) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/memory_type.h"
 #include "common/status.h"
 
 namespace pact::ucx {
@@ -31,8 +32,9 @@ struct AmMessage {
   bool rendezvous = false;
 };
 // What a handler decided: kDone (taken, copied, or dropped), kRefuse (a rendezvous refused:
-// UCX fails the sender's operation).
-enum class AmVerdict : uint8_t { kDone, kRefuse };
+// UCX fails the sender's operation). common/memory_type.h's Delivery, which the engine's
+// protocol answers too.
+using AmVerdict = pact::Delivery;
 using AmHandler = AmVerdict (*)(void* arg, const AmMessage& m);
 
 struct ContextDeleter { void operator()(ucp_context_h c) const { ucp_cleanup(c); } };

@@ -31,12 +31,12 @@ TEST(Control, EveryMessageRoundTrips) {
   ASSERT_EQ(adv.blocks.size(), 2u);
   EXPECT_EQ(adv.blocks[1].offset, 4096u);
 
-  auto d = decode(encode(Done{{1, 2, 3, 4}, 2, 8192, Checksum::kCrc32c, 0xdeadbeef, 0xfeedf00d12345678ull}));
+  auto d = decode(encode(Done{{1, 2, 3, 4}, 2, 8192, Verify::kCrc32c, 0xdeadbeef, 0xfeedf00d12345678ull}));
   ASSERT_TRUE(d.ok());
   EXPECT_EQ(std::get<Done>(*d).nonce, 0xfeedf00d12345678ull) << "a send's nonce (control version 6)";
   EXPECT_EQ(std::get<Done>(*d).attempt, 2u);
   EXPECT_EQ(std::get<Done>(*d).checksum, 0xdeadbeefu);
-  EXPECT_EQ(std::get<Done>(*d).checksumKind, Checksum::kCrc32c);
+  EXPECT_EQ(std::get<Done>(*d).checksumKind, Verify::kCrc32c);
 
   auto v = decode(encode(Verdict{{1, 2, 3, 4}, Outcome::kAborted, Reason::kEpochMismatch, 5, 77}));
   ASSERT_TRUE(v.ok());
@@ -56,11 +56,11 @@ TEST(Control, EveryMessageRoundTrips) {
   EXPECT_EQ(std::get<Offer>(*o).deadlineUs, 1000u);
   EXPECT_EQ(std::get<Offer>(*o).flags, 0u);
   auto eager = decode(encode(Offer{{5, 6, 7, 8}, 4096, 0, kOfferEager | kOfferRepeat,
-                                   Checksum::kXxh3, 0x1234567890abcdefull, 99}));
+                                   Verify::kXxh3, 0x1234567890abcdefull, 99}));
   ASSERT_TRUE(eager.ok()) << eager.error().message;
   EXPECT_EQ(std::get<Offer>(*eager).nonce, 99u);
   EXPECT_EQ(std::get<Offer>(*eager).flags, kOfferEager | kOfferRepeat);
-  EXPECT_EQ(std::get<Offer>(*eager).checksumKind, Checksum::kXxh3);
+  EXPECT_EQ(std::get<Offer>(*eager).checksumKind, Verify::kXxh3);
   EXPECT_EQ(std::get<Offer>(*eager).checksum, 0x1234567890abcdefull);
   EXPECT_TRUE(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}, true}))).answer);
   EXPECT_EQ(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}, true, 88}))).nonce, 88u);
@@ -142,7 +142,7 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   v[kControlHeader + 28] = 1;
   v[kControlHeader + 29] = 13;  // reason: the first past kCanceled (12)
   EXPECT_EQ(decode(v).error().message, "verdict.reason: unknown reason 13");
-  auto d = encode(Done{{1, 2, 3, 4}, 0, 1, Checksum::kNone, 0});
+  auto d = encode(Done{{1, 2, 3, 4}, 0, 1, Verify::kNone, 0});
   d[kControlHeader + 40] = 7;  // checksum kind
   EXPECT_EQ(decode(d).error().message, "done.checksum_kind: unknown kind 7");
   auto o = encode(Offer{{1, 2, 3, 4}, 1, 0});

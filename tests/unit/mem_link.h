@@ -78,7 +78,7 @@ class MemNet {
       net_.enqueue(std::move(msg));
     }
     void sendPiece(uint64_t, size_t, const PieceHeader& h, const uint8_t* src, uint64_t n,
-                   uint64_t xfer, ucx::MemoryType) override {
+                   uint64_t xfer, MemoryType) override {
       Message msg;
       msg.to = 1 - side_;
       msg.piece = true;
@@ -101,7 +101,7 @@ class MemNet {
       net_.enqueue(std::move(msg));
     }
     void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
-               ucx::MemoryType) override {
+               MemoryType) override {
       std::memcpy(dst, descriptor, n);  // the bytes move now; the completion comes later
       net_.fetches_.push_back({side_, xfer, attempt, dst, n});
     }
