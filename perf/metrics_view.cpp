@@ -123,10 +123,10 @@ int printMetrics(const std::string& source, std::FILE* out) {
     std::string labels = brace == std::string::npos ? "" : line.substr(brace + 1, close - brace - 1);
     std::string name = line.substr(scopeEnd + 1, nameEnd - scopeEnd - 1);
     if (const size_t kind = labels.find("kind=\""); kind != std::string::npos && (kind == 0 || labels[kind - 1] == ',')) {
-      const size_t end = labels.find('"', kind + 6);
+      const size_t end = labels.find('"', kind + 6), from = kind == 0 ? 0 : kind - 1;  // with its comma
       name += "{" + labels.substr(kind + 6, end - kind - 6) + "}";
-      labels.erase(kind == 0 ? 0 : kind - 1, end + 1 - (kind == 0 ? 0 : kind - 1));
-      if (kind == 0 && !labels.empty() && labels[0] == ',') labels.erase(0, 1);
+      labels.erase(from, end + 1 - from);
+      if (!labels.empty() && labels[0] == ',') labels.erase(0, 1);
     }
     const std::string group = line.substr(5, scopeEnd - 5) + (labels.empty() ? "" : "{" + labels + "}");
     byGroup[group].push_back({name, line.substr(space + 1)});

@@ -11,6 +11,7 @@
 #include <span>
 #include <string>
 
+#include "common/delivery.h"
 #include "common/memory_type.h"
 #include "engine/control.h"
 #include "engine/transfer.h"

@@ -8,6 +8,7 @@
 #include "net/contract.h"
 #include "net/fence.h"
 #include "net/parts.h"
+#include "transport/control_socket.h"
 #include "transport/seal.h"
 #include "ucx/ucx_status.h"
 
@@ -17,15 +18,6 @@ namespace {
 
 // Salt of each comm's fault dice: comms created in the same order draw the same faults.
 std::atomic<uint64_t> commsCreated{0};
-
-// "10.0.0.2" of "10.0.0.2:4242", "fe80::1" of "[fe80::1]:4242": the peer's host, a bounded label
-// (its port is one per process and run).
-std::string peerHost(const std::string& peer) {
-  const size_t colon = peer.rfind(':');
-  std::string host = colon == std::string::npos ? peer : peer.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host;
-}
 
 }  // namespace
 
@@ -37,7 +29,7 @@ Comm::Comm(std::shared_ptr<Hub> hub, std::shared_ptr<Sessions> sessions, uint64_
                 {{"direction", isSend ? "send" : "recv"},
                  {"device", hub_->dev().info().name},
                  {"class", cfg_.className},
-                 {"peer", peerHost(peer_)}}),
+                 {"peer", transport::hostOf(peer_)}}),  // a bounded label: no port
       class_(telemetry::classCounters("plugin", cfg_.className)) {
   dev().counters().addShared(telemetry::kLiveComms);
   if (cfg_.fault.onPieces()) dice_.emplace(cfg_.fault.seed, commsCreated++ * 2 + (isSend_ ? 1 : 0));

@@ -177,10 +177,8 @@ void Registry::add(CounterSet* s) {
 void Registry::remove(CounterSet* s) {
   // Constant time (a process may hold 100,000 comms): the last set takes the slot.
   std::lock_guard lock(mu_);
-  std::string key(1, static_cast<char>(s->catalog().scope));
-  for (const Label& l : s->labels_) key += l.key + '\0' + l.value + '\0';
-  Retired& r = retired_[key];
-  if (r.values.empty()) r = Retired{&s->catalog(), s->labels_, s->comm() != 0, std::vector<uint64_t>(s->catalog().counters.size())};
+  Retired& r = retired_[{s->catalog().scope, s->labels_}];
+  if (r.values.empty()) r = Retired{&s->catalog(), s->comm() != 0, std::vector<uint64_t>(s->catalog().counters.size())};
   for (size_t i = 0; i < r.values.size(); ++i)
     if (!s->catalog().counters[i].gauge) r.values[i] += s->get(i);
   CounterSet* last = sets_.back();
@@ -196,9 +194,9 @@ void Registry::forEach(const Scope* scope, const std::function<void(const Counte
     if (scope == nullptr || s->catalog().scope == *scope) f(*s);
 }
 
-void Registry::forEachRetired(const std::function<void(const Retired&)>& f) const {
+void Registry::forEachRetired(const std::function<void(const Labels&, const Retired&)>& f) const {
   std::lock_guard lock(mu_);
-  for (const auto& [key, r] : retired_) f(r);
+  for (const auto& [key, r] : retired_) f(key.second, r);
 }
 
 uint64_t Registry::total(Scope scope, size_t i) const {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <atomic>
+#include <compare>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -22,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 namespace pact::telemetry {
@@ -43,7 +45,7 @@ struct CounterInfo {
 // "Labels and cardinality"); never an address with a port or an id.
 struct Label {
   std::string key, value;
-  bool operator==(const Label&) const = default;
+  auto operator<=>(const Label&) const = default;
 };
 using Labels = std::vector<Label>;
 
@@ -116,12 +118,11 @@ class Registry {
   // many entries as label sets ever seen, which the labels keep bounded.
   struct Retired {
     const Catalog* catalog;  // the shared one (it outlives every copy of pact)
-    Labels labels;
     bool ofComm = false;  // counted plugin comms (PACT_METRICS_PER_COMM shows it as comm="closed")
     std::vector<uint64_t> values;
   };
-  // Calls f for each, under the registry's lock (with forEach's rule).
-  void forEachRetired(const std::function<void(const Retired&)>& f) const;
+  // Calls f(labels, retired) for each, under the registry's lock (with forEach's rule).
+  void forEachRetired(const std::function<void(const Labels&, const Retired&)>& f) const;
 
  private:
   friend class CounterSet;
@@ -130,7 +131,7 @@ class Registry {
 
   mutable std::mutex mu_;
   std::vector<CounterSet*> sets_;
-  std::map<std::string, Retired> retired_;  // by scope and labels
+  std::map<std::pair<Scope, Labels>, Retired> retired_;
   uint64_t nextId_ = 1;
 };
 

@@ -151,8 +151,8 @@ std::string prometheusText(const Registry& registry, bool perComm) {
     const std::string comm = perComm && s.comm() != 0 ? std::to_string(s.comm()) : "";
     byScope[s.catalog().scope].add(s.catalog(), withComm(s.labels(), comm), s.values());
   });
-  registry.forEachRetired([&](const Registry::Retired& r) {
-    byScope[r.catalog->scope].add(*r.catalog, withComm(r.labels, perComm && r.ofComm ? "closed" : ""), r.values);
+  registry.forEachRetired([&](const Labels& labels, const Registry::Retired& r) {
+    byScope[r.catalog->scope].add(*r.catalog, withComm(labels, perComm && r.ofComm ? "closed" : ""), r.values);
   });
   std::string out;
   for (const Catalog* documented : Registry::catalogs()) {

@@ -221,6 +221,13 @@ std::string formatAddress(const wire::ListenHandle& h) {
   return formatAddress(ss);
 }
 
+std::string hostOf(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = colon == std::string::npos ? address : address.substr(0, colon);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
 Result<wire::ListenHandle> parseAddress(const std::string& text) {
   const auto bad = [&](const char* why) {
     return Error{Status::kInvalidArgument,
@@ -228,9 +235,7 @@ Result<wire::ListenHandle> parseAddress(const std::string& text) {
   };
   const size_t colon = text.rfind(':');
   if (colon == std::string::npos || colon == 0) return bad("no port");
-  std::string host = text.substr(0, colon);
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
+  const std::string host = hostOf(text);
   const std::string portText = text.substr(colon + 1);
   char* end = nullptr;
   const unsigned long port = std::strtoul(portText.c_str(), &end, 10);

@@ -84,6 +84,8 @@ std::string formatAddress(const sockaddr_storage& addr);
 socklen_t toSockaddr(const wire::ListenHandle& h, sockaddr_storage* out);
 void fillAddress(const sockaddr_storage& addr, wire::ListenHandle* h);
 std::string formatAddress(const wire::ListenHandle& h);
+// The host of "ip:port" / "[ip6]:port" ("10.0.0.2", "fe80::1"); text without a colon is a host.
+std::string hostOf(const std::string& address);
 // Parses "ip:port" / "[ip6]:port" into a handle connectTo() accepts (listen id and epoch 0).
 Result<wire::ListenHandle> parseAddress(const std::string& text);
 // Accepts one pending connection, or returns an invalid fd when none is waiting.

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "common/memory_type.h"
+#include "common/delivery.h"
 #include "common/status.h"
 
 namespace pact::ucx {
@@ -32,8 +32,7 @@ struct AmMessage {
   bool rendezvous = false;
 };
 // What a handler decided: kDone (taken, copied, or dropped), kRefuse (a rendezvous refused:
-// UCX fails the sender's operation). common/memory_type.h's Delivery, which the engine's
-// protocol answers too.
+// UCX fails the sender's operation). common/delivery.h's, which the engine's protocol answers too.
 using AmVerdict = pact::Delivery;
 using AmHandler = AmVerdict (*)(void* arg, const AmMessage& m);
 
