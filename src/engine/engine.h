@@ -42,6 +42,7 @@
 #include "common/function_ref.h"
 #include "common/scoped_fd.h"
 #include "engine/engine_mutex.h"
+#include "engine/held_link.h"
 #include "engine/protocol.h"
 #include "engine/timers.h"
 #include "engine/types.h"
@@ -136,7 +137,8 @@ class Engine final : private Link {
                   uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
   Status releaseLocked(uint64_t xfer) { return proto_->release(xfer); }
   const Transfer* find(uint64_t xfer) const { return proto_->find(xfer); }
-  void markGroupChunk(uint64_t xfer) { proto_->markGroupChunk(xfer); }
+  // A group step's receiving transfer, whose chunk comes from `source` (a pact_peer_t).
+  void markGroupChunk(uint64_t xfer, uint64_t source);
 
  private:
   struct Peer;
@@ -282,6 +284,8 @@ class Engine final : private Link {
   Timers<TimerKind> timers_;
   TimePoint lastSessionCheck_{};
   size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
+  // The protocol's Link: this engine's, holding back what it sends from inside UCX callbacks.
+  HeldLink heldLink_{static_cast<Link&>(*this)};
   std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
   std::shared_ptr<transport::RailProber> prober_;  // rail failover: answers the peers' probes
   std::vector<wire::ProbeAddress> probes_;           // this side's rails' probe addresses

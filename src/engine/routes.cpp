@@ -121,9 +121,12 @@ std::vector<transport::LaneStats> Engine::laneStats(uint64_t peer, const std::st
   return out;
 }
 
+// What the protocol sends from inside UCX's callbacks goes out once UCX has returned (held_link.h).
 unsigned Engine::progressWorkers() {
   unsigned n = 0;
+  heldLink_.hold();
   for (Context& c : contexts_) n += c.dev->progress();
+  heldLink_.release();
   return n;
 }
 
