@@ -281,7 +281,10 @@ pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const p
                                 size_t ranks, uint32_t my_rank, pact_group_t* group);
 /** Starts step (model_epoch, generation): sends send[r] to rank r and expects recv[r] from it
  * (arrays of length ranks). A step commits when every rank's chunk is in and verified; chunks
- * of an older step are rejected and counted (pact_stats.stale_rejected). One step at a time. */
+ * of an older step are rejected and counted (pact_stats.stale_rejected). One step at a time.
+ * A rank found lost does not fail this call: its chunk is not sent, every other rank's is, and
+ * pact_group_wait reports PACT_ERR_PEER_LOST; a chunk expected from a rank ends PACT_ERR_PEER_LOST
+ * as soon as that rank is lost. */
 pact_status_t pact_group_step(pact_group_t group, uint64_t model_epoch, uint32_t generation,
                               const pact_block_t* send, const pact_block_t* recv,
                               uint64_t deadline_us);

@@ -13,8 +13,10 @@ Group::~Group() {
 }
 
 void Group::releaseAll() {
-  for (uint64_t id : xfers_) (void)engine_.releaseLocked(id);
+  for (uint64_t id : xfers_)
+    if (id != 0) (void)engine_.releaseLocked(id);
   xfers_.clear();
+  unsent_.clear();
 }
 
 Status Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
@@ -32,13 +34,19 @@ Status Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef
       releaseAll();
       return fail(c, "group step, chunk from rank " + std::to_string(r) + ": " + lastError());
     }
-    engine_.markGroupChunk(id);
+    engine_.markGroupChunk(id, peers_[r]);
     xfers_.push_back(id);
   }
+  unsent_.assign(peers_.size(), std::string());
   for (uint32_t r = 0; r < peers_.size(); ++r) {
     uint64_t id = 0;
     Status c = engine_.sendLocked(peers_[r], chunkKey(myRank_, r), send.subspan(r, 1), deadlineUs,
                                 "A2A", &id);
+    if (c == Status::kRemoteError) {  // the rank is gone; the others still get their chunks
+      unsent_[r] = lastError();
+      xfers_.push_back(0);
+      continue;
+    }
     if (c != Status::kOk) {
       releaseAll();
       return fail(c, "group step, chunk to rank " + std::to_string(r) + ": " + lastError());
@@ -62,6 +70,11 @@ Status Group::wait(int timeoutMs) {
   Status result = Status::kOk;
   std::string why;
   for (size_t i = 0; i < xfers_.size() && result == Status::kOk; ++i) {
+    if (xfers_[i] == 0) {
+      result = Status::kRemoteError;
+      why = "chunk to rank " + std::to_string(i % peers_.size()) + ": " + unsent_[i % peers_.size()];
+      continue;
+    }
     const Transfer* x = engine_.find(xfers_[i]);
     if (x != nullptr && x->result != Status::kOk) {
       result = x->result;

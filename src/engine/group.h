@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "engine/engine.h"
@@ -24,6 +25,8 @@ class Group {
   size_t ranks() const { return peers_.size(); }
   Status step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
             std::span<const BlockRef> recv, uint64_t deadlineUs);
+  // A rank already lost does not fail the step here: its chunk is not sent, the others are, and
+  // wait() reports the loss (kRemoteError).
   // Blocks until every transfer of the step is final: kOk when all committed, else the first
   // failure (receives first). The step's transfers are released either way.
   Status wait(int timeoutMs);
@@ -35,7 +38,10 @@ class Group {
   uint64_t groupId_;
   std::vector<uint64_t> peers_;
   uint32_t myRank_;
-  std::vector<uint64_t> xfers_;  // the current step's receives, then its sends
+  std::vector<uint64_t> xfers_;  // the current step's receives, then its sends (0: not sent)
+  // Why a send of the current step was not started (its rank is lost); wait() reports it. The
+  // step still sends every other chunk, so the other ranks are not left waiting for theirs.
+  std::vector<std::string> unsent_;
 };
 
 }  // namespace pact::engine

@@ -224,6 +224,9 @@ void Engine::peerLost(Peer& p, const std::string& why, Status transfers) {
   }
   proto_->peerLost(p.id, transfers);
   closePeerEndpoints(p);
+  if (int n = proto_->abandonSends(p.id); n > 0)
+    PACT_INFO("engine %s: %d send(s) to %s still inside UCX after the close, given up",
+              config_.name.c_str(), n, p.name.c_str());
   cv_.notify_all();
 }
 
@@ -239,6 +242,11 @@ void Engine::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   mark(p->ctrl.get());
   for (auto& l : p->lanes) mark(l.get());
   if (p->lostReason.empty() && !p->rails.active()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
+}
+
+void Engine::markGroupChunk(uint64_t xfer, uint64_t source) {
+  auto it = peers_.find(source);
+  proto_->markGroupChunk(xfer, it == peers_.end() ? 0 : it->second->id);
 }
 
 Engine::Peer* Engine::peerByToken(uint64_t token) {

@@ -46,8 +46,19 @@ void Protocol::peerReady(uint64_t id, const std::string& name) {
   link_.sendControl(id, CreditUpdate{credits_.grantFor(id)});  // the new peer's credit share
 }
 
+void Protocol::markGroupChunk(uint64_t xfer, uint64_t source) {
+  Transfer& x = *xfers_.at(xfer);
+  x.groupChunk = true;
+  if (x.role != Role::kReceiver) return;
+  x.source = source;
+  if (auto it = peers_.find(source); it != peers_.end() && it->second.lost)
+    receiverAbort(x, Event::kFatalError, Status::kRemoteError, Reason::kPeerLost);
+}
+
 void Protocol::peerLost(uint64_t id, Status status) {
-  forEachLive([&](const Transfer& x) { return x.peer == id; }, [&](Transfer& x) {
+  // Its transfers, and the group chunks still expected from it (not yet offered: peer is 0).
+  const auto fromLost = [&](const Transfer& x) { return x.peer == id || (x.peer == 0 && x.source == id); };
+  forEachLive(fromLost, [&](Transfer& x) {
     if (x.role == Role::kReceiver) {
       receiverAbort(x, Event::kFatalError, status, Reason::kPeerLost);
     } else {
@@ -56,6 +67,21 @@ void Protocol::peerLost(uint64_t id, Status status) {
   });
   std::erase_if(offers_, [&](auto& kv) { return kv.second.peer == id; });
   if (auto it = peers_.find(id); it != peers_.end()) it->second.lost = true;  // its credit view stays readable
+}
+
+int Protocol::abandonSends(uint64_t peer) {
+  std::vector<uint64_t> ids;
+  int n = 0;
+  for (auto& [id, x] : xfers_) {
+    if (x->peer != peer || x->role != Role::kSender || x->pendingOps == 0) continue;
+    n += x->pendingOps;
+    x->abandonedOps += x->pendingOps;
+    x->pendingOps = 0;
+    ids.push_back(id);
+  }
+  for (uint64_t id : ids)
+    if (auto it = xfers_.find(id); it != xfers_.end()) maybeFinish(*it->second);
+  return n;
 }
 
 void Protocol::setRailFailover(uint64_t id, std::chrono::microseconds grace) {
@@ -302,6 +328,10 @@ void Protocol::opDone(uint64_t xferId) {
   auto it = xfers_.find(xferId);
   if (it == xfers_.end()) return;
   Transfer& x = *it->second;
+  if (x.abandonedOps > 0) {  // one of those given up ended after all
+    --x.abandonedOps;
+    return;
+  }
   --x.pendingOps;
   if (x.pendingOps == 0) maybeFinish(x);
 }

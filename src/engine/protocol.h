@@ -72,7 +72,9 @@ class Protocol {
   Status release(uint64_t xfer);
   Status query(uint64_t xfer, XferInfo* info) const;
   const Transfer* find(uint64_t xfer) const;
-  void markGroupChunk(uint64_t xfer) { xfers_.at(xfer)->groupChunk = true; }
+  // A group step's transfer; a receiving one names the peer its chunk comes from, so that the
+  // peer's loss ends it at once (PEER_LOST) instead of at its deadline.
+  void markGroupChunk(uint64_t xfer, uint64_t source);
   Status setEpoch(uint64_t epoch);
   uint64_t epoch() const { return epoch_; }
   void setCommitHook(CommitHook hook) { hook_ = std::move(hook); }
@@ -91,6 +93,11 @@ class Protocol {
   // A peer is gone: its transfers abort with status (kRemoteError, PACT_ERR_PEER_LOST: it died
   // or closed; kPeerStale: the application disconnected it), its offers are dropped.
   void peerLost(uint64_t peer, Status status = Status::kRemoteError);
+  // After peerLost and the force close of its endpoints: sends UCX still holds to the lost peer
+  // may never end (UCX 1.13's shared memory cannot force-close at all; 1.22's keeps a rendezvous
+  // send waiting for a dead reader), so its transfers stop waiting for them and become final.
+  // A send only reads its blocks, and no reader of them is left. Returns how many.
+  int abandonSends(uint64_t peer);
   // A control message of a transfer (Offer, Advertise, Done, Verdict, EpochChange, Credit, Cancel).
   void onControl(uint64_t peer, const Control& m);
   // An eager offer and the transfer's bytes behind it (data null: they did not come with it).

@@ -49,9 +49,11 @@ struct Transfer {
   TimePoint deadline = TimePoint::max();
   TimePoint created;
   int pendingOps = 0;             // UCX operations that still read or write blocks
+  int abandonedOps = 0;           // sends to a lost peer UCX will never end (Protocol::abandonSends)
   bool userReleased = false;      // the application gave the id back
   bool settled = false;           // final state reached and reported (COMMITTED or ABORTED)
   bool groupChunk = false;        // part of an all-to-all step: the group commits, not the hook
+  uint64_t source = 0;            // receiver of a group chunk: the peer it comes from (its loss ends it)
 
   // Receiver.
   bool matched = false;           // an offer for the key arrived (peer is set)
