@@ -65,6 +65,17 @@ Result<Context> Context::create(const std::string& netDevice, const std::string&
     if (st != UCS_OK) return error("config_modify(NET_DEVICES)", st);
     PACT_DEBUG("ucx context %s: NET_DEVICES=%s", name.c_str(), netDevice.c_str());
   }
+  // UCX's tcp transport completes a zero-copy send twice when its connection fails under it
+  // (uct_tcp_ep_sendv's error path purges the send, which completes it, then completes it again;
+  // the same code through 1.22). A UCX built with assertions, as Debian's 1.13 is, then aborts
+  // the surviving process when a peer dies during a large send (uct_iface.h:884 `comp->count >
+  // 0`): 18 of 60 runs of the abi suite's peer-death cases over tcp. So under UCX 1.13 pact sends
+  // without zero-copy unless UCX_ZCOPY_THRESH says otherwise (docs/plugin.md has the price: tcp
+  // bandwidth from 64 KiB to 1 MiB).
+  if (const Version v = version(); v.major == 1 && v.minor <= 13 && std::getenv("UCX_ZCOPY_THRESH") == nullptr) {
+    st = ucp_config_modify(config.get(), "ZCOPY_THRESH", "inf");
+    if (st != UCS_OK) return error("config_modify(ZCOPY_THRESH)", st);
+  }
   for (const auto& [key, value] : settings) {
     // A tcp transport key (TCP_TX_SEG_SIZE): UCX 1.22 takes it as named, UCX 1.13 accepts it but
     // never applies it (it warns "invalid configurations" at worker creation) and takes only the
