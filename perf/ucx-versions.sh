@@ -4,7 +4,8 @@
 # docs/plugin.md records for 1.13. Run after ci/test.sh has built both. Prints one line per probe
 # and build; the figures go to the closing notes and docs/plugin.md.
 #   1. tcp, a peer SIGKILLed under zero-copy rendezvous sends: the abi suite's peer-failure cases
-#      over tcp with UCX's default thresholds (no UCX_ZCOPY_THRESH=inf), RUNS runs per build;
+#      over tcp with UCX's default zero-copy threshold (UCX_ZCOPY_THRESH=auto: pact itself turns
+#      zero-copy off under 1.13, docs/plugin.md), RUNS runs per build;
 #      counts runs that failed and those where the survivor aborted in UCX (an assertion).
 #   2. shared memory: whether the transports offer the peer-failure error mode (pact logs "ucx
 #      transports lack peer-failure handling" when they do not).
@@ -20,7 +21,7 @@ wheel=$(.venv/bin/python -c 'import libucx, os; print(os.path.dirname(libucx.__f
 for b in build build-ucx122; do
   failed=0 aborted=0
   for ((i = 0; i < runs; ++i)); do
-    log=$(UCX_TLS=tcp PACT_PLUGIN_PATH=$PWD/$b/plugin/libnccl-net-pact.so timeout 300 \
+    log=$(UCX_TLS=tcp UCX_ZCOPY_THRESH=auto PACT_PLUGIN_PATH=$PWD/$b/plugin/libnccl-net-pact.so timeout 300 \
       "$b/tests/abi/abi_test" --gtest_filter='*PeerFailure*' 2>&1)
     rc=$?
     [ $rc = 0 ] || failed=$((failed + 1))
