@@ -3,22 +3,24 @@
 namespace pact::engine {
 
 void HeldLink::release() {
-  held_ = false;
   // A send passed on may lead to more (a failed piece settles its transfer, which sends a
-  // Cancel): those go straight through, after everything held before them.
-  std::swap(queue_, sending_);
-  for (Held& h : sending_) {
-    std::visit(
-        [&](auto& s) {
-          using T = std::decay_t<decltype(s)>;
-          if constexpr (std::is_same_v<T, ControlSend>) inner_.sendControl(s.peer, s.m, s.route);
-          else if constexpr (std::is_same_v<T, PieceSend>)
-            inner_.sendPiece(s.peer, s.route, s.h, s.src, s.n, s.xfer, s.srcType);
-          else inner_.sendEager(s.peer, s.route, s.m, s.src, s.xfer);
-        },
-        h);
+  // Cancel): the hold lasts until the queue is empty, so those go after everything before them.
+  while (!queue_.empty()) {
+    std::swap(queue_, sending_);
+    for (Held& h : sending_) {
+      std::visit(
+          [&](auto& s) {
+            using T = std::decay_t<decltype(s)>;
+            if constexpr (std::is_same_v<T, ControlSend>) inner_.sendControl(s.peer, s.m, s.route);
+            else if constexpr (std::is_same_v<T, PieceSend>)
+              inner_.sendPiece(s.peer, s.route, s.h, s.src, s.n, s.xfer, s.srcType);
+            else inner_.sendEager(s.peer, s.route, s.m, s.src, s.xfer);
+          },
+          h);
+    }
+    sending_.clear();
   }
-  sending_.clear();
+  held_ = false;
 }
 
 void HeldLink::sendControl(uint64_t peer, const Control& m, int route) {
