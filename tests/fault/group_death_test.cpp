@@ -50,17 +50,10 @@ void rankBody(uint32_t me, Channel& parent) {
   ASSERT_TRUE(parent.recvValue(&plan, milliseconds(20000)));
   const uint64_t kChunk = plan.chunk;
   const std::string name = "rank" + std::to_string(me);
-  pact_engine_t e = makeEngine(name.c_str(), "127.0.0.1");
-  ASSERT_NE(e, nullptr);
-  Address a{};
-  PACT_OK_OR_FAIL(pact_engine_address(e, a.text, sizeof a.text));
-  ASSERT_TRUE(parent.sendValue(a));
-  std::vector<pact_peer_t> peers(kRanks);
-  for (uint32_t r = 0; r < kRanks; ++r) {
-    Address other{};
-    ASSERT_TRUE(parent.recvValue(&other, milliseconds(20000)));
-    PACT_OK_OR_FAIL(pact_connect(e, other.text, 20000, &peers[r]));
-  }
+  const Rank rank = connectRank(name, parent, kRanks);
+  ASSERT_EQ(rank.peers.size(), kRanks);
+  pact_engine_t e = rank.engine;
+  const std::vector<pact_peer_t>& peers = rank.peers;
   // Send chunks by step parity: a chunk still on the wire is never overwritten by the next step.
   std::vector<uint8_t> sendBuf(2 * kRanks * kChunk), recvBuf(kRanks * kChunk);
   pact_mr_t smr = nullptr, rmr = nullptr;

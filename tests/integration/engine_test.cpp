@@ -789,18 +789,10 @@ TEST(Engine, AllToAllStepsCommitAndAStaleChunkIsRejected) {
         "rank" + std::to_string(me),
         [&, me] {
           Channel& parent = links[me].second;
-          const std::string name = "rank" + std::to_string(me);
-          pact_engine_t e = makeEngine(name.c_str(), "127.0.0.1");
-          ASSERT_NE(e, nullptr);
-          Address a{};
-          PACT_OK_OR_FAIL(pact_engine_address(e, a.text, sizeof a.text));
-          ASSERT_TRUE(parent.sendValue(a));
-          std::vector<pact_peer_t> peers(kRanks);
-          for (int r = 0; r < kRanks; ++r) {
-            Address other{};
-            ASSERT_TRUE(parent.recvValue(&other, milliseconds(20000)));
-            PACT_OK_OR_FAIL(pact_connect(e, other.text, 20000, &peers[r]));
-          }
+          const Rank rank = connectRank("rank" + std::to_string(me), parent, kRanks);
+          ASSERT_EQ(rank.peers.size(), size_t{kRanks});
+          pact_engine_t e = rank.engine;
+          std::vector<pact_peer_t> peers = rank.peers;
           std::vector<uint8_t> sendBuf(kRanks * kChunk), recvBuf(kRanks * kChunk);
           pact_mr_t smr = nullptr, rmr = nullptr;
           PACT_OK_OR_FAIL(pact_mem_register(e, sendBuf.data(), sendBuf.size(), &smr));

@@ -25,6 +25,33 @@ pact_engine_t makeEngine(const char* name, const char* listenIp, bool progressTh
   return e;
 }
 
+Rank connectRank(const std::string& name, Channel& parent, size_t ranks) {
+  Rank r;
+  r.engine = makeEngine(name.c_str(), "127.0.0.1");
+  Address a{};
+  if (r.engine == nullptr || pact_engine_address(r.engine, a.text, sizeof a.text) != PACT_OK ||
+      !parent.sendValue(a)) {
+    ADD_FAILURE() << name << ": no engine address: " << pact_last_error();
+    return r;
+  }
+  std::vector<pact_peer_t> peers(ranks);
+  for (size_t k = 0; k < ranks; ++k) {
+    Address other{};
+    if (!parent.recvValue(&other, kNoteWait)) {
+      ADD_FAILURE() << name << ": no address for rank " << k;
+      return r;
+    }
+    const pact_status_t st = pact_connect(r.engine, other.text, 20000, &peers[k]);
+    if (st != PACT_OK) {
+      ADD_FAILURE() << name << ": connect to rank " << k << ": " << pact_status_string(st) << ": "
+                    << pact_last_error();
+      return r;
+    }
+  }
+  r.peers = std::move(peers);
+  return r;
+}
+
 Side::~Side() {
   if (engine == nullptr) return;
   for (pact_xfer_t x : xfers) (void)pact_xfer_release(engine, x);

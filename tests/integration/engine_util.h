@@ -56,6 +56,15 @@ struct Address {
   char text[128];
 };
 
+// An all-to-all rank in a forked process: engine `name` listening on loopback, its address sent
+// to the test process, then connected to each of the `ranks` addresses the test process relays
+// back (its own included). The peer ids in rank order; empty (and a failure) when any step fails.
+struct Rank {
+  pact_engine_t engine = nullptr;
+  std::vector<pact_peer_t> peers;
+};
+Rank connectRank(const std::string& name, Channel& parent, size_t ranks);
+
 // A commit hook that checks every committed byte: the sender writes the pattern of the key's
 // request_id over the whole transfer (fillPattern with start = position in the transfer).
 struct CheckingHook {
