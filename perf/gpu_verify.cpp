@@ -21,6 +21,7 @@
 #include "cuda/driver.h"
 #include "engine/engine.h"
 #include "transport/memory.h"
+#include "transport/memory_copy.h"
 
 namespace {
 

@@ -32,7 +32,7 @@
 #include "telemetry/counters.h"
 #include "telemetry/trace.h"
 #include "transport/profile.h"
-#include "transport/memory.h"
+#include "transport/memory_copy.h"
 
 namespace pact::engine {
 

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "common/checksum.h"
-#include "transport/memory.h"
+#include "transport/memory_copy.h"
 
 namespace pact::net {
 

@@ -115,30 +115,4 @@ Status checkDmabuf(int fd, uint64_t offset, size_t size, std::string* why) {
   return Status::kOk;
 }
 
-Status copyIn(const cuda::Driver* driver, void* dst, const void* src, size_t n, ucx::MemoryType t) {
-  if (t == ucx::MemoryType::kHost) {
-    std::memcpy(dst, src, n);
-    return Status::kOk;
-  }
-  return driver != nullptr ? driver->copyToDevice(dst, src, n) : Status::kUnsupported;
-}
-
-Status readStaged(const cuda::Driver* driver, const void* src, size_t n, ucx::MemoryType t,
-                  std::span<uint8_t> staging, FunctionRef<void(const uint8_t*, size_t)> sink) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  if (t == ucx::MemoryType::kHost) {
-    sink(p, n);
-    return Status::kOk;
-  }
-  if (driver == nullptr) return Status::kUnsupported;
-  if (staging.empty()) return Status::kInvalidArgument;
-  for (size_t at = 0; at < n;) {
-    const size_t chunk = std::min(staging.size(), n - at);
-    if (Status s = driver->copyToHost(staging.data(), p + at, chunk); s != Status::kOk) return s;
-    sink(staging.data(), chunk);
-    at += chunk;
-  }
-  return Status::kOk;
-}
-
 }  // namespace pact::transport

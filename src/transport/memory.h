@@ -75,12 +75,4 @@ bool ucpListsCuda(std::string* version = nullptr);
 // file, and [offset, offset + size) lies inside it. The error names the check that failed.
 Status checkDmabuf(int fd, uint64_t offset, size_t size, std::string* why);
 
-// Copies n bytes from host memory src into dst, which is memory of type t (CUDA: driver's copy;
-// kUnsupported without a driver).
-Status copyIn(const cuda::Driver* driver, void* dst, const void* src, size_t n, ucx::MemoryType t);
-// Hands the n bytes at src (memory of type t) to sink in order: host memory directly, CUDA memory
-// through staging (at most staging.size() bytes per driver copy).
-Status readStaged(const cuda::Driver* driver, const void* src, size_t n, ucx::MemoryType t,
-                  std::span<uint8_t> staging, FunctionRef<void(const uint8_t*, size_t)> sink);
-
 }  // namespace pact::transport

@@ -19,6 +19,7 @@
 #include "cuda/driver.h"
 #include "pact_config.h"
 #include "transport/memory.h"
+#include "transport/memory_copy.h"
 #include "ucx/reg_cache.h"
 
 #if PACT_HAVE_CUDA_H
