@@ -36,6 +36,15 @@ typedef struct {
 int pact_comm_stats(void* comm, pact_comm_stats_t* out);
 typedef int (*pact_comm_stats_fn)(void* comm, pact_comm_stats_t* out);
 
+/* Every counter of the comm, by name, in the order of the comm catalog (`pact-info --counters`
+ * and docs/observability.md list and explain them; "bytes" is the payload bytes sent or
+ * received): fills names[i] and values[i] for the first min(max, count) counters and returns
+ * count, the catalog's size (call with max 0 to size the arrays), or -1 when comm is not a live
+ * pact comm. New counters are only ever added at the end. The names live as long as the plugin
+ * is loaded. */
+int pact_comm_counters(void* comm, const char** names, uint64_t* values, size_t max);
+typedef int (*pact_comm_counters_fn)(void* comm, const char** names, uint64_t* values, size_t max);
+
 /* ---- the class contract (docs/plugin.md, "The class contract") ------------------------------ */
 
 /* Why a comm failed, as pact_comm_contract reports it: the contract's own outcomes are told apart

@@ -43,6 +43,20 @@ extern "C" __attribute__((visibility("default"))) int pact_comm_stats(void* comm
   return 0;
 }
 
+extern "C" __attribute__((visibility("default"))) int pact_comm_counters(void* comm, const char** names,
+                                                                       uint64_t* values, size_t max) {
+  auto* c = static_cast<pact::net::Comm*>(comm);
+  if (c == nullptr || c->magic != pact::net::Comm::kMagic) return -1;
+  std::lock_guard lock(c->dev().mutex());
+  const pact::telemetry::CounterSet& s = c->counters();
+  const auto counters = s.catalog().counters;
+  for (size_t i = 0; i < counters.size() && i < max; ++i) {
+    if (names != nullptr) names[i] = counters[i].name;
+    if (values != nullptr) values[i] = s.get(i);
+  }
+  return static_cast<int>(counters.size());
+}
+
 namespace {
 int contractError(const pact::net::Comm& c) {
   using pact::Status;

@@ -403,6 +403,19 @@ TEST_P(Contract, DuplicatedPiecesCompleteEachMessageOnce) {
         EXPECT_EQ(inexact, 0);
         const auto s = statsOf(plugin, comm);
         EXPECT_GT(s.duplicates_filtered, 0u) << "no copy was drained";
+        // Every counter by name: the same figures, and the payload bytes received.
+        const auto counters = ext<pact_comm_counters_fn>(plugin, "pact_comm_counters");
+        const int n = counters(comm, nullptr, nullptr, 0);
+        ASSERT_GT(n, 0);
+        std::vector<const char*> names(static_cast<size_t>(n));
+        std::vector<uint64_t> values(names.size());
+        EXPECT_EQ(counters(comm, names.data(), values.data(), names.size()), n);
+        std::map<std::string, uint64_t> byName;
+        for (size_t i = 0; i < names.size(); ++i) byName[names[i]] = values[i];
+        EXPECT_EQ(byName["bytes"], uint64_t{kSize} * kMessages);
+        EXPECT_EQ(byName["messages"], s.messages);
+        EXPECT_EQ(byName["duplicates_filtered"], s.duplicates_filtered);
+        EXPECT_EQ(counters(nullptr, nullptr, nullptr, 0), -1);
         std::printf("[   INFO   ] %d messages, %llu duplicate copies drained\n", kMessages,
                     static_cast<unsigned long long>(s.duplicates_filtered));
         notifyDone(*io.peer);
