@@ -363,6 +363,67 @@ Status Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> bl
   return proto_->expect(key, blocks, deadlineUs, route, xfer);
 }
 
+Status Engine::startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
+                         uint64_t deadlineUs, std::vector<uint64_t>* ids, std::vector<std::string>* unsent,
+                         size_t* failedAt) {
+  std::lock_guard lock(mu_);
+  ids->clear();
+  unsent->assign(send.size(), std::string());
+  const auto undo = [&](Status c, size_t at) {
+    for (uint64_t id : *ids)
+      if (id != 0) (void)proto_->release(id);
+    ids->clear();
+    *failedAt = at;
+    return c;
+  };
+  for (size_t i = 0; i < recv.size(); ++i) {
+    uint64_t id = 0;
+    if (Status c = expectLocked(recv[i].key, std::span(&recv[i].block, 1), deadlineUs, "A2A", &id);
+        c != Status::kOk)
+      return undo(c, i);
+    auto p = peers_.find(recv[i].peer);
+    proto_->markGroupChunk(id, p == peers_.end() ? 0 : p->second->id);
+    ids->push_back(id);
+  }
+  for (size_t i = 0; i < send.size(); ++i) {
+    uint64_t id = 0;
+    Status c = sendLocked(send[i].peer, send[i].key, std::span(&send[i].block, 1), deadlineUs, "A2A", &id);
+    if (c == Status::kRemoteError) {  // the rank is gone; the others still get their chunks
+      (*unsent)[i] = lastError();
+    } else if (c != Status::kOk) {
+      return undo(c, recv.size() + i);
+    }
+    ids->push_back(id);
+  }
+  wake();
+  return Status::kOk;
+}
+
+Status Engine::finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results) {
+  EngineLock lock(mu_);
+  const bool done = waitFor(lock, timeoutMs, [&] {
+    for (uint64_t id : ids) {
+      const Transfer* x = id == 0 ? nullptr : proto_->find(id);
+      if (x != nullptr && !x->final()) return false;
+    }
+    return true;
+  });
+  if (!done) return Status::kTimeout;
+  results->clear();
+  for (uint64_t id : ids) {
+    const Transfer* x = id == 0 ? nullptr : proto_->find(id);
+    results->push_back(x == nullptr ? Status::kOk : x->result);
+    if (id != 0) (void)proto_->release(id);
+  }
+  return Status::kOk;
+}
+
+void Engine::releaseStep(std::span<const uint64_t> ids) {
+  std::lock_guard lock(mu_);
+  for (uint64_t id : ids)
+    if (id != 0) (void)proto_->release(id);
+}
+
 Status Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
                   uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
   std::lock_guard lock(mu_);

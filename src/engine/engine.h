@@ -126,19 +126,25 @@ class Engine final : private Link {
   std::vector<transport::LaneStats> laneStats(uint64_t peer, const std::string& cls);
   size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max);
 
-  // For Group (group.cpp): the lock and the blocking wait.
-  EngineMutex& mutex() { return mu_; }
-  // Waits with the lock held (by `lock`) until pred() or the timeout; progresses the engine itself
-  // when it has no progress thread. False on timeout.
-  bool waitFor(EngineLock& lock, int timeoutMs, FunctionRef<bool()> pred);
-  Status expectLocked(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-                    const char* trafficClass, uint64_t* xfer);
-  Status sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-                  uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
-  Status releaseLocked(uint64_t xfer) { return proto_->release(xfer); }
-  const Transfer* find(uint64_t xfer) const { return proto_->find(xfer); }
-  // A group step's receiving transfer, whose chunk comes from `source` (a pact_peer_t).
-  void markGroupChunk(uint64_t xfer, uint64_t source);
+  // ---- all-to-all steps, for Group (group.cpp); each call takes the lock once ----
+  // One chunk of a step, received from or sent to `peer` (a pact_peer_t), on the A2A class.
+  struct StepChunk {
+    uint64_t peer = 0;
+    TransferKey key;
+    BlockRef block;
+  };
+  // Expects every chunk of recv (each ends kRemoteError, PEER_LOST, as soon as its peer is lost,
+  // offered or not), then sends every chunk of send: ids in that order. A send to a peer already
+  // lost is not started: its id is 0 and unsent[i] says why. Any other failure releases what was
+  // started and returns it; *failedAt is the chunk's index (recv first, then send).
+  Status startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
+                   uint64_t deadlineUs, std::vector<uint64_t>* ids, std::vector<std::string>* unsent,
+                   size_t* failedAt);
+  // Waits until every transfer of ids is final (kTimeout, nothing released, otherwise); then
+  // fills their results (kOk for an id 0) and releases them.
+  Status finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results);
+  // Releases (aborting) what is still open of ids.
+  void releaseStep(std::span<const uint64_t> ids);
 
  private:
   struct Peer;
@@ -197,6 +203,15 @@ class Engine final : private Link {
   static ucx::AmVerdict onEagerAm(void* arg, const ucx::AmMessage& m);
   static ucx::AmVerdict onControlAm(void* arg, const ucx::AmMessage& m);
   static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
+
+  // The application's calls with the lock held (engine.cpp).
+  Status expectLocked(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                      const char* trafficClass, uint64_t* xfer);
+  Status sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                    uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
+  // Waits with the lock held (by `lock`) until pred() or the timeout; progresses the engine itself
+  // when it has no progress thread. False on timeout.
+  bool waitFor(EngineLock& lock, int timeoutMs, FunctionRef<bool()> pred);
 
   // ---- progress (engine.cpp) ----
   int progressLocked();

@@ -25,6 +25,7 @@ class Group {
   size_t ranks() const { return peers_.size(); }
   Status step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
             std::span<const BlockRef> recv, uint64_t deadlineUs);
+  // Holds no engine lock of its own: each call is one locked call of the engine's step API.
   // A rank already lost does not fail the step here: its chunk is not sent, the others are, and
   // wait() reports the loss (kRemoteError).
   // Blocks until every transfer of the step is final: kOk when all committed, else the first
@@ -32,8 +33,6 @@ class Group {
   Status wait(int timeoutMs);
 
  private:
-  void releaseAll();
-
   Engine& engine_;
   uint64_t groupId_;
   std::vector<uint64_t> peers_;

@@ -244,11 +244,6 @@ void Engine::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
   if (p->lostReason.empty() && !p->rails.active()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
 }
 
-void Engine::markGroupChunk(uint64_t xfer, uint64_t source) {
-  auto it = peers_.find(source);
-  proto_->markGroupChunk(xfer, it == peers_.end() ? 0 : it->second->id);
-}
-
 Engine::Peer* Engine::peerByToken(uint64_t token) {
   auto it = peers_.find(token);
   return it == peers_.end() || it->second->phase != Peer::Phase::kReady ? nullptr : it->second.get();
