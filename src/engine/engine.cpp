@@ -67,7 +67,8 @@ Status Engine::init() {
   pc.exactlyOnceWindow = config_.exactlyOnceWindow;
   pc.fault = params_.fault;
   pc.cudaDriver = driver_;
-  proto_ = std::make_unique<Protocol>(pc, heldLink_);
+  Link& link = *this;  // (a private base: converted here, inside the class)
+  proto_ = std::make_unique<Protocol>(pc, link);
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wakeFd_.valid()) return fail(Status::kSystemError, std::string("eventfd: ") + std::strerror(errno));
   transport::Sessions::Config sc;

@@ -42,7 +42,6 @@
 #include "common/function_ref.h"
 #include "common/scoped_fd.h"
 #include "engine/engine_mutex.h"
-#include "engine/held_link.h"
 #include "engine/protocol.h"
 #include "engine/timers.h"
 #include "engine/types.h"
@@ -164,6 +163,12 @@ class Engine final : private Link {
     transport::ChannelConfig channel;
   };
   enum class TimerKind : uint8_t { kHandshake };
+  // A UCX send held while UCX is inside its progress (holding_ below).
+  struct HeldPost {
+    enum class Kind : uint8_t { kControl, kPiece, kEager } kind;
+    ucx::Endpoint* ep;  // lives until the hold ends: nothing closes endpoints inside progress
+    ucx::Op* op;
+  };
 
   Engine(const EngineConfig& config, const Params& params);
   Status init();
@@ -196,6 +201,9 @@ class Engine final : private Link {
   void closePeerEndpoints(Peer& p);
   void postPiece(PieceOp* op, ucx::Endpoint& ep);
   void sendOn(Peer& p, const Control& m, ucx::Endpoint& ep);
+  // Starts h now, or after UCX's progress returned when called from inside it (holding_).
+  void post(const HeldPost& h);
+  void start(const HeldPost& h);
   static void onPieceSent(ucx::Op* op, ucs_status_t st);
   static void onPieceFetched(ucx::Op* op, ucs_status_t st);
   static void onControlSent(ucx::Op* op, ucs_status_t st);
@@ -299,8 +307,11 @@ class Engine final : private Link {
   Timers<TimerKind> timers_;
   TimePoint lastSessionCheck_{};
   size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
-  // The protocol's Link: this engine's, holding back what it sends from inside UCX callbacks.
-  HeldLink heldLink_{static_cast<Link&>(*this)};
+  // UCX sends asked for while UCX is inside its progress wait here and start once it returned
+  // (progressWorkers): UCX 1.13's tcp transport aborts when a send from inside its batch of socket
+  // events meets a dead peer whose event is still queued in that batch (tcp_iface.c:307).
+  bool holding_ = false;
+  std::vector<HeldPost> held_;  // keeps its capacity: no allocation per progress
   std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
   std::shared_ptr<transport::RailProber> prober_;  // rail failover: answers the peers' probes
   std::vector<wire::ProbeAddress> probes_;           // this side's rails' probe addresses

@@ -121,12 +121,15 @@ std::vector<transport::LaneStats> Engine::laneStats(uint64_t peer, const std::st
   return out;
 }
 
-// What the protocol sends from inside UCX's callbacks goes out once UCX has returned (held_link.h).
+// What the engine sends from inside UCX's callbacks starts once UCX has returned (HeldPost). A
+// send started here may lead to more (a failed piece's Cancel): they queue behind, in order.
 unsigned Engine::progressWorkers() {
   unsigned n = 0;
-  heldLink_.hold();
+  holding_ = true;
   for (Context& c : contexts_) n += c.dev->progress();
-  heldLink_.release();
+  for (size_t i = 0; i < held_.size(); ++i) start(HeldPost(held_[i]));  // (held_ may grow)
+  held_.clear();
+  holding_ = false;
   return n;
 }
 
@@ -248,7 +251,7 @@ void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const 
   header.token = p->remoteToken;
   encodePiece(header, op->header);
   lanes->dispatch(op, [this](transport::LanePiece* q, ucx::Endpoint& ep) {
-    postPiece(static_cast<PieceOp*>(q), ep);
+    post({HeldPost::Kind::kPiece, &ep, static_cast<PieceOp*>(q)});
   });
 }
 
@@ -270,8 +273,7 @@ void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<co
                    reinterpret_cast<const uint8_t*>(&p->remoteToken) + sizeof p->remoteToken);
   op->iov.clear();
   for (const Extent& b : src) op->iov.push_back({b.addr, b.length});
-  const ucs_status_t st = lanes->endpoint(0).amSendIov(kAmEager, op->bytes.data(), op->bytes.size(), op->iov, true, op);
-  if (st != UCS_INPROGRESS) onEagerSent(op, st);
+  post({HeldPost::Kind::kEager, &lanes->endpoint(0), op});
 }
 
 void Engine::onEagerSent(ucx::Op* o, ucs_status_t st) {
@@ -299,6 +301,38 @@ void Engine::fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, ui
   op->memType = ucx::ucxMemoryType(dstType, *driver_);
   const ucs_status_t st = fetchWorker_->amRecvData(descriptor, dst, n, op, op->memType);
   if (st != UCS_INPROGRESS) onPieceFetched(op, st);
+}
+
+void Engine::post(const HeldPost& h) {
+  if (holding_)
+    held_.push_back(h);
+  else
+    start(h);
+}
+
+void Engine::start(const HeldPost& h) {
+  switch (h.kind) {
+    case HeldPost::Kind::kPiece: return postPiece(static_cast<PieceOp*>(h.op), *h.ep);
+    case HeldPost::Kind::kEager: {
+      auto* op = static_cast<ControlOp*>(h.op);
+      const ucs_status_t st = h.ep->amSendIov(kAmEager, op->bytes.data(), op->bytes.size(), op->iov, true, op);
+      if (st != UCS_INPROGRESS) onEagerSent(op, st);
+      return;
+    }
+    case HeldPost::Kind::kControl: {
+      auto* op = static_cast<ControlOp*>(h.op);
+      const ucs_status_t st =
+          h.ep->amSend(kAmControl, &op->token, sizeof op->token, op->bytes.data(), op->bytes.size(), true, op);
+      if (st == UCS_INPROGRESS) return;
+      if (st != UCS_OK) {
+        auto p = peers_.find(op->peer);
+        PACT_WARN("engine %s: control message to %s failed: %s", config_.name.c_str(),
+                  p == peers_.end() ? "a closed peer" : p->second->name.c_str(), ucs_status_string(st));
+      }
+      controlOps_.give(op);
+      return;
+    }
+  }
 }
 
 void Engine::postPiece(PieceOp* op, ucx::Endpoint& ep) {
@@ -359,13 +393,9 @@ void Engine::sendOn(Peer& p, const Control& m, ucx::Endpoint& ep) {
   op->engine = this;
   op->done = &Engine::onControlSent;
   encodeInto(m, &op->bytes);
-  const ucs_status_t st = ep.amSend(kAmControl, &p.remoteToken, sizeof p.remoteToken,
-                                    op->bytes.data(), op->bytes.size(), true, op);
-  if (st == UCS_INPROGRESS) return;
-  if (st != UCS_OK)
-    PACT_WARN("engine %s: control message to %s failed: %s", config_.name.c_str(), p.name.c_str(),
-              ucs_status_string(st));
-  controlOps_.give(op);
+  op->token = p.remoteToken;
+  op->peer = p.id;
+  post({HeldPost::Kind::kControl, &ep, op});
 }
 
 // An eager offer: the header is the sender's token of the connection and the offer's frame,
