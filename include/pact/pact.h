@@ -288,7 +288,8 @@ pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const p
 pact_status_t pact_group_step(pact_group_t group, uint64_t model_epoch, uint32_t generation,
                               const pact_block_t* send, const pact_block_t* recv,
                               uint64_t deadline_us);
-/** Blocking until the step is final: PACT_OK when every chunk committed, else the first failure. */
+/** Blocking until the step is final: PACT_OK when every chunk committed, else the first failure,
+ * returned as soon as a chunk failed (the chunks still open are then aborted, not waited for). */
 pact_status_t pact_group_wait(pact_group_t group, int timeout_ms);
 void pact_group_destroy(pact_group_t group);
 

@@ -402,18 +402,23 @@ Status Engine::startStep(std::span<const StepChunk> recv, std::span<const StepCh
 
 Status Engine::finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results) {
   EngineLock lock(mu_);
+  // Done when every transfer is final, or as soon as one failed: the step has failed then, and
+  // the rest are released unjudged (kInProgress) rather than waited for to their deadlines.
   const bool done = waitFor(lock, timeoutMs, [&] {
+    bool all = true;
     for (uint64_t id : ids) {
       const Transfer* x = id == 0 ? nullptr : proto_->find(id);
-      if (x != nullptr && !x->final()) return false;
+      if (x == nullptr) continue;
+      if (x->settled && x->result != Status::kOk) return true;
+      all = all && x->final();
     }
-    return true;
+    return all;
   });
   if (!done) return Status::kTimeout;
   results->clear();
   for (uint64_t id : ids) {
     const Transfer* x = id == 0 ? nullptr : proto_->find(id);
-    results->push_back(x == nullptr ? Status::kOk : x->result);
+    results->push_back(x == nullptr ? Status::kOk : x->settled ? x->result : Status::kInProgress);
     if (id != 0) (void)proto_->release(id);
   }
   return Status::kOk;

@@ -139,8 +139,9 @@ class Engine final : private Link {
   Status startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
                    uint64_t deadlineUs, std::vector<uint64_t>* ids, std::vector<std::string>* unsent,
                    size_t* failedAt);
-  // Waits until every transfer of ids is final (kTimeout, nothing released, otherwise); then
-  // fills their results (kOk for an id 0) and releases them.
+  // Waits until every transfer of ids is final, or one failed (kTimeout, nothing released,
+  // otherwise); then fills their results (kOk for an id 0, kInProgress for one still open: it is
+  // aborted) and releases them.
   Status finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results);
   // Releases (aborting) what is still open of ids.
   void releaseStep(std::span<const uint64_t> ids);

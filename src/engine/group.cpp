@@ -43,7 +43,7 @@ Status Group::wait(int timeoutMs) {
     if (xfers_[i] == 0) {
       result = Status::kRemoteError;
       why = chunk + ": " + unsent_[i - ranks];
-    } else if (results[i] != Status::kOk) {
+    } else if (results[i] != Status::kOk && results[i] != Status::kInProgress) {
       result = results[i];
       why = chunk + ": " + statusName(results[i]);
     }

@@ -28,8 +28,9 @@ class Group {
   // Holds no engine lock of its own: each call is one locked call of the engine's step API.
   // A rank already lost does not fail the step here: its chunk is not sent, the others are, and
   // wait() reports the loss (kRemoteError).
-  // Blocks until every transfer of the step is final: kOk when all committed, else the first
-  // failure (receives first). The step's transfers are released either way.
+  // Blocks until every transfer of the step is final, or one failed: kOk when all committed, else
+  // the first failure (receives first); the transfers still open then are released (aborted)
+  // instead of waited for. The step's transfers are released either way.
   Status wait(int timeoutMs);
 
  private:
