@@ -71,7 +71,7 @@ struct Engine::ControlOp : ucx::Op {
   Engine* engine = nullptr;
   std::vector<uint8_t> bytes;
   uint64_t xfer = 0;
-  uint64_t peer = 0;  // an eager offer's
+  uint64_t peer = 0;  // the peer it goes to (its token)
   uint64_t token = 0;  // a control message's AM header: the peer's token for the connection
   std::vector<ucx::Iov> iov;
 };

@@ -72,7 +72,7 @@ Result<Context> Context::create(const std::string& netDevice, const std::string&
   // 0`): 18 of 60 runs of the abi suite's peer-death cases over tcp. So under UCX 1.13 pact sends
   // without zero-copy unless UCX_ZCOPY_THRESH says otherwise (docs/plugin.md has the price: tcp
   // bandwidth from 64 KiB to 1 MiB).
-  if (const Version v = version(); v.major == 1 && v.minor <= 13 && std::getenv("UCX_ZCOPY_THRESH") == nullptr) {
+  if (const Version v = version(); v.major == 1 && v.minor <= 13 && !envIsSet("UCX_ZCOPY_THRESH")) {
     st = ucp_config_modify(config.get(), "ZCOPY_THRESH", "inf");
     if (st != UCS_OK) return error("config_modify(ZCOPY_THRESH)", st);
   }
