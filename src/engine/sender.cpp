@@ -1,11 +1,12 @@
 // The sender's side of a transfer: offer, wait for the receiver's advertisement (its credit),
-// send the pieces, say Done (again, until the verdict comes), retry when told.
-#include <algorithm>
-#include <cstring>
+// send the pieces, say Done (again, until the verdict comes), retry when told, withdraw.
+#include "engine/sender.h"
 
-#include "common/checksum.h"
+#include <algorithm>
+#include <atomic>
+#include <random>
+
 #include "common/log.h"
-#include "engine/protocol.h"
 
 namespace pact::engine {
 
@@ -37,32 +38,81 @@ Status codeFor(Reason r) {
 
 }  // namespace
 
-Status Protocol::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
+Sender::Sender(TransferTable& table, Link& link) : table_(table), link_(link), sending_(table.pool()) {}
+
+uint64_t Sender::freshNonceBase() {
+  // Random high bits (two engines, or an engine and its restarted self, never share them in
+  // practice), a count of the process's engines in the middle, the transfer id added below.
+  static std::atomic<uint64_t> engines{0};
+  std::random_device rd;
+  const uint64_t high = (static_cast<uint64_t>(rd()) << 32 | rd()) & ~((uint64_t{1} << 48) - 1);
+  return high | (engines.fetch_add(1) & 0xffff) << 32;
+}
+
+Status Sender::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
                     uint64_t deadlineUs, size_t route, uint64_t* xfer) {
-  if (peer(to) == nullptr) return fail(Status::kNotFound, "send: unknown peer " + std::to_string(to));
+  if (table_.peer(to) == nullptr) return fail(Status::kNotFound, "send: unknown peer " + std::to_string(to));
   if (sending_.count({to, key}) != 0)
     return fail(Status::kDuplicate, "send " + keyText(key) + ": already open to this peer");
   if (std::string why = link_.reach(to, route); !why.empty())
     return fail(Status::kRefused, "send " + keyText(key) + ": " + why);
   TransferKey k = key;
-  if (fault_.active() && fault_.epochSkew != 0) {  // a peer on a skewed epoch
-    k.modelEpoch += fault_.epochSkew;
-    counters_.add(telemetry::kFaultsInjected);
-    classOf(route).addShared(telemetry::kClassFaultsInjected);
+  if (fault().active() && fault().epochSkew != 0) {  // a peer on a skewed epoch
+    k.modelEpoch += fault().epochSkew;
+    counters().add(telemetry::kFaultsInjected);
+    table_.classOf(route).addShared(telemetry::kClassFaultsInjected);
   }
-  Transfer& x = newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
+  Transfer& x = table_.newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
+  x.nonce = nonceBase_ + x.id;
   sending_[{to, k}] = x.id;
   *xfer = x.id;
-  if (eagerFits(x, *peer(to))) {
+  if (eagerFits(x, *table_.peer(to))) {
     sendEager(x);
   } else {
-    link_.sendControl(to, Offer{k, x.bytes, remainingUs(x.deadline), 0, Verify::kNone, 0, x.nonce});
+    link_.sendControl(to, Offer{k, x.bytes, table_.remainingUs(x.deadline), 0, Verify::kNone, 0, x.nonce});
   }
   return Status::kOk;
 }
 
-bool Protocol::eagerFits(const Transfer& x, const PeerView& p) const {
-  if (x.bytes > config_.routes[x.route].eager || x.blocks.size() > kMaxEagerBlocks || !p.creditKnown)
+void Sender::onCreditUpdate(uint64_t from, const CreditUpdate& m) {
+  PeerView& p = table_.view(from);
+  p.creditBudget = m.budgetBytes;
+  p.creditKnown = true;
+}
+
+// The sender's part of settling: the send is no longer open, and the credit it held in the
+// peer's view (advertised, or eager bytes in flight) goes back.
+void Sender::settled(Transfer& x) {
+  sending_.erase({x.peer, x.key});
+  PeerView* p = table_.peer(x.peer);
+  if (p != nullptr && x.creditHeld) p->creditInUse -= std::min(p->creditInUse, x.bytes);
+  if (p != nullptr) releaseEager(x, *p);
+  x.creditHeld = false;
+}
+
+void Sender::releaseEager(Transfer& x, PeerView& p) {
+  if (!x.eagerHeld) return;
+  p.eagerInFlight -= std::min(p.eagerInFlight, x.bytes);
+  x.eagerHeld = false;
+}
+
+void Sender::railOut(Transfer& x) {
+  if (!x.eager && x.state == State::kAllocated) {
+    link_.sendControl(x.peer, Offer{x.key, x.bytes, table_.remainingUs(x.deadline), kOfferRepeat,
+                                    Verify::kNone, 0, x.nonce});
+  }
+}
+
+void Sender::resendDue(Transfer& x) {
+  if (x.eager && x.state == State::kAllocated) {
+    repeatOffer(x);  // no verdict and no advertisement for the eager offer yet
+  } else if (x.piecesPosted && x.pendingOps == 0) {
+    sendDone(x);  // the receiver's verdict did not come: say Done again
+  }
+}
+
+bool Sender::eagerFits(const Transfer& x, const PeerView& p) const {
+  if (x.bytes > config().routes[x.route].eager || x.blocks.size() > kMaxEagerBlocks || !p.creditKnown)
     return false;
   // Within what the receiver granted this sender: eager bytes are in flight unasked.
   const uint64_t inUse = p.creditInUse + p.eagerInFlight;
@@ -75,58 +125,58 @@ bool Protocol::eagerFits(const Transfer& x, const PeerView& p) const {
 // The offer, the bytes and their checksum in one message: the receiver commits on it (so, as
 // after a Done, a release can no longer withdraw the transfer), or advertises and the bytes come
 // again as pieces.
-void Protocol::sendEager(Transfer& x) {
-  Offer m{x.key, x.bytes, remainingUs(x.deadline), kOfferEager, x.verify, 0, x.nonce};
+void Sender::sendEager(Transfer& x) {
+  Offer m{x.key, x.bytes, table_.remainingUs(x.deadline), kOfferEager, x.verify, 0, x.nonce};
   if (!senderChecksum(x, &m.checksum)) return;
   x.eager = true;
   x.eagerHeld = true;
-  peer(x.peer)->eagerInFlight += x.bytes;
+  table_.peer(x.peer)->eagerInFlight += x.bytes;
   x.doneSent = true;
   x.doneSentAt = now();
   // Faults as for a piece: not delivered (the repeated offer recovers it), or delivered twice.
-  const int copies = inject(fault_.drop, x.route) ? 0 : inject(fault_.dup, x.route) ? 2 : 1;
+  const int copies = inject(fault().drop, x.route) ? 0 : inject(fault().dup, x.route) ? 2 : 1;
   for (int c = 0; c < copies; ++c) {
     ++x.pendingOps;
-    counters_.add(telemetry::kBytesSent, x.bytes);
+    counters().add(telemetry::kBytesSent, x.bytes);
     link_.sendEager(x.peer, x.route, m, x.blocks, x.id);
   }
   armResend(x);
 }
 
-void Protocol::repeatOffer(Transfer& x) {
-  if (peer(x.peer) == nullptr) return;
+void Sender::repeatOffer(Transfer& x) {
+  if (table_.peer(x.peer) == nullptr) return;
   // On the eager offer's lane, behind it: a Cancel never overtakes the bytes it withdraws.
   const int lane = static_cast<int>(x.route);
   if (x.userReleased) {
     link_.sendControl(x.peer, Cancel{x.key, true, x.nonce}, lane);
   } else {
-    link_.sendControl(x.peer, Offer{x.key, x.bytes, remainingUs(x.deadline),
+    link_.sendControl(x.peer, Offer{x.key, x.bytes, table_.remainingUs(x.deadline),
                                     static_cast<uint8_t>(kOfferEager | kOfferRepeat), Verify::kNone, 0, x.nonce}, lane);
   }
   armResend(x);
 }
 
-void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
+void Sender::onAdvertise(uint64_t from, const Advertise& m) {
   auto it = sending_.find({from, m.key});
   if (it == sending_.end()) return;  // aborted here already; the receiver's deadline ends it
-  Transfer& x = *xfers_.at(it->second);
+  Transfer& x = table_.at(it->second);
   if (!x.live() || x.state != State::kAllocated) return;
   uint64_t total = 0;
   for (const Block& b : m.blocks) total += b.length;
   if (total != x.bytes) {
-    PACT_WARN("engine %s: %s advertised %lu bytes, sending %lu", config_.name.c_str(),
+    PACT_WARN("engine %s: %s advertised %lu bytes, sending %lu", config().name.c_str(),
               keyText(x.key).c_str(), static_cast<unsigned long>(total),
               static_cast<unsigned long>(x.bytes));
-    settle(x, Event::kFatalError, Status::kInvalidArgument);
+    table_.settle(x, Event::kFatalError, Status::kInvalidArgument);
     return;
   }
   if (x.userReleased) {  // an eager transfer released since: the receiver has not committed it
     link_.sendControl(from, Cancel{x.key, false, x.nonce});
-    settle(x, Event::kFatalError, Status::kCanceled);
+    table_.settle(x, Event::kFatalError, Status::kCanceled);
     return;
   }
   for (const Block& b : m.blocks) x.remoteBlocks.push_back(b.length);
-  if (PeerView* p = peer(from)) {
+  if (PeerView* p = table_.peer(from)) {
     releaseEager(x, *p);  // answered: advertised
     p->creditInUse += x.bytes;
     x.creditHeld = true;
@@ -136,10 +186,10 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
   // pieces' Done leaves.
   x.doneSent = false;
   if (m.deadlineUs != 0) {
-    advanceDeadline(x, now() + std::chrono::microseconds(m.deadlineUs));
+    table_.advanceDeadline(x, now() + std::chrono::microseconds(m.deadlineUs));
   }
-  step(x, Event::kAdvertise);
-  step(x, Event::kPost);
+  table_.step(x, Event::kAdvertise);
+  table_.step(x, Event::kPost);
   postPieces(x);
 }
 
@@ -147,14 +197,14 @@ void Protocol::onAdvertise(uint64_t from, const Advertise& m) {
 // chunk (the stripe unit, as for the plugin's unordered channels; an ordered class sends each block
 // as one piece of at most kMaxOrderedPiece), and gives them to the link (the class's lanes: one
 // lane in order, several steered).
-void Protocol::postPieces(Transfer& x) {
-  if (peer(x.peer) == nullptr) {
-    settle(x, Event::kFatalError, Status::kRemoteError);
+void Sender::postPieces(Transfer& x) {
+  if (table_.peer(x.peer) == nullptr) {
+    table_.settle(x, Event::kFatalError, Status::kRemoteError);
     return;
   }
-  step(x, Event::kSend);
+  table_.step(x, Event::kSend);
   x.piecesPosted = true;
-  const Profile& profile = config_.routes[x.route];
+  const Profile& profile = config().routes[x.route];
   const uint64_t chunk = profile.order == Order::kUnordered ? profile.chunk : kMaxOrderedPiece;
   size_t src = 0, dst = 0;
   uint64_t srcOff = 0, dstOff = 0;
@@ -165,12 +215,12 @@ void Protocol::postPieces(Transfer& x) {
     const uint64_t n = std::min({x.blocks[src].length - srcOff, x.remoteBlocks[dst] - dstOff, chunk});
     // Faults: a piece not delivered, delivered twice, or held for ever (the attempt then stalls:
     // its Done never goes, and only the deadline ends the transfer).
-    const bool held = inject(fault_.stall, x.route);
+    const bool held = inject(fault().stall, x.route);
     x.stalled = x.stalled || held;
-    const int copies = held || inject(fault_.drop, x.route) ? 0 : inject(fault_.dup, x.route) ? 2 : 1;
+    const int copies = held || inject(fault().drop, x.route) ? 0 : inject(fault().dup, x.route) ? 2 : 1;
     for (int c = 0; c < copies; ++c) {
       ++x.pendingOps;
-      counters_.add(telemetry::kBytesSent, n);
+      counters().add(telemetry::kBytesSent, n);
       link_.sendPiece(x.peer, x.route,
                       PieceHeader{0, x.key, x.attempt, static_cast<uint32_t>(dst), dstOff},
                       x.blocks[src].addr + srcOff, n, id, x.blocks[src].type);
@@ -183,55 +233,43 @@ void Protocol::postPieces(Transfer& x) {
   pieceSent(id, true);  // drops the posting hold
 }
 
-void Protocol::pieceSent(uint64_t xferId, bool ok) {
-  auto it = xfers_.find(xferId);
-  if (it == xfers_.end()) return;
-  Transfer& x = *it->second;
+void Sender::pieceSent(uint64_t xferId, bool ok) {
+  Transfer* found = table_.find(xferId);
+  if (found == nullptr) return;
+  Transfer& x = *found;
   if (!ok && x.live()) {
-    PACT_INFO("engine %s: %s piece send failed", config_.name.c_str(), keyText(x.key).c_str());
-    settle(x, Event::kFatalError, Status::kRemoteError);
+    PACT_INFO("engine %s: %s piece send failed", config().name.c_str(), keyText(x.key).c_str());
+    table_.settle(x, Event::kFatalError, Status::kRemoteError);
   }
-  opDone(xferId);  // may free x
-  it = xfers_.find(xferId);
-  if (it == xfers_.end()) return;
-  Transfer& y = *it->second;
+  table_.opDone(xferId);  // may free x
+  found = table_.find(xferId);
+  if (found == nullptr) return;
+  Transfer& y = *found;
   if (y.live() && y.pendingOps == 0 && y.state == State::kInFlight) sendDone(y);
 }
 
-void Protocol::pieceResent(uint64_t xferId, uint64_t length) {
-  auto it = xfers_.find(xferId);
-  if (it == xfers_.end()) return;
-  ++it->second->pendingOps;
-  counters_.add(telemetry::kEngineRailResentPieces);
-  counters_.add(telemetry::kEngineRailResentBytes, length);
+void Sender::pieceResent(uint64_t xferId, uint64_t length) {
+  Transfer* x = table_.find(xferId);
+  if (x == nullptr) return;
+  ++x->pendingOps;
+  counters().add(telemetry::kEngineRailResentPieces);
+  counters().add(telemetry::kEngineRailResentBytes, length);
 }
 
-Result<uint64_t> Protocol::digestBlocks(const Transfer& x) {
-  Digest digest(x.verify);
-  for (const Extent& b : x.blocks) {
-    if (b.type != MemoryType::kHost && staging_.empty()) staging_.resize(kVerifyStagingBytes);
-    Status s = transport::readStaged(config_.cudaDriver, b.addr, b.length, b.type, staging_,
-                                     [&](const uint8_t* p, size_t n) { digest.update(p, n); });
-    if (s != Status::kOk)
-      return Error{s, "reading a GPU block for its checksum through the CUDA driver failed"};
-  }
-  return digest.value();
-}
-
-bool Protocol::senderChecksum(Transfer& x, uint64_t* out) {
+bool Sender::senderChecksum(Transfer& x, uint64_t* out) {
   if (x.verify == Verify::kNone) return true;
-  auto digest = digestBlocks(x);
+  auto digest = table_.digest(x);
   if (!digest.ok()) {
-    settle(x, Event::kFatalError, digest.status());
+    table_.settle(x, Event::kFatalError, digest.status());
     return false;
   }
   *out = *digest;
   return true;
 }
 
-void Protocol::sendDone(Transfer& x) {
-  if (peer(x.peer) == nullptr || x.stalled) return;
-  const bool lost = inject(fault_.loseRemoteDone, x.route);
+void Sender::sendDone(Transfer& x) {
+  if (table_.peer(x.peer) == nullptr || x.stalled) return;
+  const bool lost = inject(fault().loseRemoteDone, x.route);
   Done d{x.key, x.attempt, x.bytes, x.verify, 0, x.nonce};
   if (!senderChecksum(x, &d.checksum)) return;
   // On the class's first lane, behind the pieces it carried (the others may still be landing:
@@ -244,56 +282,56 @@ void Protocol::sendDone(Transfer& x) {
 
 // The verdict may be lost: say Done (or the eager offer) again after a while (the receiver
 // answers either for a committed transfer with its verdict again).
-void Protocol::armResend(Transfer& x) {
+void Sender::armResend(Transfer& x) {
   auto again = std::chrono::milliseconds(200);
   if (x.deadline != TimePoint::max())
     again = std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(x.deadline - now()) / 4,
                        std::chrono::milliseconds(5), again);
-  timers_.cancel(x.resendDoneAt, x.id, TimerKind::kResendDone);
+  table_.cancelTimer(x.resendDoneAt, x.id, TimerKind::kResendDone);
   x.resendDoneAt = now() + again;
-  addTimer(x.resendDoneAt, x.id, TimerKind::kResendDone, x.attempt);
+  table_.addTimer(x.resendDoneAt, x.id, TimerKind::kResendDone, x.attempt);
 }
 
-void Protocol::onVerdict(uint64_t from, const Verdict& m) {
+void Sender::onVerdict(uint64_t from, const Verdict& m) {
   auto it = sending_.find({from, m.key});
   if (it == sending_.end()) return;
-  Transfer& x = *xfers_.at(it->second);
+  Transfer& x = table_.at(it->second);
   // A verdict about another send of the key (an earlier one's, late) is not this send's.
   if (!x.live() || m.nonce != x.nonce) return;
   switch (m.outcome) {
     case Outcome::kCommitted:
       // This send committed (perhaps on an earlier Done, or on the eager offer, whose verdict
       // was lost): the state walks to COMMITTED from wherever it stands.
-      if (x.state == State::kAllocated) step(x, Event::kEager);  // committed on the eager offer
-      if (x.state == State::kAdvertised) step(x, Event::kPost);
-      if (x.state == State::kRetrying) step(x, Event::kRetry);
-      if (x.state == State::kPosted) step(x, Event::kSend);
-      if (x.state == State::kInFlight) step(x, Event::kRemoteDone);
-      if (x.state == State::kRemoteDone) step(x, Event::kVerified);
-      settle(x, Event::kCommit, Status::kOk);
+      if (x.state == State::kAllocated) table_.step(x, Event::kEager);  // committed on the eager offer
+      if (x.state == State::kAdvertised) table_.step(x, Event::kPost);
+      if (x.state == State::kRetrying) table_.step(x, Event::kRetry);
+      if (x.state == State::kPosted) table_.step(x, Event::kSend);
+      if (x.state == State::kInFlight) table_.step(x, Event::kRemoteDone);
+      if (x.state == State::kRemoteDone) table_.step(x, Event::kVerified);
+      table_.settle(x, Event::kCommit, Status::kOk);
       return;
     case Outcome::kRetry:
       if (x.state != State::kInFlight || x.pendingOps != 0) return;
-      step(x, Event::kRetryableError);
-      step(x, Event::kRetry);
+      table_.step(x, Event::kRetryableError);
+      table_.step(x, Event::kRetry);
       x.attempt = m.attempt;
       x.doneSent = false;
       ++x.retries;
-      counters_.add(telemetry::kRetried);
-      classOf(x.route).addShared(telemetry::kClassRetransmits);
+      counters().add(telemetry::kRetried);
+      table_.classOf(x.route).addShared(telemetry::kClassRetransmits);
       postPieces(x);
       return;
     case Outcome::kAborted: {
       const Event e = m.reason == Reason::kEpochMismatch ? Event::kEpochMismatch
                       : m.reason == Reason::kDeadline    ? Event::kDeadline
                                                          : Event::kFatalError;
-      settle(x, e, codeFor(m.reason));
+      table_.settle(x, e, codeFor(m.reason));
       return;
     }
   }
 }
 
-void Protocol::senderWithdraw(Transfer& x, Status result, bool waitVerdict) {
+void Sender::withdraw(Transfer& x, Status result, bool waitVerdict) {
   if (!x.live()) return;
   if (x.doneSent) {
     // The receiver may commit on that Done: only its verdict (or the deadline, or the peer's
@@ -301,23 +339,23 @@ void Protocol::senderWithdraw(Transfer& x, Status result, bool waitVerdict) {
     // not answered may also wait there for its expect or credit: a Cancel asks it to answer
     // (committed, or canceled now), and is repeated until it does.
     if (!waitVerdict) {
-      settle(x, Event::kFatalError, result);
-    } else if (x.eager && x.state == State::kAllocated && peer(x.peer) != nullptr) {
+      table_.settle(x, Event::kFatalError, result);
+    } else if (x.eager && x.state == State::kAllocated && table_.peer(x.peer) != nullptr) {
       link_.sendControl(x.peer, Cancel{x.key, true, x.nonce}, static_cast<int>(x.route));
     }
     return;
   }
   // A release, or (no verdict awaited) the engine's destroy: the receiver tells them apart.
-  if (peer(x.peer) != nullptr) link_.sendControl(x.peer, Cancel{x.key, false, x.nonce, !waitVerdict});
-  settle(x, Event::kFatalError, result);
+  if (table_.peer(x.peer) != nullptr) link_.sendControl(x.peer, Cancel{x.key, false, x.nonce, !waitVerdict});
+  table_.settle(x, Event::kFatalError, result);
 }
 
-void Protocol::onEpochChange(uint64_t from, const EpochChange& m) {
-  forEachLive(
+void Sender::onEpochChange(uint64_t from, const EpochChange& m) {
+  table_.forEachLive(
       [&](const Transfer& x) {
         return x.role == Role::kSender && x.peer == from && x.key.modelEpoch != m.newEpoch;
       },
-      [&](Transfer& x) { settle(x, Event::kEpochMismatch, Status::kEpochMismatch); });
+      [&](Transfer& x) { table_.settle(x, Event::kEpochMismatch, Status::kEpochMismatch); });
 }
 
 }  // namespace pact::engine

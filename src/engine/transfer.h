@@ -1,6 +1,6 @@
-// One transfer as the engine keeps it, on either side. Plain data; the engine (engine.h) owns
-// every Transfer and changes its state only through Engine::step(), which consults the one
-// transition table (state.h) and records the event in the trace.
+// One transfer as the engine keeps it, on either side. Plain data; the protocol's transfer table
+// (transfer_table.h) owns every Transfer and changes its state only through TransferTable::step(),
+// which consults the one transition table (state.h) and records the event in the trace.
 #pragma once
 
 #include <algorithm>
