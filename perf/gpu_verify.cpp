@@ -40,12 +40,12 @@ std::unique_ptr<engine::Engine> makeEngine(const char* name, const Params& p, bo
   c.name = name;
   if (listen) c.listenIp = "127.0.0.1";
   c.progressThread = true;
-  std::unique_ptr<engine::Engine> e;
-  if (engine::Engine::create(c, p, &e) != Status::kOk) {
-    std::fprintf(stderr, "pact-gpu-verify: engine: %s\n", engine::lastError().c_str());
+  auto e = engine::Engine::create(c, p);
+  if (!e) {
+    std::fprintf(stderr, "pact-gpu-verify: engine: %s\n", e.error().message.c_str());
     return nullptr;
   }
-  return e;
+  return std::move(e).value();
 }
 
 // GB/s of `count` verified transfers of `size` bytes from src into dst (both registered).
@@ -55,17 +55,19 @@ double endToEnd(engine::Engine& rx, engine::Engine& tx, uint64_t peer, engine::R
   for (int i = 0; i < count; ++i) {
     const TransferKey key{++*request, 1, 0, 0};
     const engine::BlockRef to{dst, 0, size}, from{src, 0, size};
-    uint64_t r = 0, t = 0;
     engine::XferInfo a, b;
-    if (rx.expect(key, std::span(&to, 1), 0, "KV", &r) != Status::kOk ||
-        tx.send(peer, key, std::span(&from, 1), 0, "KV", &t) != Status::kOk ||
-        rx.wait(r, 30000, &a) != Status::kOk || tx.wait(t, 30000, &b) != Status::kOk ||
-        a.result != Status::kOk) {
-      std::fprintf(stderr, "pact-gpu-verify: transfer failed: %s\n", engine::lastError().c_str());
+    auto r = rx.expect(key, std::span(&to, 1), 0, "KV");
+    auto t = r ? tx.send(peer, key, std::span(&from, 1), 0, "KV") : Result<uint64_t>(r.error());
+    Result<void> done = t ? rx.wait(*r, 30000, &a) : Result<void>(t.error());
+    if (done) done = tx.wait(*t, 30000, &b);
+    if (done && a.result != Status::kOk) done = Error{a.result, "the receiver's result"};
+    if (!done) {
+      std::fprintf(stderr, "pact-gpu-verify: transfer failed: %s (%s)\n", done.error().message.c_str(),
+                   statusName(done.status()));
       return 0;
     }
-    ignore(rx.release(r));
-    ignore(tx.release(t));
+    rx.release(*r).ignore();
+    tx.release(*t).ignore();
   }
   return static_cast<double>(size) * count / seconds(t0, Clock::now()) / 1e9;
 }
@@ -133,17 +135,24 @@ int main(int argc, char** argv) {
   auto rx = makeEngine("rx", *p2, true);
   auto tx = makeEngine("tx", *p2, false);
   if (!rx || !tx) return 1;
-  std::string address;
-  uint64_t peer = 0;
-  if (rx->address(&address) != Status::kOk || tx->connect(address, 10000, &peer) != Status::kOk) return 1;
-  engine::Registration *hs = nullptr, *hd = nullptr, *gs = nullptr, *gd = nullptr;
-  if (tx->registerMemory({hostA.data(), size}, &hs) != Status::kOk ||
-      rx->registerMemory({hostB.data(), size}, &hd) != Status::kOk ||
-      tx->registerMemory({*gpuA, size, ucx::MemoryType::kCuda}, &gs) != Status::kOk ||
-      rx->registerMemory({*gpuB, size, ucx::MemoryType::kCuda}, &gd) != Status::kOk) {
-    std::fprintf(stderr, "pact-gpu-verify: register: %s\n", engine::lastError().c_str());
+  auto address = rx->address();
+  auto connected = address ? tx->connect(*address, 10000) : Result<uint64_t>(address.error());
+  if (!connected) {
+    std::fprintf(stderr, "pact-gpu-verify: connect: %s\n", connected.error().message.c_str());
     return 1;
   }
+  const uint64_t peer = *connected;
+  auto hsr = tx->registerMemory({hostA.data(), size});
+  auto hdr = rx->registerMemory({hostB.data(), size});
+  auto gsr = tx->registerMemory({*gpuA, size, ucx::MemoryType::kCuda});
+  auto gdr = rx->registerMemory({*gpuB, size, ucx::MemoryType::kCuda});
+  for (const auto* r : {&hsr, &hdr, &gsr, &gdr}) {
+    if (!*r) {
+      std::fprintf(stderr, "pact-gpu-verify: register: %s\n", r->error().message.c_str());
+      return 1;
+    }
+  }
+  engine::Registration *hs = *hsr, *hd = *hdr, *gs = *gsr, *gd = *gdr;
   uint64_t request = 0;
   (void)endToEnd(*rx, *tx, peer, hs, hd, size, 2, &request);  // warm-up: wireup, first rendezvous
   std::vector<double> hostE2e, gpuE2e;
@@ -157,10 +166,10 @@ int main(int argc, char** argv) {
               "e2e_gpu_gbs=%.2f e2e_ratio=%.2f\n",
               median(hostDigest), median(stagedDigest), median(stagedDigest) / median(hostDigest),
               median(hostE2e), median(gpuE2e), median(gpuE2e) / median(hostE2e));
-  ignore(rx->deregister(hd));
-  ignore(rx->deregister(gd));
-  ignore(tx->deregister(hs));
-  ignore(tx->deregister(gs));
+  rx->deregister(hd).ignore();
+  rx->deregister(gd).ignore();
+  tx->deregister(hs).ignore();
+  tx->deregister(gs).ignore();
   rx.reset();
   tx.reset();
   ignore(d.release(*gpuA));

@@ -289,7 +289,11 @@ pact_status_t pact_group_step(pact_group_t group, uint64_t model_epoch, uint32_t
                               const pact_block_t* send, const pact_block_t* recv,
                               uint64_t deadline_us);
 /** Blocking until the step is final: PACT_OK when every chunk committed, else the first failure,
- * returned as soon as a chunk failed (the chunks still open are then aborted, not waited for). */
+ * returned as soon as a chunk failed (the chunks still open are then aborted, not waited for to
+ * their deadlines). Either way the step's send and recv blocks are free when it returns: an
+ * aborted chunk whose receive was already landing is waited for, within timeout_ms
+ * (PACT_ERR_BUSY if an operation still touches a block then; PACT_ERR_TIMED_OUT if the step is
+ * not final, in which case it may be waited for again). */
 pact_status_t pact_group_wait(pact_group_t group, int timeout_ms);
 void pact_group_destroy(pact_group_t group);
 

@@ -68,9 +68,25 @@ pact_status_t st(Status s) {
   return PACT_ERR_INTERNAL;
 }
 
-pact_status_t bad(const char* what) {
-  return st(pact::engine::fail(Status::kInvalidArgument, std::string(what)));
+// The message of this thread's last failing call (pact_last_error): the one thread-local error of
+// pact. Inside the library an error travels in its Result.
+thread_local std::string tlsError;
+
+pact_status_t fail(Status s, std::string message) {
+  tlsError = std::move(message);
+  return st(s);
 }
+pact_status_t fail(const pact::Error& e) { return fail(e.status, e.message); }
+pact_status_t st(const pact::Result<void>& r) { return r ? PACT_OK : fail(r.error()); }
+// r's value into *out, or r's error kept for pact_last_error().
+template <typename T, typename U>
+pact_status_t take(pact::Result<T>&& r, U* out) {
+  if (!r) return fail(r.error());
+  *out = std::move(r).value();
+  return PACT_OK;
+}
+
+pact_status_t bad(const char* what) { return fail(Status::kInvalidArgument, what); }
 
 // Runs f, turning any exception (a bug or std::bad_alloc) into a status.
 template <typename F>
@@ -78,11 +94,11 @@ pact_status_t guarded(F&& f) noexcept {
   try {
     return f();
   } catch (const std::bad_alloc&) {
-    return st(pact::engine::fail(Status::kNoMemory, "out of memory"));
+    return fail(Status::kNoMemory, "out of memory");
   } catch (const std::exception& e) {
-    return st(pact::engine::fail(Status::kInternal, std::string("internal error: ") + e.what()));
+    return fail(Status::kInternal, std::string("internal error: ") + e.what());
   } catch (...) {
-    return st(pact::engine::fail(Status::kInternal, "internal error"));
+    return fail(Status::kInternal, "internal error");
   }
 }
 
@@ -142,7 +158,7 @@ const char* pact_status_string(pact_status_t status) {
   return "PACT_ERR_UNKNOWN";
 }
 
-const char* pact_last_error(void) { return pact::engine::lastError().c_str(); }
+const char* pact_last_error(void) { return tlsError.c_str(); }
 
 void pact_engine_config_init(pact_engine_config_t* config) {
   if (config == nullptr) return;
@@ -165,10 +181,10 @@ pact_status_t pact_engine_create(const pact_engine_config_t* config, pact_engine
     c.progressThread = config->progress_thread != 0;
     // The PACT_* configuration is read once per process, here at the C API's edge.
     static const pact::Result<pact::Params> params = pact::Params::fromProcessEnv();
-    if (!params.ok()) return st(pact::engine::fail(Status::kInvalidArgument, params.error().message));
+    if (!params.ok()) return fail(Status::kInvalidArgument, params.error().message);
     pact::telemetry::startExporter({params->metrics_port, params->metrics_file, params->metrics_interval, params->metrics_per_comm != 0});
     auto handle = std::make_unique<pact_engine>();
-    if (Status code = Engine::create(c, *params, &handle->engine); code != Status::kOk) return st(code);
+    if (pact_status_t s = take(Engine::create(c, *params), &handle->engine); s != PACT_OK) return s;
     *engine = handle.release();
     return PACT_OK;
   });
@@ -186,7 +202,7 @@ pact_status_t pact_engine_address(pact_engine_t engine, char* buffer, size_t len
   return guarded([&] {
     if (engine == nullptr || buffer == nullptr) return bad("engine_address: NULL argument");
     std::string a;
-    if (Status c = engine->engine->address(&a); c != Status::kOk) return st(c);
+    if (pact_status_t s = take(engine->engine->address(), &a); s != PACT_OK) return s;
     if (a.size() + 1 > length) return bad("engine_address: buffer too small");
     std::memcpy(buffer, a.c_str(), a.size() + 1);
     return PACT_OK;
@@ -196,7 +212,8 @@ pact_status_t pact_engine_address(pact_engine_t engine, char* buffer, size_t len
 pact_status_t pact_progress(pact_engine_t engine, int timeout_ms) {
   return guarded([&] {
     if (engine == nullptr) return bad("progress: NULL engine");
-    return st(engine->engine->progress(timeout_ms));
+    engine->engine->progress(timeout_ms);
+    return PACT_OK;
   });
 }
 
@@ -204,7 +221,7 @@ pact_status_t pact_connect(pact_engine_t engine, const char* address, int timeou
                            pact_peer_t* peer) {
   return guarded([&] {
     if (engine == nullptr || address == nullptr || peer == nullptr) return bad("connect: NULL argument");
-    return st(engine->engine->connect(address, timeout_ms, peer));
+    return take(engine->engine->connect(address, timeout_ms), peer);
   });
 }
 
@@ -212,7 +229,7 @@ pact_status_t pact_peer_wait(pact_engine_t engine, const char* name, int timeout
                              pact_peer_t* peer) {
   return guarded([&] {
     if (engine == nullptr || name == nullptr || peer == nullptr) return bad("peer_wait: NULL argument");
-    return st(engine->engine->waitPeer(name, timeout_ms, peer));
+    return take(engine->engine->waitPeer(name, timeout_ms), peer);
   });
 }
 
@@ -221,7 +238,11 @@ pact_status_t pact_peer_credit(pact_engine_t engine, pact_peer_t peer, uint64_t*
   return guarded([&] {
     if (engine == nullptr || budget == nullptr || in_use == nullptr)
       return bad("peer_credit: NULL argument");
-    return st(engine->engine->peerCredit(peer, budget, in_use));
+    pact::engine::CreditView v;
+    if (pact_status_t s = take(engine->engine->peerCredit(peer), &v); s != PACT_OK) return s;
+    *budget = v.budget;
+    *in_use = v.inUse;
+    return PACT_OK;
   });
 }
 
@@ -257,7 +278,7 @@ pact_status_t pact_mem_register_ex(pact_engine_t engine, const pact_mem_desc_t* 
     spec.dmabufFd = desc->dmabuf_fd;
     spec.dmabufOffset = desc->dmabuf_offset;
     Registration* r = nullptr;
-    if (Status c = engine->engine->registerMemory(spec, &r); c != Status::kOk) return st(c);
+    if (pact_status_t s = take(engine->engine->registerMemory(spec), &r); s != PACT_OK) return s;
     *mr = reinterpret_cast<pact_mr_t>(r);
     return PACT_OK;
   });
@@ -315,8 +336,8 @@ pact_status_t pact_expect(pact_engine_t engine, const pact_key_t* key, const pac
   return guarded([&] {
     if (engine == nullptr || key == nullptr || blocks == nullptr || xfer == nullptr)
       return bad("expect: NULL argument");
-    return st(engine->engine->expect(toKey(*key), toBlocks(blocks, count), deadline_us,
-                                     traffic_class, xfer));
+    return take(engine->engine->expect(toKey(*key), toBlocks(blocks, count), deadline_us, traffic_class),
+                xfer);
   });
 }
 
@@ -326,8 +347,9 @@ pact_status_t pact_send(pact_engine_t engine, pact_peer_t peer, const pact_key_t
   return guarded([&] {
     if (engine == nullptr || key == nullptr || blocks == nullptr || xfer == nullptr)
       return bad("send: NULL argument");
-    return st(engine->engine->send(peer, toKey(*key), toBlocks(blocks, count), deadline_us,
-                                   traffic_class, xfer));
+    return take(engine->engine->send(peer, toKey(*key), toBlocks(blocks, count), deadline_us,
+                                     traffic_class),
+                xfer);
   });
 }
 
@@ -335,7 +357,7 @@ pact_status_t pact_xfer_query(pact_engine_t engine, pact_xfer_t xfer, pact_xfer_
   return guarded([&] {
     if (engine == nullptr || info == nullptr) return bad("xfer_query: NULL argument");
     pact::engine::XferInfo i;
-    if (Status c = engine->engine->query(xfer, &i); c != Status::kOk) return st(c);
+    if (pact_status_t s = take(engine->engine->query(xfer), &i); s != PACT_OK) return s;
     toInfo(i, info);
     return PACT_OK;
   });
@@ -346,16 +368,18 @@ pact_status_t pact_xfer_wait(pact_engine_t engine, pact_xfer_t xfer, int timeout
   return guarded([&] {
     if (engine == nullptr) return bad("xfer_wait: NULL engine");
     pact::engine::XferInfo i;
-    Status c = engine->engine->wait(xfer, timeout_ms, &i);
-    if (info != nullptr && c != Status::kNotFound) toInfo(i, info);
-    return st(c);
+    auto r = engine->engine->wait(xfer, timeout_ms, &i);
+    if (info != nullptr && r.status() != Status::kNotFound) toInfo(i, info);
+    return st(r);
   });
 }
 
 pact_status_t pact_xfer_release(pact_engine_t engine, pact_xfer_t xfer) {
   return guarded([&] {
     if (engine == nullptr) return bad("xfer_release: NULL engine");
-    return st(engine->engine->release(xfer));
+    auto gone = engine->engine->release(xfer);
+    if (!gone) return fail(gone.error());
+    return *gone ? PACT_OK : PACT_IN_PROGRESS;
   });
 }
 
@@ -366,9 +390,8 @@ pact_status_t pact_group_create(pact_engine_t engine, uint64_t group_id, const p
     if (ranks == 0 || my_rank >= ranks) return bad("group_create: my_rank outside 0..ranks-1");
     if (ranks > (1ull << 31)) return bad("group_create: too many ranks");
     for (size_t r = 0; r < ranks; ++r) {
-      if (Status c = engine->engine->checkPeer(peers[r]); c != Status::kOk)
-        return st(pact::engine::fail(c, "group_create: peers[" + std::to_string(r) + "]: " +
-                                            pact::engine::lastError()));
+      if (auto ready = engine->engine->checkPeer(peers[r]); !ready)
+        return fail(ready.status(), "group_create: peers[" + std::to_string(r) + "]: " + ready.error().message);
     }
     auto g = std::make_unique<pact_group>();
     g->engine = engine->engine.get();

@@ -1,7 +1,8 @@
 // Status and Result: the error model of pact's core (see STYLE.md 3.4).
 // One error model for both faces: Status 0 is success, 1 "in progress", negative values are
 // errors; the C edges map it (plugin/nccl to ncclResult_t, src/api to pact_status_t). Result<T> carries a value or an
-// Error (status + message naming what was wrong). Both are [[nodiscard]].
+// Error (status + message naming what was wrong); Result<void> only the Error. Both are
+// [[nodiscard]].
 #pragma once
 
 #include <cstdint>
@@ -71,6 +72,25 @@ class [[nodiscard]] Result {
 
  private:
   std::variant<T, Error> v_;
+};
+
+// A call with nothing to return: success, or the Error naming what was wrong.
+template <>
+class [[nodiscard]] Result<void> {
+ public:
+  Result() = default;
+  Result(Error e) : error_(std::move(e)), failed_(true) {}  // NOLINT: implicit by design
+  Result(Status s, std::string msg) : error_{s, std::move(msg)}, failed_(true) {}
+
+  bool ok() const { return !failed_; }
+  explicit operator bool() const { return ok(); }
+  const Error& error() const { return error_; }
+  Status status() const { return ok() ? Status::kOk : error_.status; }
+  void ignore() const {}
+
+ private:
+  Error error_;
+  bool failed_ = false;
 };
 
 }  // namespace pact

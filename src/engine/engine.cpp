@@ -22,39 +22,26 @@
 
 namespace pact::engine {
 
-namespace {
-
-thread_local std::string tlsError;
-
-}  // namespace
-
-const std::string& lastError() { return tlsError; }
-
-Status fail(Status c, std::string msg) {
-  tlsError = std::move(msg);
-  return c;
-}
 
 
 Engine::Engine(const EngineConfig& config, const Params& params)
     : config_(config), params_(params), driver_(&cuda::Driver::instance(params.cuda_driver)) {}
 
-Status Engine::create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out) {
+Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const Params& params) {
   std::unique_ptr<Engine> e(new Engine(config, params));
   if (e->config_.name.empty()) e->config_.name = "pact-" + std::to_string(::getpid());
   if (e->config_.name.size() > kMaxName)
-    return fail(Status::kInvalidArgument, "name: longer than " + std::to_string(kMaxName) + " bytes");
-  if (Status c = e->init(); c != Status::kOk) return c;
-  *out = std::move(e);
-  return Status::kOk;
+    return Error{Status::kInvalidArgument, "name: longer than " + std::to_string(kMaxName) + " bytes"};
+  if (auto r = e->init(); !r) return r.error();
+  return e;
 }
 
-Status Engine::init() {
+Result<void> Engine::init() {
   if (params_.fault.active()) {
     PACT_WARN("engine %s: injecting faults: %s", config_.name.c_str(), params_.fault.describe().c_str());
     armKillAfter(params_.fault);
   }
-  if (Status c = openContexts(); c != Status::kOk) return c;
+  if (auto r = openContexts(); !r) return r;
   ProtocolConfig pc;
   pc.name = config_.name;
   pc.epoch = config_.modelEpoch;
@@ -70,7 +57,7 @@ Status Engine::init() {
   Link& link = *this;  // (a private base: converted here, inside the class)
   proto_ = std::make_unique<Protocol>(pc, link);
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!wakeFd_.valid()) return fail(Status::kSystemError, std::string("eventfd: ") + std::strerror(errno));
+  if (!wakeFd_.valid()) return Error{Status::kSystemError, std::string("eventfd: ") + std::strerror(errno)};
   transport::Sessions::Config sc;
   sc.epoch = config_.modelEpoch;
   sc.key = params_.auth_key;
@@ -80,11 +67,11 @@ Status Engine::init() {
   sessions_ = std::make_unique<transport::Sessions>(sc);
   if (!config_.listenIp.empty()) {
     auto ip = transport::resolveListenIp(config_.listenIp);  // an interface or host name too
-    if (!ip.ok()) return fail(ip.status(), "engine " + config_.name + ": " + ip.error().message);
+    if (!ip.ok()) return Error{ip.status(), "engine " + config_.name + ": " + ip.error().message};
     auto h = sessions_->listen(*ip, config_.listenPort, true);
-    if (!h.ok()) return fail(h.status(), "listen on " + *ip + ":" +
-                                                         std::to_string(config_.listenPort) +
-                                                         ": " + h.error().message);
+    if (!h.ok())
+      return Error{h.status(), "listen on " + *ip + ":" + std::to_string(config_.listenPort) + ": " +
+                                   h.error().message};
     listenHandle_ = *h;
     listening_ = true;
     if (transport::isWildcard(*ip)) publishRoutable();
@@ -93,7 +80,7 @@ Status Engine::init() {
   // anyway, at most kLockSpin (engine_mutex.h); PACT_PROGRESS_SPIN=0 sleeps at once.
   mu_.setSpin(std::min<std::chrono::microseconds>(params_.progress_spin, kLockSpin));
   if (config_.progressThread) thread_ = std::thread([this] { runProgressThread(); });
-  return Status::kOk;
+  return {};
 }
 
 // Bound to the wildcard: what address() and the metadata publish is the engine's first device's
@@ -168,10 +155,10 @@ void Engine::shutdown() {
 
 // Nothing happened: while the engine is busy (PACT_PROGRESS_SPIN) the caller polls again at once;
 // else it sleeps, on the event fds or, with a progress thread, until that thread sees an event.
-Status Engine::progress(int timeoutMs) {
+void Engine::progress(int timeoutMs) {
   std::unique_lock lock(mu_);
   stamp(lastAppPoll_);
-  if (progressLocked() > 0 || timeoutMs <= 0) return Status::kOk;
+  if (progressLocked() > 0 || timeoutMs <= 0) return;
   if (spinning()) {
     yieldLocked(lock);
   } else if (config_.progressThread) {
@@ -179,7 +166,6 @@ Status Engine::progress(int timeoutMs) {
   } else {
     sleepLocked(lock, timeoutMs);
   }
-  return Status::kOk;
 }
 
 int Engine::progressLocked() {
@@ -325,83 +311,81 @@ int Engine::fireTimers() {
 
 // ---- the application's calls --------------------------------------------------------------------
 
-Status Engine::checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes) {
+Result<uint64_t> Engine::checkBlocks(std::span<const BlockRef> blocks) {
   if (blocks.empty() || blocks.size() > kMaxBlocks)
-    return fail(Status::kInvalidArgument, "blocks: count " + std::to_string(blocks.size()) + " outside 1.." +
-                                       std::to_string(kMaxBlocks));
+    return Error{Status::kInvalidArgument, "blocks: count " + std::to_string(blocks.size()) +
+                                               " outside 1.." + std::to_string(kMaxBlocks)};
   uint64_t total = 0;
   for (size_t i = 0; i < blocks.size(); ++i) {
     const BlockRef& b = blocks[i];
     const std::string field = "blocks[" + std::to_string(i) + "]";
     const bool known = std::any_of(registrations_.begin(), registrations_.end(),
                                    [&](const auto& r) { return r.get() == b.mr; });
-    if (!known) return fail(Status::kNotFound, field + ": unknown registration");
-    if (b.length == 0) return fail(Status::kInvalidArgument, field + ": length 0");
+    if (!known) return Error{Status::kNotFound, field + ": unknown registration"};
+    if (b.length == 0) return Error{Status::kInvalidArgument, field + ": length 0"};
     if (b.offset > b.mr->length || b.length > b.mr->length - b.offset)
-      return fail(Status::kOutOfRange, field + ": offset " + std::to_string(b.offset) + " + length " +
-                                         std::to_string(b.length) + " exceeds the registration (" +
-                                         std::to_string(b.mr->length) + " bytes)");
+      return Error{Status::kOutOfRange, field + ": offset " + std::to_string(b.offset) + " + length " +
+                                            std::to_string(b.length) + " exceeds the registration (" +
+                                            std::to_string(b.mr->length) + " bytes)"};
     total += b.length;
   }
-  *bytes = total;
-  return Status::kOk;
+  return total;
 }
 
-Status Engine::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-                    const char* trafficClass, uint64_t* xfer) {
+Result<uint64_t> Engine::expect(const TransferKey& key, std::span<const BlockRef> blocks,
+                                uint64_t deadlineUs, const char* trafficClass) {
   std::lock_guard lock(mu_);
-  Status c = expectLocked(key, blocks, deadlineUs, trafficClass, xfer);
+  auto r = expectLocked(key, blocks, deadlineUs, trafficClass);
   wake();
-  return c;
+  return r;
 }
 
-Status Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
-                          uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
-  uint64_t bytes = 0;
-  if (Status c = checkBlocks(blocks, &bytes); c != Status::kOk) return fail(c, "expect: " + lastError());
-  size_t route = 0;
-  if (Status c = classRoute("expect", trafficClass, &route); c != Status::kOk) return c;
-  return proto_->expect(key, blocks, deadlineUs, route, xfer);
+Result<uint64_t> Engine::expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
+                                      uint64_t deadlineUs, const char* trafficClass) {
+  if (auto bytes = checkBlocks(blocks); !bytes)
+    return Error{bytes.status(), "expect: " + bytes.error().message};
+  auto route = classRoute("expect", trafficClass);
+  if (!route) return route.error();
+  return proto_->expect(key, blocks, deadlineUs, *route);
 }
 
-Status Engine::startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
-                         uint64_t deadlineUs, std::vector<uint64_t>* ids, std::vector<std::string>* unsent,
-                         size_t* failedAt) {
+Result<void> Engine::startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
+                               uint64_t deadlineUs, std::vector<uint64_t>* ids,
+                               std::vector<std::string>* unsent, size_t* failedAt) {
   std::lock_guard lock(mu_);
   ids->clear();
   unsent->assign(send.size(), std::string());
-  const auto undo = [&](Status c, size_t at) {
+  const auto undo = [&](const Error& e, size_t at) {
     for (uint64_t id : *ids)
-      if (id != 0) (void)proto_->release(id);
+      if (id != 0) proto_->release(id).ignore();
     ids->clear();
     *failedAt = at;
-    return c;
+    return e;
   };
   for (size_t i = 0; i < recv.size(); ++i) {
-    uint64_t id = 0;
-    if (Status c = expectLocked(recv[i].key, std::span(&recv[i].block, 1), deadlineUs, "A2A", &id);
-        c != Status::kOk)
-      return undo(c, i);
+    auto id = expectLocked(recv[i].key, std::span(&recv[i].block, 1), deadlineUs, "A2A");
+    if (!id) return undo(id.error(), i);
     auto p = peers_.find(recv[i].peer);
-    proto_->markGroupChunk(id, p == peers_.end() ? 0 : p->second->id);
-    ids->push_back(id);
+    proto_->markGroupChunk(*id, p == peers_.end() ? 0 : p->second->id);
+    ids->push_back(*id);
   }
   for (size_t i = 0; i < send.size(); ++i) {
-    uint64_t id = 0;
-    Status c = sendLocked(send[i].peer, send[i].key, std::span(&send[i].block, 1), deadlineUs, "A2A", &id);
-    if (c == Status::kRemoteError) {  // the rank is gone; the others still get their chunks
-      (*unsent)[i] = lastError();
-    } else if (c != Status::kOk) {
-      return undo(c, recv.size() + i);
+    auto id = sendLocked(send[i].peer, send[i].key, std::span(&send[i].block, 1), deadlineUs, "A2A");
+    if (id.status() == Status::kRemoteError) {  // the rank is gone; the others still get their chunks
+      (*unsent)[i] = id.error().message;
+      ids->push_back(0);
+      continue;
     }
-    ids->push_back(id);
+    if (!id) return undo(id.error(), recv.size() + i);
+    ids->push_back(*id);
   }
   wake();
-  return Status::kOk;
+  return {};
 }
 
-Status Engine::finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results) {
+Result<void> Engine::finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results) {
   EngineLock lock(mu_);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
   // Done when every transfer is final, or as soon as one failed: the step has failed then, and
   // the rest are released unjudged (kInProgress) rather than waited for to their deadlines.
   const bool done = waitFor(lock, timeoutMs, [&] {
@@ -414,52 +398,63 @@ Status Engine::finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vec
     }
     return all;
   });
-  if (!done) return Status::kTimeout;
+  if (!done)
+    return Error{Status::kTimeout, "not final after " + std::to_string(timeoutMs) + " ms"};
   results->clear();
   for (uint64_t id : ids) {
     const Transfer* x = id == 0 ? nullptr : proto_->find(id);
     results->push_back(x == nullptr ? Status::kOk : x->settled ? x->result : Status::kInProgress);
-    if (id != 0) (void)proto_->release(id);
+    if (id != 0) proto_->release(id).ignore();
   }
-  return Status::kOk;
+  // An aborted chunk is gone only once no UCX operation touches its block (a rendezvous receive
+  // in flight still lands): the step's buffers are the application's again only then.
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+  const bool quiet = waitFor(lock, static_cast<int>(std::max<int64_t>(left.count(), 0)), [&] {
+    return std::all_of(ids.begin(), ids.end(), [&](uint64_t id) { return id == 0 || proto_->find(id) == nullptr; });
+  });
+  if (!quiet)
+    return Error{Status::kBusy, "failed, and a UCX operation still touches a chunk's block after " +
+                                    std::to_string(timeoutMs) + " ms (do not reuse the step's buffers)"};
+  return {};
 }
 
 void Engine::releaseStep(std::span<const uint64_t> ids) {
   std::lock_guard lock(mu_);
   for (uint64_t id : ids)
-    if (id != 0) (void)proto_->release(id);
+    if (id != 0) proto_->release(id).ignore();
 }
 
-Status Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-                  uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+Result<uint64_t> Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                              uint64_t deadlineUs, const char* trafficClass) {
   std::lock_guard lock(mu_);
-  Status c = sendLocked(peer, key, blocks, deadlineUs, trafficClass, xfer);
+  auto r = sendLocked(peer, key, blocks, deadlineUs, trafficClass);
   wake();
-  return c;
+  return r;
 }
 
-Status Engine::sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-                        uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer) {
+Result<uint64_t> Engine::sendLocked(uint64_t peer, const TransferKey& key,
+                                    std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                                    const char* trafficClass) {
   if (peerByToken(peer) == nullptr) {
     auto it = peers_.find(peer);
-    if (it == peers_.end()) return fail(Status::kNotFound, "send: unknown peer " + std::to_string(peer));
-    return fail(Status::kRemoteError, "send: peer " + it->second->name + " lost: " + it->second->lostReason);
+    if (it == peers_.end()) return Error{Status::kNotFound, "send: unknown peer " + std::to_string(peer)};
+    return Error{Status::kRemoteError, "send: peer " + it->second->name + " lost: " + it->second->lostReason};
   }
-  uint64_t bytes = 0;
-  if (Status c = checkBlocks(blocks, &bytes); c != Status::kOk) return fail(c, "send: " + lastError());
-  size_t route = 0;
-  if (Status c = classRoute("send", trafficClass, &route); c != Status::kOk) return c;
-  return proto_->send(peer, key, blocks, deadlineUs, route, xfer);
+  if (auto bytes = checkBlocks(blocks); !bytes)
+    return Error{bytes.status(), "send: " + bytes.error().message};
+  auto route = classRoute("send", trafficClass);
+  if (!route) return route.error();
+  return proto_->send(peer, key, blocks, deadlineUs, *route);
 }
 
-Status Engine::setEpoch(uint64_t epoch) {
+Result<void> Engine::setEpoch(uint64_t epoch) {
   std::lock_guard lock(mu_);
   if (epoch != proto_->epoch())
     PACT_INFO("engine %s: model epoch %lu -> %lu", config_.name.c_str(),
               static_cast<unsigned long>(proto_->epoch()), static_cast<unsigned long>(epoch));
-  Status c = proto_->setEpoch(epoch);
+  auto r = proto_->setEpoch(epoch);
   wake();
-  return c;
+  return r;
 }
 
 void Engine::setCommitHook(CommitHook hook) {
@@ -467,23 +462,23 @@ void Engine::setCommitHook(CommitHook hook) {
   proto_->setCommitHook(std::move(hook));
 }
 
-Status Engine::setCredit(uint64_t peer, uint64_t budget) {
+Result<void> Engine::setCredit(uint64_t peer, uint64_t budget) {
   std::lock_guard lock(mu_);
-  Status c = proto_->setCredit(peer, budget);
+  auto r = proto_->setCredit(peer, budget);
   wake();
-  return c;
+  return r;
 }
 
-Status Engine::query(uint64_t xfer, XferInfo* info) {
+Result<XferInfo> Engine::query(uint64_t xfer) {
   std::lock_guard lock(mu_);
-  return proto_->query(xfer, info);
+  return proto_->query(xfer);
 }
 
-Status Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
+Result<void> Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
   std::unique_lock lock(mu_);
   const Transfer* x = proto_->find(xfer);
   if (x == nullptr)
-    return fail(Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
+    return Error{Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released"};
   *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
   // Progress may free a released transfer once final: look it up again each time.
   const bool done = waitFor(lock, timeoutMs, [&] {
@@ -496,22 +491,22 @@ Status Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
     info->final = true;
   }
   if (!done)
-    return fail(Status::kTimeout, "transfer " + Protocol::keyText(info->key) + " still " +
-                                     stateName(info->state) + " after " + std::to_string(timeoutMs) +
-                                     " ms");
-  return Status::kOk;
+    return Error{Status::kTimeout, "transfer " + Protocol::keyText(info->key) + " still " +
+                                       stateName(info->state) + " after " + std::to_string(timeoutMs) +
+                                       " ms"};
+  return {};
 }
 
-Status Engine::release(uint64_t xfer) {
+Result<bool> Engine::release(uint64_t xfer) {
   std::lock_guard lock(mu_);
   return proto_->release(xfer);
 }
 
 // ---- memory ------------------------------------------------------------------------------------
 
-Status Engine::registerMemory(const MemorySpec& spec, Registration** out) {
+Result<Registration*> Engine::registerMemory(const MemorySpec& spec) {
   if (spec.addr == nullptr || spec.length == 0)
-    return fail(Status::kInvalidArgument, "mem_register: NULL address or length 0");
+    return Error{Status::kInvalidArgument, "mem_register: NULL address or length 0"};
   std::lock_guard lock(mu_);
   auto r = std::make_unique<Registration>();
   r->addr = static_cast<uint8_t*>(spec.addr);
@@ -520,27 +515,27 @@ Status Engine::registerMemory(const MemorySpec& spec, Registration** out) {
   for (Context& c : contexts_) {
     auto regions = c.dev->registerOnRails({spec.addr, spec.length, spec.type, spec.device},
                                           spec.dmabufFd, spec.dmabufOffset);
-    if (!regions.ok()) return fail(regions.status(), "mem_register: " + regions.error().message);
+    if (!regions.ok()) return Error{regions.status(), "mem_register: " + regions.error().message};
     r->regions.insert(r->regions.end(), regions->begin(), regions->end());
   }
-  *out = r.get();
+  Registration* out = r.get();
   registrations_.push_back(std::move(r));
   proto_->countRegistrations(registrations_.size());
-  return Status::kOk;
+  return out;
 }
 
-Status Engine::deregister(Registration* mr) {
-  if (mr == nullptr) return Status::kOk;
+Result<void> Engine::deregister(Registration* mr) {
+  if (mr == nullptr) return {};
   std::lock_guard lock(mu_);
   auto it = std::find_if(registrations_.begin(), registrations_.end(),
                          [&](const auto& r) { return r.get() == mr; });
-  if (it == registrations_.end()) return fail(Status::kNotFound, "mem_deregister: unknown registration");
+  if (it == registrations_.end()) return Error{Status::kNotFound, "mem_deregister: unknown registration"};
   if (mr->users > 0)
-    return fail(Status::kBusy, "mem_deregister: " + std::to_string(mr->users) +
-                                 " unreleased transfers use the registration");
+    return Error{Status::kBusy, "mem_deregister: " + std::to_string(mr->users) +
+                                    " unreleased transfers use the registration"};
   registrations_.erase(it);
   proto_->countRegistrations(registrations_.size());
-  return Status::kOk;
+  return {};
 }
 
 std::vector<uint64_t> Engine::stats() {

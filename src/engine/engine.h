@@ -7,8 +7,8 @@
 // PACT_NET_DEVICES are fused into one virtual device, a rail each); a listening control socket;
 // and its peers. Every public method takes the engine's one lock; UCX callbacks run inside
 // progress() with the lock held, so the engine's state has exactly one writer at a time.
-// Failures return a Status and leave a message for lastError() (thread-local), which the C API
-// hands out as pact_last_error().
+// Failures return a Result whose Error names what was wrong; the C API keeps the last one's
+// message for pact_last_error() (the only thread-local error in pact).
 //
 // The data path: a transfer's class picks its context, its piece size (`chunk`) and its lanes:
 // an ordered class sends its pieces in order over one endpoint, an unordered class spreads them
@@ -86,36 +86,42 @@ struct ClassRouteInfo {
 class Engine final : private Link {
  public:
   // params: the effective PACT_* configuration, read by the entry point and passed down.
-  static Status create(const EngineConfig& config, const Params& params, std::unique_ptr<Engine>* out);
+  static Result<std::unique_ptr<Engine>> create(const EngineConfig& config, const Params& params);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  Status address(std::string* out);
-  Status progress(int timeoutMs);
+  Result<std::string> address();
+  // Never fails: an engine's troubles end its transfers and peers, each with its own status.
+  void progress(int timeoutMs);
 
-  Status connect(const std::string& address, int timeoutMs, uint64_t* peer);
-  Status waitPeer(const std::string& name, int timeoutMs, uint64_t* peer);
-  Status peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse);
-  // kOk for a ready peer; kNotFound (unknown) or kPeerLost, with the message.
-  Status checkPeer(uint64_t peer);
+  // The new peer's id.
+  Result<uint64_t> connect(const std::string& address, int timeoutMs);
+  Result<uint64_t> waitPeer(const std::string& name, int timeoutMs);
+  Result<CreditView> peerCredit(uint64_t peer);
+  // Ok for a ready peer; kNotFound (unknown) or kRemoteError (lost), with the reason.
+  Result<void> checkPeer(uint64_t peer);
   // The application's verdict that the peer is gone or restarted: its transfers end kPeerStale.
-  Status disconnectPeer(uint64_t peer, const std::string& reason);
+  Result<void> disconnectPeer(uint64_t peer, const std::string& reason);
 
-  Status registerMemory(const MemorySpec& spec, Registration** out);
-  Status deregister(Registration* mr);
+  Result<Registration*> registerMemory(const MemorySpec& spec);
+  Result<void> deregister(Registration* mr);
 
-  Status setEpoch(uint64_t epoch);
+  Result<void> setEpoch(uint64_t epoch);
   void setCommitHook(CommitHook hook);
-  Status setCredit(uint64_t peer, uint64_t budget);
-  Status expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-              const char* trafficClass, uint64_t* xfer);
-  Status send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-            uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
+  Result<void> setCredit(uint64_t peer, uint64_t budget);
+  // The transfer's id.
+  Result<uint64_t> expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                          const char* trafficClass);
+  Result<uint64_t> send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                        uint64_t deadlineUs, const char* trafficClass);
 
-  Status query(uint64_t xfer, XferInfo* info);
-  Status wait(uint64_t xfer, int timeoutMs, XferInfo* info);
-  Status release(uint64_t xfer);
+  Result<XferInfo> query(uint64_t xfer);
+  // *info is filled on a timeout too (the state the transfer was left in).
+  Result<void> wait(uint64_t xfer, int timeoutMs, XferInfo* info);
+  // true: gone, its blocks free; false: a UCX operation still touches its blocks, it is final
+  // (and freed) later.
+  Result<bool> release(uint64_t xfer);
 
   // The engine's counters in telemetry::kEngineCatalog order (index with telemetry::EngineCounter).
   std::vector<uint64_t> stats();
@@ -136,13 +142,14 @@ class Engine final : private Link {
   // offered or not), then sends every chunk of send: ids in that order. A send to a peer already
   // lost is not started: its id is 0 and unsent[i] says why. Any other failure releases what was
   // started and returns it; *failedAt is the chunk's index (recv first, then send).
-  Status startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
-                   uint64_t deadlineUs, std::vector<uint64_t>* ids, std::vector<std::string>* unsent,
-                   size_t* failedAt);
+  Result<void> startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
+                         uint64_t deadlineUs, std::vector<uint64_t>* ids,
+                         std::vector<std::string>* unsent, size_t* failedAt);
   // Waits until every transfer of ids is final, or one failed (kTimeout, nothing released,
   // otherwise); then fills their results (kOk for an id 0, kInProgress for one still open: it is
-  // aborted) and releases them.
-  Status finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results);
+  // aborted) and releases them, and waits (within the same timeout) until no UCX operation touches
+  // their blocks any more: kBusy, with the results filled, when one still does.
+  Result<void> finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results);
   // Releases (aborting) what is still open of ids.
   void releaseStep(std::span<const uint64_t> ids);
 
@@ -172,11 +179,12 @@ class Engine final : private Link {
   };
 
   Engine(const EngineConfig& config, const Params& params);
-  Status init();
+  Result<void> init();
   void publishRoutable();  // listening on the wildcard: publish a routable address instead
   void shutdown();
   void writeTrace();
-  Status checkBlocks(std::span<const BlockRef> blocks, uint64_t* bytes);
+  // The blocks' total bytes, once each is checked against the registrations.
+  Result<uint64_t> checkBlocks(std::span<const BlockRef> blocks);
 
   // ---- the Link of the protocol, and the contexts and lanes under it (routes.cpp) ----
   std::string reach(uint64_t peer, size_t route) override;
@@ -187,18 +195,18 @@ class Engine final : private Link {
                  uint64_t xfer) override;
   void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
              MemoryType dstType) override;
-  Status openContexts();
+  Result<void> openContexts();
   // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
   size_t routeFor(const char* trafficClass) const;
   // The route of an application's class name (NULL: DEFAULT); any name but DEFAULT or an engine
   // class (any case) is kInvalidArgument, naming the choices.
-  Status classRoute(const char* what, const char* trafficClass, size_t* route) const;
+  Result<size_t> classRoute(const char* what, const char* trafficClass) const;
   unsigned progressWorkers();
   bool armWorkers();
   void pumpLanes();
-  // The lanes of route r to p, created on first use; nullptr (and lastError) when the peer has
-  // no context of the route's service.
-  transport::Lanes* lanesTo(Peer& p, size_t r);
+  // The lanes of route r to p, created on first use; an error when the peer has no context of
+  // the route's service or an endpoint cannot be made.
+  Result<transport::Lanes*> lanesTo(Peer& p, size_t r);
   void closePeerEndpoints(Peer& p);
   void postPiece(PieceOp* op, ucx::Endpoint& ep);
   void sendOn(Peer& p, const Control& m, ucx::Endpoint& ep);
@@ -214,10 +222,10 @@ class Engine final : private Link {
   static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
 
   // The application's calls with the lock held (engine.cpp).
-  Status expectLocked(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-                      const char* trafficClass, uint64_t* xfer);
-  Status sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-                    uint64_t deadlineUs, const char* trafficClass, uint64_t* xfer);
+  Result<uint64_t> expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
+                                uint64_t deadlineUs, const char* trafficClass);
+  Result<uint64_t> sendLocked(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                              uint64_t deadlineUs, const char* trafficClass);
   // Waits with the lock held (by `lock`) until pred() or the timeout; progresses the engine itself
   // when it has no progress thread. False on timeout.
   bool waitFor(EngineLock& lock, int timeoutMs, FunctionRef<bool()> pred);
@@ -243,8 +251,9 @@ class Engine final : private Link {
   Peer& newPeer(bool outbound);
   // This engine's Hello to p, as a channel payload.
   std::vector<uint8_t> helloFor(const Peer& p);
-  Status onHello(Peer& p, const Hello& hello);
-  Status connectEndpoint(Peer& p);
+  // Whether p is ready now (else it was lost, with the reason).
+  bool onHello(Peer& p, const Hello& hello);
+  bool connectEndpoint(Peer& p);
   void peerLost(Peer& p, const std::string& why, Status transfers = Status::kRemoteError);
   // The ready peer with this id (our token for it), or nullptr.
   Peer* peerByToken(uint64_t token);

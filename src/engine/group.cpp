@@ -9,10 +9,10 @@ Group::Group(Engine& engine, uint64_t groupId, std::vector<uint64_t> peers, uint
 
 Group::~Group() { engine_.releaseStep(xfers_); }
 
-Status Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
-                 std::span<const BlockRef> recv, uint64_t deadlineUs) {
+Result<void> Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
+                         std::span<const BlockRef> recv, uint64_t deadlineUs) {
   if (!xfers_.empty())
-    return fail(Status::kBusy, "group " + std::to_string(groupId_) + ": the previous step is not waited for");
+    return Error{Status::kBusy, "group " + std::to_string(groupId_) + ": the previous step is not waited for"};
   const auto chunkKey = [&](uint64_t src, uint64_t dst) {
     return TransferKey{groupId_, src << 32 | dst, epoch, generation};
   };
@@ -22,19 +22,23 @@ Status Group::step(uint64_t epoch, uint32_t generation, std::span<const BlockRef
     out.push_back({peers_[r], chunkKey(myRank_, r), send[r]});
   }
   size_t at = 0;
-  if (Status c = engine_.startStep(in, out, deadlineUs, &xfers_, &unsent_, &at); c != Status::kOk) {
+  if (auto r = engine_.startStep(in, out, deadlineUs, &xfers_, &unsent_, &at); !r) {
     const size_t ranks = peers_.size();
-    return fail(c, std::string("group step, chunk ") + (at < ranks ? "from" : "to") + " rank " +
-                       std::to_string(at % ranks) + ": " + lastError());
+    return Error{r.status(), std::string("group step, chunk ") + (at < ranks ? "from" : "to") + " rank " +
+                                 std::to_string(at % ranks) + ": " + r.error().message};
   }
-  return Status::kOk;
+  return {};
 }
 
-Status Group::wait(int timeoutMs) {
-  if (xfers_.empty()) return fail(Status::kNotFound, "group: no step started");
+Result<void> Group::wait(int timeoutMs) {
+  if (xfers_.empty()) return Error{Status::kNotFound, "group: no step started"};
   std::vector<Status> results;
-  if (engine_.finishStep(xfers_, timeoutMs, &results) != Status::kOk)
-    return fail(Status::kTimeout, "group step not final after " + std::to_string(timeoutMs) + " ms");
+  if (auto r = engine_.finishStep(xfers_, timeoutMs, &results); !r) {
+    if (r.status() == Status::kTimeout) return Error{r.status(), "group step " + r.error().message};
+    xfers_.clear();  // released: the step is over, its buffers not yet free
+    unsent_.clear();
+    return Error{r.status(), "group step " + r.error().message};
+  }
   const size_t ranks = peers_.size();
   Status result = Status::kOk;
   std::string why;
@@ -50,7 +54,8 @@ Status Group::wait(int timeoutMs) {
   }
   xfers_.clear();
   unsent_.clear();
-  return result == Status::kOk ? Status::kOk : fail(result, "group step failed, " + why);
+  if (result != Status::kOk) return Error{result, "group step failed, " + why};
+  return {};
 }
 
 }  // namespace pact::engine

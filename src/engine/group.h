@@ -23,15 +23,15 @@ class Group {
   Group& operator=(const Group&) = delete;
 
   size_t ranks() const { return peers_.size(); }
-  Status step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
-            std::span<const BlockRef> recv, uint64_t deadlineUs);
+  Result<void> step(uint64_t epoch, uint32_t generation, std::span<const BlockRef> send,
+                    std::span<const BlockRef> recv, uint64_t deadlineUs);
   // Holds no engine lock of its own: each call is one locked call of the engine's step API.
   // A rank already lost does not fail the step here: its chunk is not sent, the others are, and
   // wait() reports the loss (kRemoteError).
   // Blocks until every transfer of the step is final, or one failed: kOk when all committed, else
   // the first failure (receives first); the transfers still open then are released (aborted)
   // instead of waited for. The step's transfers are released either way.
-  Status wait(int timeoutMs);
+  Result<void> wait(int timeoutMs);
 
  private:
   Engine& engine_;

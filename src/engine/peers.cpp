@@ -14,11 +14,10 @@
 namespace pact::engine {
 
 
-Status Engine::address(std::string* out) {
+Result<std::string> Engine::address() {
   std::lock_guard lock(mu_);
-  if (!listening_) return fail(Status::kNotFound, "engine " + config_.name + " does not listen");
-  *out = transport::formatAddress(listenHandle_);
-  return Status::kOk;
+  if (!listening_) return Error{Status::kNotFound, "engine " + config_.name + " does not listen"};
+  return transport::formatAddress(listenHandle_);
 }
 
 std::vector<uint8_t> Engine::helloFor(const Peer& p) {
@@ -39,9 +38,9 @@ Engine::Peer& Engine::newPeer(bool outbound) {
   return ref;
 }
 
-Status Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer) {
+Result<uint64_t> Engine::connect(const std::string& address, int timeoutMs) {
   auto handle = transport::parseAddress(address);
-  if (!handle.ok()) return fail(Status::kInvalidArgument, handle.error().message);
+  if (!handle.ok()) return Error{Status::kInvalidArgument, handle.error().message};
   std::unique_lock lock(mu_);
   Peer& p = newPeer(true);
   // The session carries the handshake (wire version, PACT_AUTH_KEY_FILE proofs); the channel's
@@ -49,21 +48,20 @@ Status Engine::connect(const std::string& address, int timeoutMs, uint64_t* peer
   auto channel = sessions_->open(*handle, helloFor(p));
   if (!channel.ok()) {
     peerLost(p, channel.error().message);
-    return fail(channel.status(), "connect " + address + ": " + channel.error().message);
+    return Error{channel.status(), "connect " + address + ": " + channel.error().message};
   }
   p.channel = *channel;
   if (!waitFor(lock, timeoutMs, [&] { return p.phase != Peer::Phase::kHandshake; })) {
     peerLost(p, "handshake timed out");
-    return fail(Status::kTimeout, "connect " + address + ": no handshake within " +
-                                     std::to_string(timeoutMs) + " ms");
+    return Error{Status::kTimeout,
+                 "connect " + address + ": no handshake within " + std::to_string(timeoutMs) + " ms"};
   }
   if (p.phase == Peer::Phase::kLost)
-    return fail(p.refused ? Status::kRefused : Status::kRemoteError, "connect " + address + ": " + p.lostReason);
-  *peer = p.id;
-  return Status::kOk;
+    return Error{p.refused ? Status::kRefused : Status::kRemoteError, "connect " + address + ": " + p.lostReason};
+  return p.id;
 }
 
-Status Engine::waitPeer(const std::string& name, int timeoutMs, uint64_t* peer) {
+Result<uint64_t> Engine::waitPeer(const std::string& name, int timeoutMs) {
   std::unique_lock lock(mu_);
   uint64_t found = 0;
   waitFor(lock, timeoutMs, [&] {
@@ -76,35 +74,36 @@ Status Engine::waitPeer(const std::string& name, int timeoutMs, uint64_t* peer) 
     return false;
   });
   if (found == 0)
-    return fail(Status::kTimeout, "no peer named '" + name + "' within " + std::to_string(timeoutMs) + " ms");
-  *peer = found;
-  return Status::kOk;
+    return Error{Status::kTimeout, "no peer named '" + name + "' within " + std::to_string(timeoutMs) + " ms"};
+  return found;
 }
 
-Status Engine::checkPeer(uint64_t peer) {
+Result<void> Engine::checkPeer(uint64_t peer) {
   std::lock_guard lock(mu_);
   auto it = peers_.find(peer);
-  if (it == peers_.end()) return fail(Status::kNotFound, "peer " + std::to_string(peer) + ": unknown");
+  if (it == peers_.end()) return Error{Status::kNotFound, "peer " + std::to_string(peer) + ": unknown"};
   if (it->second->phase != Peer::Phase::kReady)
-    return fail(Status::kRemoteError, "peer " + it->second->name + ": " +
-                                     (it->second->lostReason.empty() ? "not connected" : it->second->lostReason));
-  return Status::kOk;
+    return Error{Status::kRemoteError,
+                 "peer " + it->second->name + ": " +
+                     (it->second->lostReason.empty() ? "not connected" : it->second->lostReason)};
+  return {};
 }
 
-Status Engine::disconnectPeer(uint64_t peer, const std::string& reason) {
+Result<void> Engine::disconnectPeer(uint64_t peer, const std::string& reason) {
   std::lock_guard lock(mu_);
   auto it = peers_.find(peer);
-  if (it == peers_.end()) return fail(Status::kNotFound, "disconnect: peer " + std::to_string(peer) + ": unknown");
+  if (it == peers_.end())
+    return Error{Status::kNotFound, "disconnect: peer " + std::to_string(peer) + ": unknown"};
   peerLost(*it->second, "disconnected by the application" + (reason.empty() ? "" : ": " + reason),
            Status::kPeerStale);
   wake();
-  return Status::kOk;
+  return {};
 }
 
-Status Engine::peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) {
+Result<CreditView> Engine::peerCredit(uint64_t peer) {
   std::lock_guard lock(mu_);
-  if (peers_.count(peer) == 0) return fail(Status::kNotFound, "peer " + std::to_string(peer) + ": unknown");
-  return proto_->peerCredit(peer, budget, inUse);
+  if (peers_.count(peer) == 0) return Error{Status::kNotFound, "peer " + std::to_string(peer) + ": unknown"};
+  return proto_->peerCredit(peer);
 }
 
 namespace {
@@ -143,7 +142,7 @@ int Engine::pollPeers() {
       continue;
     }
     p.channel = *channel;
-    ignore(onHello(p, *hello));
+    onHello(p, *hello);
   }
   for (auto& [id, pp] : peers_) {
     Peer& p = *pp;
@@ -165,7 +164,7 @@ int Engine::pollPeers() {
         peerLost(p, "handshake: " + hello.error().message);
         continue;
       }
-      ignore(onHello(p, *hello));
+      onHello(p, *hello);
       continue;
     }
     const transport::ChannelView v = sessions_->view(p.channel, false);
@@ -180,21 +179,21 @@ int Engine::pollPeers() {
   return n;
 }
 
-Status Engine::onHello(Peer& p, const Hello& hello) {
+bool Engine::onHello(Peer& p, const Hello& hello) {
   p.name = hello.name;
   p.remoteToken = hello.token;
   p.peerWorker = hello.workerAddress;
   p.contexts = hello.contexts;
-  const Status s = connectEndpoint(p);
-  if (s == Status::kOk) watchRails(p, hello.probes);
-  return s;
+  if (!connectEndpoint(p)) return false;
+  watchRails(p, hello.probes);
+  return true;
 }
 
-Status Engine::connectEndpoint(Peer& p) {
+bool Engine::connectEndpoint(Peer& p) {
   auto ep = contexts_[routes_[ctrlRoute_].context].dev->ownEndpoint(0, p.peerWorker, &Engine::onEndpointError, &p);
   if (!ep.ok()) {
     peerLost(p, ep.error().message);
-    return Status::kRemoteError;
+    return false;
   }
   p.ctrl = std::make_shared<transport::Lanes>();
   p.ctrl->configure(routes_[ctrlRoute_].channel);
@@ -204,7 +203,7 @@ Status Engine::connectEndpoint(Peer& p) {
   PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
             p.outbound ? "connected" : "accepted");
   proto_->peerReady(p.id, p.name);
-  return Status::kOk;
+  return true;
 }
 
 void Engine::peerLost(Peer& p, const std::string& why, Status transfers) {

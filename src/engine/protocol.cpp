@@ -52,12 +52,10 @@ void Protocol::railOut(uint64_t id) {
   });
 }
 
-Status Protocol::peerCredit(uint64_t id, uint64_t* budget, uint64_t* inUse) const {
+Result<CreditView> Protocol::peerCredit(uint64_t id) const {
   const TransferTable::PeerView* p = table_.known(id);
-  if (p == nullptr) return fail(Status::kNotFound, "peer " + std::to_string(id) + ": unknown");
-  *budget = p->creditBudget;
-  *inUse = p->creditInUse;
-  return Status::kOk;
+  if (p == nullptr) return Error{Status::kNotFound, "peer " + std::to_string(id) + ": unknown"};
+  return CreditView{p->creditBudget, p->creditInUse};
 }
 
 void Protocol::onControl(uint64_t from, const Control& m) {
@@ -125,10 +123,10 @@ int Protocol::fireTimers() {
 
 // A released transfer stays queryable until it is final (then the engine frees it): so the
 // application can wait for an aborted transfer's blocks to be free again.
-Status Protocol::release(uint64_t xfer) {
+Result<bool> Protocol::release(uint64_t xfer) {
   Transfer* x = table_.find(xfer);
   if (x == nullptr || x->userReleased)
-    return fail(Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
+    return Error{Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released"};
   x->userReleased = true;
   if (!x->live()) {
     table_.maybeFinish(*x);
@@ -137,7 +135,7 @@ Status Protocol::release(uint64_t xfer) {
   } else {
     sender_.withdraw(*x, Status::kCanceled, true);
   }
-  return table_.find(xfer) == nullptr ? Status::kOk : Status::kInProgress;
+  return table_.find(xfer) == nullptr;
 }
 
 }  // namespace pact::engine

@@ -38,27 +38,28 @@ class Protocol {
   Protocol& operator=(const Protocol&) = delete;
 
   // ---- the application's calls (blocks already checked against the registrations) ----
-  Status expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-              size_t route, uint64_t* xfer) {
-    return receiver_.expect(key, blocks, deadlineUs, route, xfer);
+  // The new transfer's id.
+  Result<uint64_t> expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                          size_t route) {
+    return receiver_.expect(key, blocks, deadlineUs, route);
   }
-  Status send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-            uint64_t deadlineUs, size_t route, uint64_t* xfer) {
-    return sender_.send(peer, key, blocks, deadlineUs, route, xfer);
+  Result<uint64_t> send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                        uint64_t deadlineUs, size_t route) {
+    return sender_.send(peer, key, blocks, deadlineUs, route);
   }
-  // kOk: gone; kInProgress: final later (query/wait keep working on it until then).
-  Status release(uint64_t xfer);
-  Status query(uint64_t xfer, XferInfo* info) const { return table_.query(xfer, info); }
+  // true: gone; false: final later (query/wait keep working on it until then).
+  Result<bool> release(uint64_t xfer);
+  Result<XferInfo> query(uint64_t xfer) const { return table_.query(xfer); }
   const Transfer* find(uint64_t xfer) const { return table_.find(xfer); }
   // A group step's transfer; a receiving one names the peer its chunk comes from, so that the
   // peer's loss ends it at once (PEER_LOST) instead of at its deadline.
   void markGroupChunk(uint64_t xfer, uint64_t source);
-  Status setEpoch(uint64_t epoch) { return receiver_.setEpoch(epoch); }
+  Result<void> setEpoch(uint64_t epoch) { return receiver_.setEpoch(epoch); }
   uint64_t epoch() const { return receiver_.epoch(); }
   void setCommitHook(CommitHook hook) { receiver_.setCommitHook(std::move(hook)); }
   // peer 0: the total budget.
-  Status setCredit(uint64_t peer, uint64_t budget) { return receiver_.setCredit(peer, budget); }
-  Status peerCredit(uint64_t peer, uint64_t* budget, uint64_t* inUse) const;
+  Result<void> setCredit(uint64_t peer, uint64_t budget) { return receiver_.setCredit(peer, budget); }
+  Result<CreditView> peerCredit(uint64_t peer) const;
   // This engine's counters (telemetry::kEngineCatalog; registered in the process registry).
   const telemetry::CounterSet& counters() const { return table_.counters(); }
   size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max) {

@@ -45,8 +45,8 @@ bool Receiver::expireOffer(uint64_t id) {
   return std::erase_if(offers_, [&](const auto& kv) { return kv.second.id == id; }) > 0;
 }
 
-Status Receiver::setEpoch(uint64_t epoch) {
-  if (epoch == epoch_) return Status::kOk;
+Result<void> Receiver::setEpoch(uint64_t epoch) {
+  if (epoch == epoch_) return {};
   PACT_INFO("engine %s: model epoch %lu -> %lu", config().name.c_str(),
             static_cast<unsigned long>(epoch_), static_cast<unsigned long>(epoch));
   epoch_ = epoch;
@@ -67,12 +67,12 @@ Status Receiver::setEpoch(uint64_t epoch) {
     }
   }
   for (auto& [id, p] : table_.peers()) link_.sendControl(id, EpochChange{epoch});
-  return Status::kOk;
+  return {};
 }
 
-Status Receiver::setCredit(uint64_t to, uint64_t budget) {
+Result<void> Receiver::setCredit(uint64_t to, uint64_t budget) {
   if (to != 0 && table_.peer(to) == nullptr)
-    return fail(Status::kNotFound, "set_credit: unknown peer " + std::to_string(to));
+    return Error{Status::kNotFound, "set_credit: unknown peer " + std::to_string(to)};
   creditSet_ = true;
   if (to == 0) {
     credits_.setTotal(budget);
@@ -83,24 +83,24 @@ Status Receiver::setCredit(uint64_t to, uint64_t budget) {
     link_.sendControl(to, CreditUpdate{credits_.grantFor(to)});  // share or the total
   }
   advertiseWaiting();
-  return Status::kOk;
+  return {};
 }
 
-Status Receiver::expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-                        size_t route, uint64_t* xfer) {
+Result<uint64_t> Receiver::expect(const TransferKey& key, std::span<const BlockRef> blocks,
+                                  uint64_t deadlineUs, size_t route) {
   if (key.modelEpoch != epoch_)
-    return fail(Status::kEpochMismatch, "expect " + keyText(key) + ": the receiver is on epoch " +
-                                          std::to_string(epoch_));
+    return Error{Status::kEpochMismatch,
+                 "expect " + keyText(key) + ": the receiver is on epoch " + std::to_string(epoch_)};
   if (committed_.contains(key) || openReceiver(key))
-    return fail(Status::kDuplicate, "expect " + keyText(key) + ": already committed or open");
+    return Error{Status::kDuplicate, "expect " + keyText(key) + ": already committed or open"};
   if (generations_.isStale(key))
-    return fail(Status::kStale, "expect " + keyText(key) + ": a newer generation was expected already");
+    return Error{Status::kStale, "expect " + keyText(key) + ": a newer generation was expected already"};
   Transfer& x = table_.newTransfer(Role::kReceiver, key, blocks, route, 0, deadlineUs);
   generations_.note(key);
   if (canceled_.erase(key) != 0)  // expected anew
     std::erase_if(canceledOrder_, [&](const TransferKey& c) { return c.sameTransfer(key); });
   receiving_[key] = x.id;
-  *xfer = x.id;
+  const uint64_t id = x.id;
   auto offer = offers_.find(key);
   if (offer != offers_.end()) {
     const PendingOffer pending = offer->second;
@@ -115,7 +115,7 @@ Status Receiver::expect(const TransferKey& key, std::span<const BlockRef> blocks
       }
     }
   }
-  return Status::kOk;
+  return id;
 }
 
 void Receiver::onOffer(uint64_t from, const Offer& m, const uint8_t* data) {

@@ -33,15 +33,16 @@ class Receiver final : public TransferTable::Side {
   Receiver& operator=(const Receiver&) = delete;
 
   // ---- the application's calls ----
-  Status expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
-                size_t route, uint64_t* xfer);
+  // The new transfer's id.
+  Result<uint64_t> expect(const TransferKey& key, std::span<const BlockRef> blocks, uint64_t deadlineUs,
+                          size_t route);
   // The application released x (live): an expect no offer came for yet refuses a later one.
   void release(Transfer& x);
-  Status setEpoch(uint64_t epoch);
+  Result<void> setEpoch(uint64_t epoch);
   uint64_t epoch() const { return epoch_; }
   void setCommitHook(CommitHook hook) { hook_ = std::move(hook); }
   // peer 0: the total budget.
-  Status setCredit(uint64_t peer, uint64_t budget);
+  Result<void> setCredit(uint64_t peer, uint64_t budget);
 
   // ---- the connections' events ----
   // A peer became ready: it is told its credit share.

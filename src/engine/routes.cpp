@@ -28,10 +28,10 @@ transport::ChannelConfig channelOf(const Profile& p) {
 
 }  // namespace
 
-Status Engine::openContexts() {
+Result<void> Engine::openContexts() {
   auto fabric = transport::Fabric::create(params_, UCP_FEATURE_AM | UCP_FEATURE_WAKEUP,
                                           "engine " + config_.name, /*eagerWhole=*/true);
-  if (!fabric.ok()) return fail(fabric.status(), fabric.error().message);
+  if (!fabric.ok()) return fabric.error();
   fabric_ = std::move(fabric.value());
   // One device: several are fused into a virtual one, a rail each (an unordered class spreads
   // its lanes over them); none matched: UCX's own choice.
@@ -40,7 +40,7 @@ Status Engine::openContexts() {
     std::vector<int> all;
     for (int i = 0; i < fabric_->deviceCount(); ++i) all.push_back(i);
     if (fabric_->makeVDevice(all, &dev) != Status::kOk)
-      return fail(Status::kInvalidArgument, "PACT_NET_DEVICES: cannot fuse the devices into rails");
+      return Error{Status::kInvalidArgument, "PACT_NET_DEVICES: cannot fuse the devices into rails"};
   }
   std::vector<std::string> names{"DEFAULT"};
   for (const auto& n : ClassTable::engineClassNames()) names.push_back(n);
@@ -48,24 +48,23 @@ Status Engine::openContexts() {
     Route r{name, params_.classes.forName(name), 0, {}};
     r.channel = channelOf(r.profile);
     auto d = fabric_->open(dev, r.profile, name);
-    if (!d.ok())
-      return fail(d.status(), "engine " + config_.name + ": " + d.error().message);
+    if (!d.ok()) return Error{d.status(), "engine " + config_.name + ": " + d.error().message};
     auto it = std::find_if(contexts_.begin(), contexts_.end(),
                            [&](const Context& c) { return c.dev == *d; });
     if (it == contexts_.end()) {
       if (contexts_.size() == kMaxContexts)
-        return fail(Status::kInternal, "more than " + std::to_string(kMaxContexts) + " contexts");
+        return Error{Status::kInternal, "more than " + std::to_string(kMaxContexts) + " contexts"};
       Context c{*d, {}};
       for (size_t i = 0; i < c.dev->rails(); ++i) {
         ucx::Worker& w = c.dev->worker(i);
         auto fd = w.eventFd();
-        if (!fd.ok()) return fail(fd.status(), fd.error().message);
+        if (!fd.ok()) return fd.error();
         c.eventFds.push_back(*fd);
         amSources_.push_back(std::make_unique<AmSource>(AmSource{this, &w, static_cast<uint8_t>(i)}));
         if (w.setAmHandler(kAmControl, &Engine::onControlAm, amSources_.back().get()) != Status::kOk ||
             w.setAmHandler(kAmPiece, &Engine::onPieceAm, amSources_.back().get()) != Status::kOk ||
             w.setAmHandler(kAmEager, &Engine::onEagerAm, amSources_.back().get()) != Status::kOk)
-          return fail(Status::kInternal, "engine " + config_.name + ": cannot route active messages");
+          return Error{Status::kInternal, "engine " + config_.name + ": cannot route active messages"};
       }
       contexts_.push_back(std::move(c));
       it = contexts_.end() - 1;
@@ -81,18 +80,17 @@ Status Engine::openContexts() {
     routes_.push_back(std::move(r));
   }
   openRails();
-  return Status::kOk;
+  return {};
 }
 
-Status Engine::classRoute(const char* what, const char* trafficClass, size_t* route) const {
-  *route = routeFor(trafficClass);
+Result<size_t> Engine::classRoute(const char* what, const char* trafficClass) const {
   if (trafficClass == nullptr || strcasecmp(trafficClass, "DEFAULT") == 0 ||
       ClassTable::isEngineClass(trafficClass))
-    return Status::kOk;
+    return routeFor(trafficClass);
   std::string choices = "DEFAULT";
   for (const auto& n : ClassTable::engineClassNames()) choices += ", " + n;
-  return fail(Status::kInvalidArgument, std::string(what) + ": traffic class '" + trafficClass +
-                                            "': expected one of " + choices);
+  return Error{Status::kInvalidArgument, std::string(what) + ": traffic class '" + trafficClass +
+                                             "': expected one of " + choices};
 }
 
 size_t Engine::routeFor(const char* trafficClass) const {
@@ -155,7 +153,7 @@ void Engine::pumpLanes() {
   }
 }
 
-transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
+Result<transport::Lanes*> Engine::lanesTo(Peer& p, size_t r) {
   if (p.lanes.size() < routes_.size()) p.lanes.resize(routes_.size());
   if (p.lanes[r]) return p.lanes[r].get();
   const Route& route = routes_[r];
@@ -171,12 +169,10 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
   auto remote = std::find_if(p.contexts.begin(), p.contexts.end(), [&](const ContextAddress& c) {
     return c.service == dev.serviceKey();
   });
-  if (remote == p.contexts.end()) {
-    ignore(fail(Status::kRefused, "peer " + p.name + " has no context for service " + dev.serviceKey() +
-                             " of class " + route.name + " (set PACT_TC_" + route.name +
-                             " alike on both sides)"));
-    return nullptr;
-  }
+  if (remote == p.contexts.end())
+    return Error{Status::kRefused, "peer " + p.name + " has no context for service " + dev.serviceKey() +
+                                       " of class " + route.name + " (set PACT_TC_" + route.name +
+                                       " alike on both sides)"};
   auto lanes = std::make_shared<transport::Lanes>();
   lanes->configure(route.channel);
   // Lane i runs on rail i mod (rails both sides have): rail k of this side talks to rail k there.
@@ -184,11 +180,9 @@ transport::Lanes* Engine::lanesTo(Peer& p, size_t r) {
   for (int i = 0; i < route.channel.lanes; ++i) {
     const size_t k = static_cast<size_t>(i) % rails;
     auto ep = dev.ownEndpoint(k, remote->rails[k], &Engine::onEndpointError, &p);
-    if (!ep.ok()) {
-      ignore(fail(ep.status(), "class " + route.name + " lane " + std::to_string(i) + " to " +
-                                   p.name + ": " + ep.error().message));
-      return nullptr;
-    }
+    if (!ep.ok())
+      return Error{ep.status(), "class " + route.name + " lane " + std::to_string(i) + " to " + p.name +
+                                    ": " + ep.error().message};
     lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));
   }
   lanes->countAs("class " + route.name + " of engine " + config_.name + " to " + p.name,  // >1 lane: a set each
@@ -218,14 +212,18 @@ void Engine::closePeerEndpoints(Peer& p) {
 std::string Engine::reach(uint64_t peer, size_t route) {
   Peer* p = peerByToken(peer);
   if (p == nullptr) return "peer " + std::to_string(peer) + " is not connected";
-  return lanesTo(*p, route) == nullptr ? lastError() : std::string();
+  auto lanes = lanesTo(*p, route);
+  return lanes ? std::string() : lanes.error().message;
 }
 
 void Engine::sendControl(uint64_t peer, const Control& m, int route) {
   Peer* p = peerByToken(peer);
   if (p == nullptr || !p->ctrl) return;
-  transport::Lanes* lanes = route >= 0 ? lanesTo(*p, static_cast<size_t>(route)) : nullptr;
-  sendOn(*p, m, lanes != nullptr ? lanes->endpoint(0) : p->ctrl->endpoint(0));
+  // The route's first lane (behind its pieces), or the control lane.
+  transport::Lanes* lanes = p->ctrl.get();
+  if (route >= 0)
+    if (auto own = lanesTo(*p, static_cast<size_t>(route))) lanes = *own;
+  sendOn(*p, m, lanes->endpoint(0));
 }
 
 void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src,
@@ -242,15 +240,15 @@ void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const 
   op->size = n;
   op->memType = ucx::ucxMemoryType(srcType, *driver_);
   Peer* p = peerByToken(peer);
-  transport::Lanes* lanes = p == nullptr ? nullptr : lanesTo(*p, route);
-  if (lanes == nullptr) {
+  auto lanes = p == nullptr ? Result<transport::Lanes*>(Status::kNotFound, "") : lanesTo(*p, route);
+  if (!lanes) {
     onPieceSent(op, UCS_ERR_NOT_CONNECTED);
     return;
   }
   PieceHeader header = h;
   header.token = p->remoteToken;
   encodePiece(header, op->header);
-  lanes->dispatch(op, [this](transport::LanePiece* q, ucx::Endpoint& ep) {
+  (*lanes)->dispatch(op, [this](transport::LanePiece* q, ucx::Endpoint& ep) {
     post({HeldPost::Kind::kPiece, &ep, static_cast<PieceOp*>(q)});
   });
 }
@@ -258,8 +256,8 @@ void Engine::sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const 
 void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<const Extent> src,
                        uint64_t xfer) {
   Peer* p = peerByToken(peer);
-  transport::Lanes* lanes = p == nullptr || !p->ctrl ? nullptr : lanesTo(*p, route);
-  if (lanes == nullptr) {
+  auto lanes = p == nullptr || !p->ctrl ? Result<transport::Lanes*>(Status::kNotFound, "") : lanesTo(*p, route);
+  if (!lanes) {
     proto_->pieceSent(xfer, false);  // at once, as sendPiece does (the protocol holds an op)
     return;
   }
@@ -273,7 +271,7 @@ void Engine::sendEager(uint64_t peer, size_t route, const Offer& m, std::span<co
                    reinterpret_cast<const uint8_t*>(&p->remoteToken) + sizeof p->remoteToken);
   op->iov.clear();
   for (const Extent& b : src) op->iov.push_back({b.addr, b.length});
-  post({HeldPost::Kind::kEager, &lanes->endpoint(0), op});
+  post({HeldPost::Kind::kEager, &(*lanes)->endpoint(0), op});
 }
 
 void Engine::onEagerSent(ucx::Op* o, ucs_status_t st) {

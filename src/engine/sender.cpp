@@ -49,13 +49,13 @@ uint64_t Sender::freshNonceBase() {
   return high | (engines.fetch_add(1) & 0xffff) << 32;
 }
 
-Status Sender::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
-                    uint64_t deadlineUs, size_t route, uint64_t* xfer) {
-  if (table_.peer(to) == nullptr) return fail(Status::kNotFound, "send: unknown peer " + std::to_string(to));
+Result<uint64_t> Sender::send(uint64_t to, const TransferKey& key, std::span<const BlockRef> blocks,
+                              uint64_t deadlineUs, size_t route) {
+  if (table_.peer(to) == nullptr) return Error{Status::kNotFound, "send: unknown peer " + std::to_string(to)};
   if (sending_.count({to, key}) != 0)
-    return fail(Status::kDuplicate, "send " + keyText(key) + ": already open to this peer");
+    return Error{Status::kDuplicate, "send " + keyText(key) + ": already open to this peer"};
   if (std::string why = link_.reach(to, route); !why.empty())
-    return fail(Status::kRefused, "send " + keyText(key) + ": " + why);
+    return Error{Status::kRefused, "send " + keyText(key) + ": " + why};
   TransferKey k = key;
   if (fault().active() && fault().epochSkew != 0) {  // a peer on a skewed epoch
     k.modelEpoch += fault().epochSkew;
@@ -65,13 +65,13 @@ Status Sender::send(uint64_t to, const TransferKey& key, std::span<const BlockRe
   Transfer& x = table_.newTransfer(Role::kSender, k, blocks, route, to, deadlineUs);
   x.nonce = nonceBase_ + x.id;
   sending_[{to, k}] = x.id;
-  *xfer = x.id;
+  const uint64_t id = x.id;
   if (eagerFits(x, *table_.peer(to))) {
     sendEager(x);
   } else {
     link_.sendControl(to, Offer{k, x.bytes, table_.remainingUs(x.deadline), 0, Verify::kNone, 0, x.nonce});
   }
-  return Status::kOk;
+  return id;
 }
 
 void Sender::onCreditUpdate(uint64_t from, const CreditUpdate& m) {

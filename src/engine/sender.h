@@ -26,8 +26,9 @@ class Sender final : public TransferTable::Side {
   Sender(const Sender&) = delete;
   Sender& operator=(const Sender&) = delete;
 
-  Status send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
-              uint64_t deadlineUs, size_t route, uint64_t* xfer);
+  // The new transfer's id.
+  Result<uint64_t> send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
+                        uint64_t deadlineUs, size_t route);
   // The sender's application gave the transfer up: before its Done left the receiver is told
   // (Cancel) and never commits; after, the verdict still settles it (a release cannot un-commit).
   // waitVerdict: a release (the transfer stays open until its verdict); a destroy settles now.

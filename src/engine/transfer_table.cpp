@@ -205,12 +205,11 @@ int TransferTable::abandonSends(uint64_t peer) {
   return n;
 }
 
-Status TransferTable::query(uint64_t xfer, XferInfo* info) const {
+Result<XferInfo> TransferTable::query(uint64_t xfer) const {
   const Transfer* x = find(xfer);
   if (x == nullptr)
-    return fail(Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released");
-  *info = {x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
-  return Status::kOk;
+    return Error{Status::kNotFound, "transfer " + std::to_string(xfer) + ": unknown or released"};
+  return XferInfo{x->state, x->result, x->final(), x->retries, x->key, x->peer, x->bytes};
 }
 
 Result<uint64_t> TransferTable::digest(const Transfer& x) {

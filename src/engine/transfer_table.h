@@ -137,7 +137,7 @@ class TransferTable {
   bool busy() const;
   // Protocol::abandonSends.
   int abandonSends(uint64_t peer);
-  Status query(uint64_t xfer, XferInfo* info) const;
+  Result<XferInfo> query(uint64_t xfer) const;
   // The checksum of x's blocks (verify kind x.verify); GPU blocks are read through staging_.
   Result<uint64_t> digest(const Transfer& x);
 

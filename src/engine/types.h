@@ -1,6 +1,6 @@
 // The engine's plain types, shared by the commit protocol (protocol.h), the engine facade
 // (engine.h), groups and the C API: registrations and blocks, what a transfer's state looks like
-// from outside, the counters, the commit hook, and the thread-local last error.
+// from outside, the counters, and the commit hook.
 #pragma once
 
 #include <cstdint>
@@ -21,10 +21,6 @@ struct Region;  // ucx/reg_cache.h: the engine's headers need no UCX
 
 namespace pact::engine {
 
-// Message of the last failing engine call on this thread.
-const std::string& lastError();
-// Records msg as this thread's last error and returns c.
-Status fail(Status c, std::string msg);
 
 // What the application registers (pact_mem_desc_t).
 struct MemorySpec {
@@ -52,6 +48,12 @@ struct BlockRef {
   uint64_t length = 0;
 };
 
+
+// What a peer granted this engine as a sender (pact_peer_credit).
+struct CreditView {
+  uint64_t budget = 0;  // kUnlimited, or bytes
+  uint64_t inUse = 0;   // advertised to this sender, not final
+};
 
 struct XferInfo {
   State state = State::kAllocated;

@@ -17,6 +17,9 @@ namespace {
 
 using test::fillPattern;
 using test::firstMismatch;
+using test::released;
+using test::succeeded;
+using test::take;
 using test::Pair;
 
 constexpr auto kBound = std::chrono::milliseconds(2000);  // "at once", with CI's noise
@@ -27,7 +30,7 @@ TransferKey keyOf(uint64_t request) { return TransferKey{request, 7, 0, 0}; }
 XferInfo waitFinal(Engine& e, uint64_t id, int64_t* ms = nullptr) {
   const auto t0 = std::chrono::steady_clock::now();
   XferInfo info;
-  EXPECT_EQ(e.wait(id, 20000, &info), Status::kOk) << lastError();
+  EXPECT_TRUE(succeeded(e.wait(id, 20000, &info)));
   if (ms != nullptr)
     *ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
   return info;
@@ -46,14 +49,14 @@ uint64_t sendWhole(Pair& p, uint64_t request, uint64_t bytes) {
   fillPattern(p.src.data(), bytes, request);
   const BlockRef from{p.srcMr, 0, bytes};
   uint64_t id = 0;
-  EXPECT_EQ(p.tx->send(p.peer, keyOf(request), std::span(&from, 1), 0, "KV", &id), Status::kOk) << lastError();
+  EXPECT_TRUE(take(p.tx->send(p.peer, keyOf(request), std::span(&from, 1), 0, "KV"), &id));
   return id;
 }
 
 uint64_t expectWhole(Pair& p, uint64_t request, uint64_t bytes) {
   const BlockRef to{p.dstMr, 0, bytes};
   uint64_t id = 0;
-  EXPECT_EQ(p.rx->expect(keyOf(request), std::span(&to, 1), 0, "KV", &id), Status::kOk) << lastError();
+  EXPECT_TRUE(take(p.rx->expect(keyOf(request), std::span(&to, 1), 0, "KV"), &id));
   return id;
 }
 
@@ -66,12 +69,12 @@ TEST(EngineAborts, ReceiverReleaseBeforeTheOfferIsCanceledAtTheSender) {
   Pair p({}, {}, 1 << 20);
   ASSERT_TRUE(p.rx && p.tx);
   const uint64_t rx = expectWhole(p, 1, 1 << 20);
-  EXPECT_EQ(p.rx->release(rx), Status::kOk);
+  EXPECT_EQ(released(p.rx->release(rx)), Status::kOk);
   const uint64_t tx = sendWhole(p, 1, 1 << 20);  // no deadline: only the receiver can end it
   int64_t ms = 0;
   EXPECT_EQ(waitFinal(*p.tx, tx, &ms).result, Status::kCanceled);
   EXPECT_LT(ms, kBound.count());
-  pact::ignore(p.tx->release(tx));
+  p.tx->release(tx).ignore();
   expectStillWorks(p, 2);
 }
 
@@ -87,10 +90,10 @@ TEST(EngineAborts, TheClassCountsTheCanceledTransfersByKindAndTheNextOneByBytes)
   Pair p({}, {}, 1 << 20);
   ASSERT_TRUE(p.rx && p.tx);
   const uint64_t rx = expectWhole(p, 1, 1 << 20);
-  EXPECT_EQ(p.rx->release(rx), Status::kOk);
+  EXPECT_EQ(released(p.rx->release(rx)), Status::kOk);
   const uint64_t tx = sendWhole(p, 1, 1 << 20);
   EXPECT_EQ(waitFinal(*p.tx, tx).result, Status::kCanceled);
-  pact::ignore(p.tx->release(tx));
+  p.tx->release(tx).ignore();
   EXPECT_GE(delta(classError(ErrorKind::kCanceled)), 1u) << "the sender's transfer, canceled by the receiver";
   const uint64_t canceled = delta(classError(ErrorKind::kCanceled));
   expectStillWorks(p, 2);
@@ -112,21 +115,21 @@ TEST(EngineAborts, TheClassCountsTheCanceledTransfersByKindAndTheNextOneByBytes)
 void releaseWhileWaitingForCredit(bool receiverReleases) {
   Pair p({}, {}, 1 << 20);
   ASSERT_TRUE(p.rx && p.tx);
-  ASSERT_EQ(p.rx->setCredit(0, 0), Status::kOk);  // grants nothing: the offer waits for credit
+  ASSERT_TRUE(succeeded(p.rx->setCredit(0, 0)));  // grants nothing: the offer waits for credit
   const uint64_t rx = expectWhole(p, 1, 1 << 20);
   const uint64_t tx = sendWhole(p, 1, 1 << 20);
   ASSERT_TRUE(spinUntil([&] {  // the offer matched: the receiver knows its peer
     XferInfo i;
-    return p.rx->query(rx, &i) == Status::kOk && i.peer != 0;
+    return take(p.rx->query(rx), &i) && i.peer != 0;
   }));
   Engine& releaser = receiverReleases ? *p.rx : *p.tx;
   Engine& other = receiverReleases ? *p.tx : *p.rx;
-  EXPECT_EQ(releaser.release(receiverReleases ? rx : tx), Status::kOk);
+  EXPECT_EQ(released(releaser.release(receiverReleases ? rx : tx)), Status::kOk);
   int64_t ms = 0;
   EXPECT_EQ(waitFinal(other, receiverReleases ? tx : rx, &ms).result, Status::kCanceled);
   EXPECT_LT(ms, kBound.count());
-  pact::ignore(other.release(receiverReleases ? tx : rx));
-  ASSERT_EQ(p.rx->setCredit(0, kUnlimited), Status::kOk);
+  other.release(receiverReleases ? tx : rx).ignore();
+  ASSERT_TRUE(succeeded(p.rx->setCredit(0, kUnlimited)));
   expectStillWorks(p, 2);
 }
 
@@ -152,15 +155,15 @@ TEST(EngineAborts, ReceiverReleaseWhileBytesMoveIsCanceledAtTheSenderNotPeerLost
   ASSERT_TRUE(p.rx && p.tx);
   const auto [rx, tx] = startMoving(p);
   ASSERT_NE(rx, 0u);
-  const Status released = p.rx->release(rx);
-  EXPECT_TRUE(released == Status::kOk || released == Status::kInProgress);
+  const Status gone = released(p.rx->release(rx));
+  EXPECT_TRUE(gone == Status::kOk || gone == Status::kInProgress);
   int64_t ms = 0;
   const XferInfo sent = waitFinal(*p.tx, tx, &ms);
   // The receiver may have had every byte before the release was seen: then it committed first.
   EXPECT_TRUE(sent.result == Status::kCanceled || sent.result == Status::kOk) << statusName(sent.result);
   EXPECT_NE(sent.result, Status::kRemoteError);
   EXPECT_LT(ms, kBound.count());
-  pact::ignore(p.tx->release(tx));
+  p.tx->release(tx).ignore();
   expectStillWorks(p, 2);
 }
 
@@ -191,7 +194,7 @@ void destroyMidTransfer(bool sender) {
     EXPECT_EQ(firstMismatch(p.dst.data(), kMoving, 1), -1);
   }
   EXPECT_LT(ms, kBound.count());
-  pact::ignore(left->release(sender ? rx : tx));
+  left->release(sender ? rx : tx).ignore();
   EXPECT_EQ(left->stats()[telemetry::kOpenTransfers], 0u);
 }
 
@@ -220,12 +223,12 @@ TEST(EngineAborts, SenderReleaseRacingItsTransferNeverHalfCommits) {
     const uint64_t at = kBytes * static_cast<uint64_t>(i) / (kRounds - 2);
     if (i == kRounds - 1) {
       XferInfo done;
-      ASSERT_EQ(p.tx->wait(tx, 20000, &done), Status::kOk);
+      ASSERT_TRUE(succeeded(p.tx->wait(tx, 20000, &done)));
     } else {
       ASSERT_TRUE(spinUntil([&] { return p.tx->stats()[telemetry::kBytesSent] - sentBefore >= std::min(at, kBytes); }));
     }
-    const Status released = p.tx->release(tx);
-    ASSERT_TRUE(released == Status::kOk || released == Status::kInProgress) << statusName(released);
+    const Status gone = released(p.tx->release(tx));
+    ASSERT_TRUE(gone == Status::kOk || gone == Status::kInProgress) << statusName(gone);
     const XferInfo got = waitFinal(*p.rx, rx);
     ASSERT_TRUE(got.final);
     if (got.result == Status::kOk) {
@@ -235,7 +238,7 @@ TEST(EngineAborts, SenderReleaseRacingItsTransferNeverHalfCommits) {
       ++canceled;
       EXPECT_EQ(got.result, Status::kCanceled) << "round " << i << ": " << statusName(got.result);
     }
-    pact::ignore(p.rx->release(rx));
+    p.rx->release(rx).ignore();
     ASSERT_TRUE(spinUntil([&] { return p.tx->stats()[telemetry::kOpenTransfers] == 0 && p.rx->stats()[telemetry::kOpenTransfers] == 0; }))
         << "round " << i << ": a transfer stayed open";
   }

@@ -21,6 +21,9 @@ namespace {
 
 using test::fillPattern;
 using test::firstMismatch;
+using test::released;
+using test::succeeded;
+using test::take;
 using test::makeEngine;
 using test::Pair;
 using test::paramsOf;
@@ -82,30 +85,30 @@ TEST(EngineClasses, ABulkClassStandsBackForAHigherClassToTheSamePeer) {
     const TransferKey bulkKey{1, 1, 0, 0}, kvKey{2, 1, 0, 0};
     const BlockRef bulkTo{p.dstMr, 0, kBulk}, bulkFrom{p.srcMr, 0, kBulk};
     const BlockRef kvTo{p.dstMr, kBulk, kKv}, kvFrom{p.srcMr, kBulk, kKv};
-    ASSERT_EQ(p.rx->expect(bulkKey, std::span(&bulkTo, 1), 0, "CKPT", &ids[0]), Status::kOk) << lastError();
-    ASSERT_EQ(p.rx->expect(kvKey, std::span(&kvTo, 1), 0, "KV", &ids[1]), Status::kOk) << lastError();
-    ASSERT_EQ(p.tx->send(p.peer, bulkKey, std::span(&bulkFrom, 1), 0, "CKPT", &ids[2]), Status::kOk) << lastError();
+    ASSERT_TRUE(take(p.rx->expect(bulkKey, std::span(&bulkTo, 1), 0, "CKPT"), &ids[0]));
+    ASSERT_TRUE(take(p.rx->expect(kvKey, std::span(&kvTo, 1), 0, "KV"), &ids[1]));
+    ASSERT_TRUE(take(p.tx->send(p.peer, bulkKey, std::span(&bulkFrom, 1), 0, "CKPT"), &ids[2]));
     // KV leaves once the checkpoint's pieces are moving (sent together, KV sometimes finished
     // before the checkpoint was advertised, and nothing had to stand back: 1 CI run).
     const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(20);
     while (p.tx->stats()[telemetry::kBytesSent] == 0 && std::chrono::steady_clock::now() < limit) {
     }
     ASSERT_GT(p.tx->stats()[telemetry::kBytesSent], 0u) << "the checkpoint never started";
-    ASSERT_EQ(p.tx->send(p.peer, kvKey, std::span(&kvFrom, 1), 0, "KV", &ids[3]), Status::kOk) << lastError();
+    ASSERT_TRUE(take(p.tx->send(p.peer, kvKey, std::span(&kvFrom, 1), 0, "KV"), &ids[3]));
     for (uint64_t id : {ids[1], ids[3]}) {  // KV first
       XferInfo info;
       Engine& e = id == ids[1] ? *p.rx : *p.tx;
-      ASSERT_EQ(e.wait(id, 20000, &info), Status::kOk);
+      ASSERT_TRUE(succeeded(e.wait(id, 20000, &info)));
       EXPECT_EQ(info.result, Status::kOk);
     }
     for (uint64_t id : {ids[0], ids[2]}) {
       XferInfo info;
       Engine& e = id == ids[0] ? *p.rx : *p.tx;
-      ASSERT_EQ(e.wait(id, 20000, &info), Status::kOk);
+      ASSERT_TRUE(succeeded(e.wait(id, 20000, &info)));
       EXPECT_EQ(info.result, Status::kOk);
     }
-    for (uint64_t id : {ids[0], ids[1]}) pact::ignore(p.rx->release(id));
-    for (uint64_t id : {ids[2], ids[3]}) pact::ignore(p.tx->release(id));
+    for (uint64_t id : {ids[0], ids[1]}) p.rx->release(id).ignore();
+    for (uint64_t id : {ids[2], ids[3]}) p.tx->release(id).ignore();
     EXPECT_EQ(firstMismatch(p.dst.data(), kBulk, 1), -1);
     EXPECT_EQ(firstMismatch(p.dst.data() + kBulk, kKv, 2), -1);
     const auto lanes = p.tx->laneStats(p.peer, "CKPT");
@@ -120,11 +123,11 @@ TEST(EngineClasses, ABulkClassStandsBackForAHigherClassToTheSamePeer) {
 TEST(EngineClasses, FallbackFailWithoutRdmaRefusesTheEngineNamingTheClass) {
   EngineConfig c;
   c.name = "strict";
-  std::unique_ptr<Engine> e;
-  EXPECT_EQ(Engine::create(c, paramsOf({{"PACT_TC_KV", "rc,fallback=fail"}}), &e), Status::kUnsupported);
-  EXPECT_EQ(e, nullptr);
-  EXPECT_NE(lastError().find("traffic class KV asked for service=rc"), std::string::npos) << lastError();
-  EXPECT_NE(lastError().find("fallback=fail"), std::string::npos) << lastError();
+  auto e = Engine::create(c, paramsOf({{"PACT_TC_KV", "rc,fallback=fail"}}));
+  ASSERT_EQ(e.status(), Status::kUnsupported);
+  const std::string& why = e.error().message;
+  EXPECT_NE(why.find("traffic class KV asked for service=rc"), std::string::npos) << why;
+  EXPECT_NE(why.find("fallback=fail"), std::string::npos) << why;
 }
 
 TEST(EngineClasses, UnorderedClassSpreadsItsPiecesOverItsLanes) {
@@ -184,21 +187,21 @@ TEST(EngineClasses, ClassCreditsBoundWhatOneSenderStages) {
     fillPattern(p.src.data() + (i << 20), 1 << 20, 10 + i);
     const TransferKey key{10 + i, 1, 0, 0};
     const BlockRef to{p.dstMr, i << 20, 1 << 20}, from{p.srcMr, i << 20, 1 << 20};
-    ASSERT_EQ(p.rx->expect(key, std::span(&to, 1), 0, "KV", &rxIds[i]), Status::kOk);
-    ASSERT_EQ(p.tx->send(p.peer, key, std::span(&from, 1), 0, "KV", &txIds[i]), Status::kOk);
+    ASSERT_TRUE(take(p.rx->expect(key, std::span(&to, 1), 0, "KV"), &rxIds[i]));
+    ASSERT_TRUE(take(p.tx->send(p.peer, key, std::span(&from, 1), 0, "KV"), &txIds[i]));
   }
   for (uint64_t i = 0; i < 4; ++i) {
     XferInfo info;
-    ASSERT_EQ(p.rx->wait(rxIds[i], 20000, &info), Status::kOk);
+    ASSERT_TRUE(succeeded(p.rx->wait(rxIds[i], 20000, &info)));
     EXPECT_EQ(info.result, Status::kOk);
     EXPECT_EQ(firstMismatch(p.dst.data() + (i << 20), 1 << 20, 10 + i), -1);
-    ASSERT_EQ(p.tx->wait(txIds[i], 20000, &info), Status::kOk);
+    ASSERT_TRUE(succeeded(p.tx->wait(txIds[i], 20000, &info)));
     EXPECT_EQ(info.result, Status::kOk);
   }
   EXPECT_EQ(p.rx->stats()[telemetry::kPeakStagedBytes], 1u << 20);
   for (uint64_t i = 0; i < 4; ++i) {
-    pact::ignore(p.rx->release(rxIds[i]));
-    pact::ignore(p.tx->release(txIds[i]));
+    p.rx->release(rxIds[i]).ignore();
+    p.tx->release(txIds[i]).ignore();
   }
 }
 

@@ -20,6 +20,9 @@ namespace {
 
 using test::fillPattern;
 using test::firstMismatch;
+using test::released;
+using test::succeeded;
+using test::take;
 using test::makeEngine;
 
 const char* kDouble = PACT_CUDA_DOUBLE_PATH;
@@ -48,8 +51,8 @@ struct GpuPair {
     tx = makeEngine("tx", env, false);
     if (!rx || !tx) return;
     std::string address;
-    EXPECT_EQ(rx->address(&address), Status::kOk);
-    EXPECT_EQ(tx->connect(address, 10000, &peer), Status::kOk) << lastError();
+    EXPECT_TRUE(take(rx->address(), &address));
+    EXPECT_TRUE(take(tx->connect(address, 10000), &peer));
     auto d = driver().allocate(0, n);
     EXPECT_TRUE(d.ok());
     dst = static_cast<uint8_t*>(*d);
@@ -63,12 +66,12 @@ struct GpuPair {
     }
     MemorySpec from{src, n, gpuSource ? ucx::MemoryType::kCuda : ucx::MemoryType::kHost};
     MemorySpec to{dst, n, ucx::MemoryType::kCuda, 0};
-    EXPECT_EQ(tx->registerMemory(from, &srcMr), Status::kOk) << lastError();
-    EXPECT_EQ(rx->registerMemory(to, &dstMr), Status::kOk) << lastError();
+    EXPECT_TRUE(take(tx->registerMemory(from), &srcMr));
+    EXPECT_TRUE(take(rx->registerMemory(to), &dstMr));
   }
   ~GpuPair() {
-    if (rx) ignore(rx->deregister(dstMr));
-    if (tx) ignore(tx->deregister(srcMr));
+    if (rx) rx->deregister(dstMr).ignore();
+    if (tx) tx->deregister(srcMr).ignore();
     rx.reset();
     tx.reset();
     if (dst) ignore(driver().release(dst));
@@ -82,13 +85,13 @@ struct GpuPair {
     const BlockRef to{dstMr, 0, length};
     const BlockRef from{srcMr, 0, length};
     uint64_t rxId = 0, txId = 0;
-    EXPECT_EQ(rx->expect(key, std::span(&to, 1), 0, cls, &rxId), Status::kOk) << lastError();
-    EXPECT_EQ(tx->send(peer, key, std::span(&from, 1), 0, cls, &txId), Status::kOk) << lastError();
+    EXPECT_TRUE(take(rx->expect(key, std::span(&to, 1), 0, cls), &rxId));
+    EXPECT_TRUE(take(tx->send(peer, key, std::span(&from, 1), 0, cls), &txId));
     XferInfo a, b;
-    EXPECT_EQ(rx->wait(rxId, 20000, &a), Status::kOk);
-    EXPECT_EQ(tx->wait(txId, 20000, &b), Status::kOk);
-    ignore(rx->release(rxId));
-    ignore(tx->release(txId));
+    EXPECT_TRUE(succeeded(rx->wait(rxId, 20000, &a)));
+    EXPECT_TRUE(succeeded(tx->wait(txId, 20000, &b)));
+    rx->release(rxId).ignore();
+    tx->release(txId).ignore();
     if (a.result == Status::kOk) {
       EXPECT_EQ(firstMismatch(dst, length, request), -1);
     }
@@ -139,30 +142,35 @@ TEST(EngineGpu, RegistrationsTheHostCannotHonourAreRefused) {
   ASSERT_NE(none, nullptr);
   auto mem = driver().allocate(0, 1 << 16);
   ASSERT_TRUE(mem.ok());
-  Registration* mr = nullptr;
-  EXPECT_EQ(none->registerMemory({*mem, 1 << 16, ucx::MemoryType::kCuda}, &mr), Status::kUnsupported);
-  EXPECT_NE(lastError().find("CUDA"), std::string::npos) << lastError();
+  // The status of r and, when it failed, whether its message names `text`.
+  const auto refused = [](const Result<Registration*>& r, Status s, const std::string& text) {
+    if (r.status() != s) return ::testing::AssertionFailure() << "status " << statusName(r.status());
+    if (!r.ok() && r.error().message.find(text) == std::string::npos)
+      return ::testing::AssertionFailure() << "message: " << r.error().message;
+    return ::testing::AssertionSuccess();
+  };
+  EXPECT_TRUE(refused(none->registerMemory({*mem, 1 << 16, ucx::MemoryType::kCuda}), Status::kUnsupported, "CUDA"));
 
   auto e = makeEngine("e", {{"PACT_CUDA_DRIVER", kDouble}}, false);
   ASSERT_NE(e, nullptr);
   std::vector<uint8_t> host(1 << 16);
-  EXPECT_EQ(e->registerMemory({host.data(), host.size(), ucx::MemoryType::kCuda}, &mr), Status::kInvalidArgument);
-  EXPECT_NE(lastError().find("device memory"), std::string::npos) << lastError();
-  EXPECT_EQ(e->registerMemory({*mem, 1 << 16, ucx::MemoryType::kCuda, 3}, &mr), Status::kInvalidArgument);
-  EXPECT_NE(lastError().find("not device 3"), std::string::npos) << lastError();
-  EXPECT_EQ(e->registerMemory({*mem, 1 << 17, ucx::MemoryType::kCuda}, &mr), Status::kOutOfRange);
+  EXPECT_TRUE(refused(e->registerMemory({host.data(), host.size(), ucx::MemoryType::kCuda}),
+                      Status::kInvalidArgument, "device memory"));
+  EXPECT_TRUE(refused(e->registerMemory({*mem, 1 << 16, ucx::MemoryType::kCuda, 3}), Status::kInvalidArgument,
+                      "not device 3"));
+  EXPECT_TRUE(refused(e->registerMemory({*mem, 1 << 17, ucx::MemoryType::kCuda}), Status::kOutOfRange, ""));
   int pipeFds[2];
   ASSERT_EQ(pipe(pipeFds), 0);
-  EXPECT_EQ(e->registerMemory({*mem, 4096, ucx::MemoryType::kCuda, 0, pipeFds[0], 0}, &mr),
-            Status::kInvalidArgument);
-  EXPECT_NE(lastError().find("neither a dmabuf nor a mappable file"), std::string::npos) << lastError();
+  EXPECT_TRUE(refused(e->registerMemory({*mem, 4096, ucx::MemoryType::kCuda, 0, pipeFds[0], 0}),
+                      Status::kInvalidArgument, "neither a dmabuf nor a mappable file"));
   close(pipeFds[0]);
   close(pipeFds[1]);
   auto fd = driver().exportDmabuf(*mem, 1 << 16);
   ASSERT_TRUE(fd.ok());
-  ASSERT_EQ(e->registerMemory({*mem, 1 << 16, ucx::MemoryType::kCuda, 0, *fd, 0}, &mr), Status::kOk) << lastError();
+  Registration* mr = nullptr;
+  ASSERT_TRUE(take(e->registerMemory({*mem, 1 << 16, ucx::MemoryType::kCuda, 0, *fd, 0}), &mr));
   close(*fd);  // nothing keeps it
-  EXPECT_EQ(e->deregister(mr), Status::kOk);
+  EXPECT_TRUE(succeeded(e->deregister(mr)));
   e.reset();
   EXPECT_EQ(driver().release(*mem), Status::kOk);
 }

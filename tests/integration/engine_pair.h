@@ -19,6 +19,22 @@ namespace pact::engine::test {
 using pact::test::fillPattern;
 using pact::test::firstMismatch;
 
+// r's value into *out, or a failure naming r's status and message.
+template <typename T, typename U>
+::testing::AssertionResult take(Result<T>&& r, U* out) {
+  if (!r) return ::testing::AssertionFailure() << statusName(r.status()) << ": " << r.error().message;
+  *out = std::move(r).value();
+  return ::testing::AssertionSuccess();
+}
+inline ::testing::AssertionResult succeeded(const Result<void>& r) {
+  if (!r) return ::testing::AssertionFailure() << statusName(r.status()) << ": " << r.error().message;
+  return ::testing::AssertionSuccess();
+}
+// A release's answer as a status: kOk (gone), kInProgress (final later) or its error.
+inline Status released(const Result<bool>& r) {
+  return !r ? r.status() : *r ? Status::kOk : Status::kInProgress;
+}
+
 inline Params paramsOf(const EnvMap& env) {
   EnvMap e = env;
   e.emplace("PACT_NET_DEVICES", "lo");
@@ -35,8 +51,7 @@ inline std::unique_ptr<Engine> makeEngine(const std::string& name, const EnvMap&
   if (listen) c.listenIp = "127.0.0.1";
   c.progressThread = true;
   std::unique_ptr<Engine> e;
-  const Status code = Engine::create(c, paramsOf(env), &e);
-  EXPECT_EQ(code, Status::kOk) << lastError();
+  EXPECT_TRUE(take(Engine::create(c, paramsOf(env)), &e));
   return e;
 }
 
@@ -47,7 +62,7 @@ struct Pair {
   std::vector<uint8_t> src, dst;
   Registration* srcMr = nullptr;
   Registration* dstMr = nullptr;
-  std::string sendError;  // lastError() of a send that failed
+  std::string sendError;  // the message of a send that failed
 
   Pair(const EnvMap& rxEnv, const EnvMap& txEnv, size_t bytes,
        size_t exactlyOnceWindow = EngineConfig{}.exactlyOnceWindow)
@@ -56,14 +71,14 @@ struct Pair {
     tx = makeEngine("tx", txEnv, false, exactlyOnceWindow);
     if (!rx || !tx) return;
     std::string address;
-    EXPECT_EQ(rx->address(&address), Status::kOk);
-    EXPECT_EQ(tx->connect(address, 10000, &peer), Status::kOk) << lastError();
-    EXPECT_EQ(tx->registerMemory({src.data(), src.size()}, &srcMr), Status::kOk);
-    EXPECT_EQ(rx->registerMemory({dst.data(), dst.size()}, &dstMr), Status::kOk);
+    EXPECT_TRUE(take(rx->address(), &address));
+    EXPECT_TRUE(take(tx->connect(address, 10000), &peer));
+    EXPECT_TRUE(take(tx->registerMemory({src.data(), src.size()}), &srcMr));
+    EXPECT_TRUE(take(rx->registerMemory({dst.data(), dst.size()}), &dstMr));
   }
   ~Pair() {
-    if (rx) pact::ignore(rx->deregister(dstMr));
-    if (tx) pact::ignore(tx->deregister(srcMr));
+    if (rx) rx->deregister(dstMr).ignore();
+    if (tx) tx->deregister(srcMr).ignore();
   }
 
   // Moves [offset, offset + length) of the buffers as one transfer of class cls; both results.
@@ -73,19 +88,20 @@ struct Pair {
     const TransferKey key{request, 1, 0, 0};
     const BlockRef to{dstMr, offset, length};
     const BlockRef from{srcMr, offset, length};
-    uint64_t rxId = 0, txId = 0;
-    EXPECT_EQ(rx->expect(key, std::span(&to, 1), 0, cls, &rxId), Status::kOk) << lastError();
-    const Status sent = tx->send(peer, key, std::span(&from, 1), 0, cls, &txId);
-    if (sent != Status::kOk) {
-      sendError = lastError();
-      pact::ignore(rx->release(rxId));
-      return {sent, sent};
+    uint64_t rxId = 0;
+    EXPECT_TRUE(take(rx->expect(key, std::span(&to, 1), 0, cls), &rxId));
+    auto sent = tx->send(peer, key, std::span(&from, 1), 0, cls);
+    if (!sent) {
+      sendError = sent.error().message;
+      rx->release(rxId).ignore();
+      return {sent.status(), sent.status()};
     }
+    const uint64_t txId = *sent;
     XferInfo a, b;
-    EXPECT_EQ(rx->wait(rxId, 20000, &a), Status::kOk);
-    EXPECT_EQ(tx->wait(txId, 20000, &b), Status::kOk);
-    pact::ignore(rx->release(rxId));
-    pact::ignore(tx->release(txId));
+    EXPECT_TRUE(succeeded(rx->wait(rxId, 20000, &a)));
+    EXPECT_TRUE(succeeded(tx->wait(txId, 20000, &b)));
+    rx->release(rxId).ignore();
+    tx->release(txId).ignore();
     if (a.result == Status::kOk) {
       EXPECT_EQ(firstMismatch(dst.data() + offset, length, request), -1);
     }

@@ -83,11 +83,15 @@ struct Exchange {
   }
   void expectIt() {
     const BlockRef to{&dstMr, 0, kBytes};
-    ASSERT_EQ(a->expect(kKey, std::span(&to, 1), 0, 0, &rx), Status::kOk) << lastError();
+    auto id = a->expect(kKey, std::span(&to, 1), 0, 0);
+    ASSERT_TRUE(id.ok()) << id.error().message;
+    rx = *id;
   }
   void sendIt() {
     const BlockRef from{&srcMr, 0, kBytes};
-    ASSERT_EQ(b->send(MemNet::kPeerOfB, kKey, std::span(&from, 1), 0, 0, &tx), Status::kOk) << lastError();
+    auto id = b->send(MemNet::kPeerOfB, kKey, std::span(&from, 1), 0, 0);
+    ASSERT_TRUE(id.ok()) << id.error().message;
+    tx = *id;
   }
   std::string log() const {
     std::string out;
@@ -97,13 +101,12 @@ struct Exchange {
   Result finish() {
     net.run();
     Result r;
-    XferInfo i;
-    if (a->query(rx, &i) == Status::kOk) r.rx = i.result, r.rxFinal = i.final;
-    if (b->query(tx, &i) == Status::kOk) r.tx = i.result, r.txFinal = i.final;
+    if (auto i = a->query(rx); i.ok()) r.rx = i->result, r.rxFinal = i->final;
+    if (auto i = b->query(tx); i.ok()) r.tx = i->result, r.txFinal = i->final;
     r.commits = commits;
     r.exact = pact::test::firstMismatch(dst.data(), kBytes, 77) == -1;
-    (void)a->release(rx);
-    (void)b->release(tx);
+    a->release(rx).ignore();
+    b->release(tx).ignore();
     net.run();
     r.open = a->openTransfers() + b->openTransfers();
     for (const auto& l : net.log()) r.log += l + "\n";
@@ -131,9 +134,9 @@ void expectSound(const Result& r, const std::string& what, const std::set<Status
 }
 
 XferInfo infoOf(const Protocol& p, uint64_t id) {
-  XferInfo i{};
-  EXPECT_EQ(p.query(id, &i), Status::kOk);
-  return i;
+  auto i = p.query(id);
+  EXPECT_TRUE(i.ok());
+  return i.ok() ? *i : XferInfo{};
 }
 
 // Messages of a clean run (2 credit grants, offer, advertise, 3 pieces, done, verdict).
@@ -311,22 +314,24 @@ TEST_P(ProtocolFaults, ARailLostAtEveryStepWithTwoInFlightCommitsBothOnce) {
       srcMr2.length = kBytes;
       dstMr2.addr = dst2.data();
       dstMr2.length = kBytes;
-      uint64_t rx2 = 0, tx2 = 0;
       const BlockRef to{&dstMr2, 0, kBytes}, from{&srcMr2, 0, kBytes};
       run.start();
-      ASSERT_EQ(run.a->expect(kSecond, std::span(&to, 1), 0, 0, &rx2), Status::kOk) << lastError();
-      ASSERT_EQ(run.b->send(MemNet::kPeerOfB, kSecond, std::span(&from, 1), 0, 0, &tx2), Status::kOk) << lastError();
+      auto rx2 = run.a->expect(kSecond, std::span(&to, 1), 0, 0);
+      ASSERT_TRUE(rx2.ok()) << rx2.error().message;
+      auto tx2 = run.b->send(MemNet::kPeerOfB, kSecond, std::span(&from, 1), 0, 0);
+      ASSERT_TRUE(tx2.ok()) << tx2.error().message;
       run.net.run();
-      XferInfo i2{}, t2{};
-      ASSERT_EQ(run.a->query(rx2, &i2), Status::kOk);
-      ASSERT_EQ(run.b->query(tx2, &t2), Status::kOk);
+      auto i2r = run.a->query(*rx2);
+      auto t2r = run.b->query(*tx2);
+      ASSERT_TRUE(i2r.ok() && t2r.ok());
+      const XferInfo i2 = *i2r, t2 = *t2r;
       const std::string what = std::string(order == Order::kOrdered ? "ordered" : "unordered") +
                                ", two in flight, rail lost at message " + std::to_string(seq);
       EXPECT_TRUE(i2.final && i2.result == Status::kOk) << what << ": second transfer " << statusName(i2.result);
       EXPECT_TRUE(t2.final && t2.result == Status::kOk) << what << ": second send " << statusName(t2.result);
       EXPECT_EQ(pact::test::firstMismatch(dst2.data(), kBytes, 78), -1) << what << ": second block differs";
-      (void)run.a->release(rx2);
-      (void)run.b->release(tx2);
+      run.a->release(*rx2).ignore();
+      run.b->release(*tx2).ignore();
       const size_t sent = run.net.sent();
       Result r = run.finish();
       EXPECT_EQ(r.commits, 2) << what << ": commits of both transfers";
@@ -348,15 +353,14 @@ TEST_P(ProtocolFaults, AnEpochSwitchAtEveryStepNeverCommitsAStaleTransfer) {
     run.net.afterEach = [&](size_t seq) {
       if (seq + 1 == at && commitsAtSwitch < 0) {
         commitsAtSwitch = run.commits;
-        ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Status::kOk);
+        ASSERT_TRUE(run.a->setEpoch(kEpoch + 1).ok());
       }
     };
     if (at == 0) {
-      ASSERT_EQ(run.a->setEpoch(kEpoch + 1), Status::kOk);  // before anything: expect refuses
+      ASSERT_TRUE(run.a->setEpoch(kEpoch + 1).ok());  // before anything: expect refuses
       const TransferKey key{1, 2, kEpoch, 0};
       const BlockRef to{&run.dstMr, 0, kBytes};
-      uint64_t id = 0;
-      EXPECT_EQ(run.a->expect(key, std::span(&to, 1), 0, 0, &id), Status::kEpochMismatch);
+      EXPECT_EQ(run.a->expect(key, std::span(&to, 1), 0, 0).status(), Status::kEpochMismatch);
       continue;
     }
     run.start();
@@ -380,18 +384,19 @@ TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
         if (seq != at || done) return;
         done = true;
         commitsAtRelease = run.commits;
-        if (side == 0) (void)run.a->release(run.rx);
-        else (void)run.b->release(run.tx);
+        if (side == 0) run.a->release(run.rx).ignore();
+        else run.b->release(run.tx).ignore();
       };
       run.start();
       run.net.run();
       const std::string what = std::string(side == 0 ? "receiver" : "sender") +
                                " releases after message " + std::to_string(at);
       SCOPED_TRACE(what);
-      XferInfo other;
       Protocol& survivor = side == 0 ? *run.b : *run.a;
       const uint64_t otherId = side == 0 ? run.tx : run.rx;
-      ASSERT_EQ(survivor.query(otherId, &other), Status::kOk);
+      auto found = survivor.query(otherId);
+      ASSERT_TRUE(found.ok());
+      const XferInfo other = *found;
       EXPECT_TRUE(other.final) << "the other side was not told";
       EXPECT_LE(run.commits, 1);
       if (other.result == Status::kOk) {
@@ -402,7 +407,7 @@ TEST_P(ProtocolFaults, AReleaseByEitherSideAtEveryStepReachesTheOtherSide) {
         EXPECT_EQ(other.result, Status::kCanceled) << statusName(other.result);
         EXPECT_EQ(run.commits, commitsAtRelease < 0 ? 0 : commitsAtRelease);
       }
-      (void)survivor.release(otherId);
+      survivor.release(otherId).ignore();
       run.net.run();
       EXPECT_EQ(run.a->openTransfers() + run.b->openTransfers(), 0u);
     }
@@ -470,12 +475,12 @@ TEST(ProtocolEager, WithoutCreditTheBytesDoNotLandAndComeAsPiecesWhenGranted) {
   Exchange run(Mode::kEagerOffer);
   run.expectIt();
   run.sendIt();
-  ASSERT_EQ(run.a->setCredit(MemNet::kPeerOfA, 0), Status::kOk);
+  ASSERT_TRUE(run.a->setCredit(MemNet::kPeerOfA, 0).ok());
   run.net.run(std::chrono::milliseconds(1));
   EXPECT_FALSE(infoOf(*run.a, run.rx).final);
   EXPECT_EQ(run.a->counters().get(telemetry::kBytesReceived), 0u);
   EXPECT_EQ(run.a->counters().get(telemetry::kStagedBytes), 0u);
-  ASSERT_EQ(run.a->setCredit(MemNet::kPeerOfA, kUnlimited), Status::kOk);
+  ASSERT_TRUE(run.a->setCredit(MemNet::kPeerOfA, kUnlimited).ok());
   const Result r = run.finish();
   EXPECT_EQ(r.rx, Status::kOk);
   EXPECT_EQ(r.tx, Status::kOk);
@@ -521,7 +526,9 @@ TEST(ProtocolEager, AReleaseBeforeTheExpectIsAnsweredAndEndsCanceled) {
   Exchange run(Mode::kEagerOffer);
   run.sendIt();
   run.net.run(std::chrono::milliseconds(1));
-  EXPECT_EQ(run.b->release(run.tx), Status::kInProgress);  // it waits for the answer
+  auto gone = run.b->release(run.tx);
+  ASSERT_TRUE(gone.ok());
+  EXPECT_FALSE(*gone);  // it waits for the answer
   run.net.run();
   EXPECT_EQ(run.b->openTransfers(), 0u) << run.log();
   run.expectIt();  // the offer is gone: the expect waits (ends at its deadline or release)
