@@ -1,11 +1,10 @@
-// The engine facade: lifecycle, progress (the workers, the sockets, the timers, the sleep), the
-// application's calls (checked, then handed to the protocol), memory registration.
+// The engine facade: lifecycle, the wiring of its peer table, routes and protocol, progress (the
+// workers, the sockets, the timers, the sleep), the application's calls (checked, then handed to
+// the protocol), memory registration.
 #include "engine/engine.h"
-#include "engine/peer.h"
 #include "engine/trace_file.h"
 #include "telemetry/timeline.h"
 
-#include <arpa/inet.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/eventfd.h>
@@ -15,21 +14,26 @@
 #include <cstring>
 
 #include "common/log.h"
-#include "transport/service.h"
-#include "transport/wire.h"
-#include "ucx/devices.h"
-#include "ucx/ucx_status.h"
+#include "transport/control_socket.h"
 
 namespace pact::engine {
 
-
+namespace {
+EngineConfig named(EngineConfig c) {
+  if (c.name.empty()) c.name = "pact-" + std::to_string(::getpid());
+  return c;
+}
+}  // namespace
 
 Engine::Engine(const EngineConfig& config, const Params& params)
-    : config_(config), params_(params), driver_(&cuda::Driver::instance(params.cuda_driver)) {}
+    : config_(named(config)),
+      params_(params),
+      driver_(&cuda::Driver::instance(params.cuda_driver)),
+      routes_(config_.name, params_, *driver_, peers_, *this),
+      peers_(config_.name, params_, *this) {}
 
 Result<std::unique_ptr<Engine>> Engine::create(const EngineConfig& config, const Params& params) {
   std::unique_ptr<Engine> e(new Engine(config, params));
-  if (e->config_.name.empty()) e->config_.name = "pact-" + std::to_string(::getpid());
   if (e->config_.name.size() > kMaxName)
     return Error{Status::kInvalidArgument, "name: longer than " + std::to_string(kMaxName) + " bytes"};
   if (auto r = e->init(); !r) return r.error();
@@ -41,12 +45,12 @@ Result<void> Engine::init() {
     PACT_WARN("engine %s: injecting faults: %s", config_.name.c_str(), params_.fault.describe().c_str());
     armKillAfter(params_.fault);
   }
-  if (auto r = openContexts(); !r) return r;
+  if (auto r = routes_.open(); !r) return r;
   ProtocolConfig pc;
   pc.name = config_.name;
   pc.epoch = config_.modelEpoch;
   pc.creditBudget = config_.creditBudget;
-  for (const Route& r : routes_) {
+  for (const Routes::Route& r : routes_.list()) {
     pc.routes.push_back(r.profile);
     pc.routeNames.push_back(r.name);
   }
@@ -54,46 +58,18 @@ Result<void> Engine::init() {
   pc.exactlyOnceWindow = config_.exactlyOnceWindow;
   pc.fault = params_.fault;
   pc.cudaDriver = driver_;
-  Link& link = *this;  // (a private base: converted here, inside the class)
-  proto_ = std::make_unique<Protocol>(pc, link);
+  proto_ = std::make_unique<Protocol>(pc, routes_.link());
+  routes_.attach(*proto_);
   wakeFd_.reset(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
   if (!wakeFd_.valid()) return Error{Status::kSystemError, std::string("eventfd: ") + std::strerror(errno)};
-  transport::Sessions::Config sc;
-  sc.epoch = config_.modelEpoch;
-  sc.key = params_.auth_key;
-  sc.peerTimeout = params_.peer_timeout;
-  sc.face = "engine " + config_.name;
-  sc.checkEpoch = false;  // the protocol judges epochs per transfer; setEpoch changes it live
-  sessions_ = std::make_unique<transport::Sessions>(sc);
-  if (!config_.listenIp.empty()) {
-    auto ip = transport::resolveListenIp(config_.listenIp);  // an interface or host name too
-    if (!ip.ok()) return Error{ip.status(), "engine " + config_.name + ": " + ip.error().message};
-    auto h = sessions_->listen(*ip, config_.listenPort, true);
-    if (!h.ok())
-      return Error{h.status(), "listen on " + *ip + ":" + std::to_string(config_.listenPort) + ": " +
-                                   h.error().message};
-    listenHandle_ = *h;
-    listening_ = true;
-    if (transport::isWildcard(*ip)) publishRoutable();
-  }
+  peers_.open(config_.modelEpoch);
+  if (!config_.listenIp.empty())
+    if (auto r = peers_.listen(config_.listenIp, config_.listenPort, routes_.routableIp()); !r) return r;
   // A caller that meets a progress round polls for the lock as long as the engine would spin
   // anyway, at most kLockSpin (engine_mutex.h); PACT_PROGRESS_SPIN=0 sleeps at once.
   mu_.setSpin(std::min<std::chrono::microseconds>(params_.progress_spin, kLockSpin));
   if (config_.progressThread) thread_ = std::thread([this] { runProgressThread(); });
   return {};
-}
-
-// Bound to the wildcard: what address() and the metadata publish is the engine's first device's
-// address instead (a device pact takes is never loopback unless named).
-void Engine::publishRoutable() {
-  const std::string ip = fabric_->deviceCount() > 0 ? fabric_->deviceInfo(0).ipAddress : std::string();
-  if (ip.empty() || inet_pton(listenHandle_.family, ip.c_str(), listenHandle_.addr) != 1) {
-    PACT_WARN("engine %s: listening on %s, but no routable address of this host to publish in its place",
-              config_.name.c_str(), transport::formatAddress(listenHandle_).c_str());
-    return;
-  }
-  PACT_INFO("engine %s: listening on every address; publishing %s", config_.name.c_str(),
-            transport::formatAddress(listenHandle_).c_str());
 }
 
 Engine::~Engine() { shutdown(); }
@@ -126,13 +102,12 @@ void Engine::shutdown() {
   // a 2 s stall, then a leaked worker).
   proto_->abortAll();
   const auto limit = now() + std::chrono::seconds(2);
-  while (proto_->busy() && now() < limit) progressWorkers();
+  while (proto_->busy() && now() < limit) routes_.progressWorkers();
   if (!params_.trace_file.empty()) writeTrace();
   // Goodbyes: each peer sees "the peer closed".
-  for (auto& [id, p] : peers_)
-    if (p->phase == Peer::Phase::kReady) peerLost(*p, "this engine closed");
+  peers_.loseAll("this engine closed");
   // Forced: a peer that no longer progresses would hold a flushing close for its timeout.
-  for (auto& [id, p] : peers_) closePeerEndpoints(*p);
+  peers_.forEach([this](Peer& p) { routes_.closePeerEndpoints(p); });
   if (!registrations_.empty())
     PACT_WARN("engine %s destroyed with %zu registrations still open (released now)",
               config_.name.c_str(), registrations_.size());
@@ -142,13 +117,29 @@ void Engine::shutdown() {
     // on destroying the worker; leaking it is the lesser harm (see ucx/worker.h).
     PACT_WARN("engine %s: UCX operations still pending at shutdown; leaking the workers",
               config_.name.c_str());
-    for (Context& c : contexts_)
-      for (size_t i = 0; i < c.dev->rails(); ++i) {
-        c.dev->rail(i).worker.abandon();
-        c.dev->rail(i).context.abandon();
-      }
+    routes_.abandonWorkers();
   }
   peers_.clear();
+}
+
+// ---- the wiring: what the peer table tells ---------------------------------------------------
+
+std::vector<uint8_t> Engine::hello(const Peer& p) { return routes_.hello(p, proto_->epoch()); }
+
+Result<void> Engine::greeted(Peer& p) { return routes_.connectControl(p); }
+
+void Engine::ready(Peer& p, const Hello& hello) {
+  proto_->peerReady(p.id, p.name);
+  routes_.watchRails(p, hello.probes);
+}
+
+void Engine::lost(Peer& p, Status transfers) {
+  proto_->peerLost(p.id, transfers);
+  routes_.closePeerEndpoints(p);
+  if (int n = proto_->abandonSends(p.id); n > 0)
+    PACT_INFO("engine %s: %d send(s) to %s still inside UCX after the close, given up",
+              config_.name.c_str(), n, p.name.c_str());
+  cv_.notify_all();
 }
 
 // ---- progress ----------------------------------------------------------------------------------
@@ -171,19 +162,13 @@ void Engine::progress(int timeoutMs) {
 int Engine::progressLocked() {
   int events = 0;
   for (int i = 0; i < 64; ++i) {
-    const unsigned n = progressWorkers();
+    const unsigned n = routes_.progressWorkers();
     if (n == 0) break;
     events += static_cast<int>(n);
   }
-  if (prober_) checkRails();
-  pumpLanes();
-  // The sessions only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
-  // (every call while a handshake is under way), not on every spin of a busy progress loop.
-  const TimePoint t = now();
-  if (handshaking_ > 0 || t - lastSessionCheck_ >= params_.liveness_interval) {
-    lastSessionCheck_ = t;
-    events += pollPeers();
-  }
+  routes_.checkRails();
+  routes_.pumpLanes();
+  events += peers_.poll(now());  // handshakes and liveness
   events += fireTimers();
   if (events > 0) {
     stamp(lastActivity_);
@@ -201,14 +186,13 @@ void Engine::wake() {
 
 // Sleeps until the worker, a socket or wake() has something, or the next timer, at most timeoutMs.
 void Engine::sleepLocked(EngineLock& lock, int timeoutMs) {
-  if (!armWorkers()) return;  // busy: events are pending already
+  if (!routes_.armWorkers()) return;  // busy: events are pending already
   thread_local std::vector<pollfd> fds;  // keeps its capacity: no allocation per sleep
   fds.assign(1, pollfd{wakeFd_.get(), POLLIN, 0});
-  for (const Context& c : contexts_)
-    for (int fd : c.eventFds) fds.push_back({fd, POLLIN, 0});
-  fds.push_back({sessions_->fd(), POLLIN, 0});  // every session and the listener
+  routes_.forEachEventFd([](int fd) { fds.push_back({fd, POLLIN, 0}); });
+  fds.push_back({peers_.fd(), POLLIN, 0});  // every session and the listener
   int wait = timeoutMs;
-  const TimePoint next = std::min(timers_.next(), proto_->nextTimer());
+  const TimePoint next = std::min(peers_.nextTimer(), proto_->nextTimer());
   if (next != TimePoint::max()) {
     auto until = std::chrono::duration_cast<std::chrono::milliseconds>(next - now());
     wait = std::clamp(static_cast<int>(until.count()) + 1, 0, timeoutMs);
@@ -300,12 +284,7 @@ bool Engine::waitFor(EngineLock& lock, int timeoutMs, FunctionRef<bool()> pred) 
 }
 
 int Engine::fireTimers() {
-  int fired = timers_.popDue(now(), [&](const Timers<TimerKind>::Timer& timer) {
-    auto it = peers_.find(timer.id);
-    if (it == peers_.end() || it->second->phase != Peer::Phase::kHandshake) return false;
-    peerLost(*it->second, "no handshake from the peer within PACT_PEER_TIMEOUT");
-    return true;
-  });
+  const int fired = peers_.fireTimers(now());
   return fired + proto_->fireTimers();
 }
 
@@ -344,84 +323,9 @@ Result<uint64_t> Engine::expectLocked(const TransferKey& key, std::span<const Bl
                                       uint64_t deadlineUs, const char* trafficClass) {
   if (auto bytes = checkBlocks(blocks); !bytes)
     return Error{bytes.status(), "expect: " + bytes.error().message};
-  auto route = classRoute("expect", trafficClass);
+  auto route = routes_.classRoute("expect", trafficClass);
   if (!route) return route.error();
   return proto_->expect(key, blocks, deadlineUs, *route);
-}
-
-Result<void> Engine::startStep(std::span<const StepChunk> recv, std::span<const StepChunk> send,
-                               uint64_t deadlineUs, std::vector<uint64_t>* ids,
-                               std::vector<std::string>* unsent, size_t* failedAt) {
-  std::lock_guard lock(mu_);
-  ids->clear();
-  unsent->assign(send.size(), std::string());
-  const auto undo = [&](const Error& e, size_t at) {
-    for (uint64_t id : *ids)
-      if (id != 0) proto_->release(id).ignore();
-    ids->clear();
-    *failedAt = at;
-    return e;
-  };
-  for (size_t i = 0; i < recv.size(); ++i) {
-    auto id = expectLocked(recv[i].key, std::span(&recv[i].block, 1), deadlineUs, "A2A");
-    if (!id) return undo(id.error(), i);
-    auto p = peers_.find(recv[i].peer);
-    proto_->markGroupChunk(*id, p == peers_.end() ? 0 : p->second->id);
-    ids->push_back(*id);
-  }
-  for (size_t i = 0; i < send.size(); ++i) {
-    auto id = sendLocked(send[i].peer, send[i].key, std::span(&send[i].block, 1), deadlineUs, "A2A");
-    if (id.status() == Status::kRemoteError) {  // the rank is gone; the others still get their chunks
-      (*unsent)[i] = id.error().message;
-      ids->push_back(0);
-      continue;
-    }
-    if (!id) return undo(id.error(), recv.size() + i);
-    ids->push_back(*id);
-  }
-  wake();
-  return {};
-}
-
-Result<void> Engine::finishStep(std::span<const uint64_t> ids, int timeoutMs, std::vector<Status>* results) {
-  EngineLock lock(mu_);
-  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeoutMs);
-  // Done when every transfer is final, or as soon as one failed: the step has failed then, and
-  // the rest are released unjudged (kInProgress) rather than waited for to their deadlines.
-  const bool done = waitFor(lock, timeoutMs, [&] {
-    bool all = true;
-    for (uint64_t id : ids) {
-      const Transfer* x = id == 0 ? nullptr : proto_->find(id);
-      if (x == nullptr) continue;
-      if (x->settled && x->result != Status::kOk) return true;
-      all = all && x->final();
-    }
-    return all;
-  });
-  if (!done)
-    return Error{Status::kTimeout, "not final after " + std::to_string(timeoutMs) + " ms"};
-  results->clear();
-  for (uint64_t id : ids) {
-    const Transfer* x = id == 0 ? nullptr : proto_->find(id);
-    results->push_back(x == nullptr ? Status::kOk : x->settled ? x->result : Status::kInProgress);
-    if (id != 0) proto_->release(id).ignore();
-  }
-  // An aborted chunk is gone only once no UCX operation touches its block (a rendezvous receive
-  // in flight still lands): the step's buffers are the application's again only then.
-  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-  const bool quiet = waitFor(lock, static_cast<int>(std::max<int64_t>(left.count(), 0)), [&] {
-    return std::all_of(ids.begin(), ids.end(), [&](uint64_t id) { return id == 0 || proto_->find(id) == nullptr; });
-  });
-  if (!quiet)
-    return Error{Status::kBusy, "failed, and a UCX operation still touches a chunk's block after " +
-                                    std::to_string(timeoutMs) + " ms (do not reuse the step's buffers)"};
-  return {};
-}
-
-void Engine::releaseStep(std::span<const uint64_t> ids) {
-  std::lock_guard lock(mu_);
-  for (uint64_t id : ids)
-    if (id != 0) proto_->release(id).ignore();
 }
 
 Result<uint64_t> Engine::send(uint64_t peer, const TransferKey& key, std::span<const BlockRef> blocks,
@@ -435,14 +339,14 @@ Result<uint64_t> Engine::send(uint64_t peer, const TransferKey& key, std::span<c
 Result<uint64_t> Engine::sendLocked(uint64_t peer, const TransferKey& key,
                                     std::span<const BlockRef> blocks, uint64_t deadlineUs,
                                     const char* trafficClass) {
-  if (peerByToken(peer) == nullptr) {
-    auto it = peers_.find(peer);
-    if (it == peers_.end()) return Error{Status::kNotFound, "send: unknown peer " + std::to_string(peer)};
-    return Error{Status::kRemoteError, "send: peer " + it->second->name + " lost: " + it->second->lostReason};
+  if (peers_.byToken(peer) == nullptr) {
+    const Peer* p = peers_.find(peer);
+    if (p == nullptr) return Error{Status::kNotFound, "send: unknown peer " + std::to_string(peer)};
+    return Error{Status::kRemoteError, "send: peer " + p->name + " lost: " + p->lostReason};
   }
   if (auto bytes = checkBlocks(blocks); !bytes)
     return Error{bytes.status(), "send: " + bytes.error().message};
-  auto route = classRoute("send", trafficClass);
+  auto route = routes_.classRoute("send", trafficClass);
   if (!route) return route.error();
   return proto_->send(peer, key, blocks, deadlineUs, *route);
 }
@@ -512,12 +416,8 @@ Result<Registration*> Engine::registerMemory(const MemorySpec& spec) {
   r->addr = static_cast<uint8_t*>(spec.addr);
   r->length = spec.length;
   r->type = spec.type;
-  for (Context& c : contexts_) {
-    auto regions = c.dev->registerOnRails({spec.addr, spec.length, spec.type, spec.device},
-                                          spec.dmabufFd, spec.dmabufOffset);
-    if (!regions.ok()) return Error{regions.status(), "mem_register: " + regions.error().message};
-    r->regions.insert(r->regions.end(), regions->begin(), regions->end());
-  }
+  if (auto regions = routes_.registerMemory(spec, *r); !regions)
+    return Error{regions.status(), "mem_register: " + regions.error().message};
   Registration* out = r.get();
   registrations_.push_back(std::move(r));
   proto_->countRegistrations(registrations_.size());
@@ -541,6 +441,13 @@ Result<void> Engine::deregister(Registration* mr) {
 std::vector<uint64_t> Engine::stats() {
   std::lock_guard lock(mu_);
   return proto_->counters().values();
+}
+
+std::vector<ClassRouteInfo> Engine::routes() const { return routes_.info(); }
+
+std::vector<transport::LaneStats> Engine::laneStats(uint64_t peer, const std::string& cls) {
+  std::lock_guard lock(mu_);
+  return routes_.laneStats(peers_.find(peer), cls);
 }
 
 size_t Engine::traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max) {

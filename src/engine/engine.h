@@ -19,10 +19,18 @@
 // key is ever handed out, so revoking access is removing the transfer from the receiver's
 // table; a transfer is final only when no receive still writes into its blocks. Control
 // messages travel on the CTRL class's context; a transfer's Done on its class's first lane
-// (behind its pieces). Files: engine.cpp (lifecycle, progress, bookkeeping), routes.cpp
-// (contexts, lanes, the UCX data path: the engine's Link), peers.cpp (connections, handshake,
-// liveness). The commit protocol itself (both sides of every transfer, timers, credits) is a
-// Protocol (protocol.h) that knows the connections only through that Link.
+// (behind its pieces).
+//
+// The Engine is a facade over three objects it wires together, and owns what they share: the
+// lock, the progress loop (and thread) and the waits, the registrations. A PeerTable
+// (peer_table.h: the peers, the sessions and the listener, the handshake, liveness) tells it of
+// a peer's handshake, readiness and loss through PeerTable::Events; the Routes (routes.h: the
+// fabric and its contexts, the classes' routes, each peer's lanes, the op slabs, the sends held
+// while UCX is inside its progress, rail failover) are the Link of the Protocol (protocol.h: the
+// commit protocol, both sides of every transfer, timers, credits), which knows the connections
+// only through that Link. Files: engine.cpp (lifecycle, the wiring, progress, the transfer and
+// memory calls), peers.cpp (the PeerTable, then the engine's calls on its peers), group.cpp (the
+// step API for Group), routes.cpp and failover.cpp (the Routes).
 #pragma once
 
 #include <atomic>
@@ -38,28 +46,19 @@
 #include <thread>
 #include <vector>
 
-#include "transport/params.h"
 #include "common/function_ref.h"
 #include "common/scoped_fd.h"
+#include "cuda/driver.h"
 #include "engine/engine_mutex.h"
+#include "engine/peer_table.h"
 #include "engine/protocol.h"
-#include "engine/timers.h"
+#include "engine/routes.h"
 #include "engine/types.h"
 #include "telemetry/trace.h"
-#include "transport/control_socket.h"
-#include "transport/fabric.h"
 #include "transport/lanes.h"
-#include "transport/rail_probe.h"
-#include "transport/session.h"
-#include "transport/slab.h"
-#include "transport/wire.h"
-#include "ucx/worker.h"
+#include "transport/params.h"
 
 namespace pact::engine {
-
-inline constexpr unsigned kAmControl = 0x5043;  // active message ids on the engine's worker
-inline constexpr unsigned kAmPiece = 0x5044;
-inline constexpr unsigned kAmEager = 0x5045;  // an eager offer and its transfer's bytes
 
 struct EngineConfig {
   std::string name;
@@ -73,17 +72,7 @@ struct EngineConfig {
 
 class Group;
 
-// What an engine class resolved to (pact-info prints it; tests assert it).
-struct ClassRouteInfo {
-  std::string name;       // "DEFAULT", "KV", ...
-  std::string profile;    // Profile::describe()
-  size_t context = 0;     // index among the engine's contexts (equal = shared)
-  std::string service;    // the context's service key
-  int lanes = 1;          // endpoints per peer (1 for an ordered class)
-  uint64_t chunk = 0;     // piece size
-};
-
-class Engine final : private Link {
+class Engine final : private PeerTable::Events, private Routes::Events {
  public:
   // params: the effective PACT_* configuration, read by the entry point and passed down.
   static Result<std::unique_ptr<Engine>> create(const EngineConfig& config, const Params& params);
@@ -154,72 +143,19 @@ class Engine final : private Link {
   void releaseStep(std::span<const uint64_t> ids);
 
  private:
-  struct Peer;
-  struct PieceOp;
-  struct ControlOp;
-  struct AmSource;
-  // One UCX context of the engine and the event fds of its rails' workers.
-  struct Context {
-    std::shared_ptr<transport::DeviceCtx> dev;
-    std::vector<int> eventFds;
-  };
-  // An engine class: its profile, its context, the channel its lanes follow.
-  struct Route {
-    std::string name;
-    Profile profile;
-    size_t context = 0;
-    transport::ChannelConfig channel;
-  };
-  enum class TimerKind : uint8_t { kHandshake };
-  // A UCX send held while UCX is inside its progress (holding_ below).
-  struct HeldPost {
-    enum class Kind : uint8_t { kControl, kPiece, kEager } kind;
-    ucx::Endpoint* ep;  // lives until the hold ends: nothing closes endpoints inside progress
-    ucx::Op* op;
-  };
-
   Engine(const EngineConfig& config, const Params& params);
   Result<void> init();
-  void publishRoutable();  // listening on the wildcard: publish a routable address instead
   void shutdown();
   void writeTrace();
   // The blocks' total bytes, once each is checked against the registrations.
   Result<uint64_t> checkBlocks(std::span<const BlockRef> blocks);
 
-  // ---- the Link of the protocol, and the contexts and lanes under it (routes.cpp) ----
-  std::string reach(uint64_t peer, size_t route) override;
-  void sendControl(uint64_t peer, const Control& m, int route) override;
-  void sendPiece(uint64_t peer, size_t route, const PieceHeader& h, const uint8_t* src, uint64_t n,
-                 uint64_t xfer, MemoryType srcType) override;
-  void sendEager(uint64_t peer, size_t route, const Offer& m, std::span<const Extent> src,
-                 uint64_t xfer) override;
-  void fetch(void* descriptor, uint8_t* dst, uint64_t n, uint64_t xfer, uint32_t attempt,
-             MemoryType dstType) override;
-  Result<void> openContexts();
-  // The route of a class name (DEFAULT or an engine class, any case; others are DEFAULT).
-  size_t routeFor(const char* trafficClass) const;
-  // The route of an application's class name (NULL: DEFAULT); any name but DEFAULT or an engine
-  // class (any case) is kInvalidArgument, naming the choices.
-  Result<size_t> classRoute(const char* what, const char* trafficClass) const;
-  unsigned progressWorkers();
-  bool armWorkers();
-  void pumpLanes();
-  // The lanes of route r to p, created on first use; an error when the peer has no context of
-  // the route's service or an endpoint cannot be made.
-  Result<transport::Lanes*> lanesTo(Peer& p, size_t r);
-  void closePeerEndpoints(Peer& p);
-  void postPiece(PieceOp* op, ucx::Endpoint& ep);
-  void sendOn(Peer& p, const Control& m, ucx::Endpoint& ep);
-  // Starts h now, or after UCX's progress returned when called from inside it (holding_).
-  void post(const HeldPost& h);
-  void start(const HeldPost& h);
-  static void onPieceSent(ucx::Op* op, ucs_status_t st);
-  static void onPieceFetched(ucx::Op* op, ucs_status_t st);
-  static void onControlSent(ucx::Op* op, ucs_status_t st);
-  static void onEagerSent(ucx::Op* op, ucs_status_t st);
-  static ucx::AmVerdict onEagerAm(void* arg, const ucx::AmMessage& m);
-  static ucx::AmVerdict onControlAm(void* arg, const ucx::AmMessage& m);
-  static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
+  // ---- the wiring: the peer table's and the routes' events (engine.cpp) ----
+  std::vector<uint8_t> hello(const Peer& p) override;
+  Result<void> greeted(Peer& p) override;
+  void ready(Peer& p, const Hello& hello) override;
+  void lost(Peer& p, Status transfers) override;
+  void changed() override { cv_.notify_all(); }
 
   // The application's calls with the lock held (engine.cpp).
   Result<uint64_t> expectLocked(const TransferKey& key, std::span<const BlockRef> blocks,
@@ -244,41 +180,6 @@ class Engine final : private Link {
   void runProgressThread();
   int fireTimers();
 
-  // ---- connections (peers.cpp) ----
-  // Steps the sessions: engines connecting here, answers to this side's connects, peers that
-  // closed or were lost.
-  int pollPeers();
-  Peer& newPeer(bool outbound);
-  // This engine's Hello to p, as a channel payload.
-  std::vector<uint8_t> helloFor(const Peer& p);
-  // Whether p is ready now (else it was lost, with the reason).
-  bool onHello(Peer& p, const Hello& hello);
-  bool connectEndpoint(Peer& p);
-  void peerLost(Peer& p, const std::string& why, Status transfers = Status::kRemoteError);
-  // The ready peer with this id (our token for it), or nullptr.
-  Peer* peerByToken(uint64_t token);
-  static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
-
-  // ---- rail failover (failover.cpp) ----
-  // f(lanes, context, name) for each of a peer's lane sets, once: the control lane, then each
-  // class's lanes (a class of one lane may share the control lane). No allocation: it runs on
-  // every progress of a failed-over peer.
-  template <class F>
-  void forEachLaneSet(Peer& p, F&& f);
-  void openRails();  // the prober and this side's probe addresses, when failover is wanted
-  void watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProbes);
-  // A piece UCX ended (posted: it was handed to UCX): whether failover keeps it (completed: until
-  // its transfer settles; failed with its rail: parked until the lanes moved).
-  bool railsTake(Peer& p, PieceOp* op, ucs_status_t st);
-  void pruneSent(Peer& p);
-  void dropKept(Peer& p);
-  void checkRails();  // every failed-over peer, on every progress
-  void checkRails(Peer& p);
-  // Lanes off their rail: to a live one (failover) or home (recovery); what moved, for the log
-  // (empty: nothing). *left gains a bit for each rail a lane left.
-  std::string moveLanes(Peer& p, unsigned* left);
-  const std::vector<std::vector<uint8_t>>* remoteRails(const Peer& p, size_t context) const;
-
   EngineConfig config_;
   Params params_;
   const cuda::Driver* driver_ = nullptr;  // PACT_CUDA_DRIVER's (GPU blocks)
@@ -293,39 +194,16 @@ class Engine final : private Link {
   static constexpr auto kLockSpin = std::chrono::microseconds(50);
   std::condition_variable_any waitersDone_;   // the last of them stopped
   std::condition_variable_any cv_;
-  // Operation slabs outlive the fabric's workers (declared first): UCX completes into them.
-  transport::Slab<PieceOp> pieceOps_;
-  transport::Slab<ControlOp> controlOps_;
-  std::vector<std::unique_ptr<AmSource>> amSources_;
-  std::unique_ptr<transport::Fabric> fabric_;
-  std::vector<Context> contexts_;
-  std::vector<Route> routes_;  // DEFAULT, then ClassTable::engineClassNames()
-  size_t ctrlRoute_ = 0;
-  bool queuedLanes_ = false;  // a class is unordered or has several lanes (pieces may wait)
-  ucx::Worker* fetchWorker_ = nullptr;  // the worker of the active message being handled
+  // The order below is the order of destruction, reversed: the routes (their slabs, which UCX
+  // completes into, and the contexts and workers) outlive the peers (whose lanes hold endpoints
+  // of those workers), the registrations (regions of those contexts) and the protocol.
+  Routes routes_;
+  PeerTable peers_;
+  std::list<std::unique_ptr<Registration>> registrations_;
+  std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
   ScopedFd wakeFd_;
-  // The per-peer-process control connections of the one core (the plugin's Net has its own).
-  std::unique_ptr<transport::Sessions> sessions_;
-  wire::ListenHandle listenHandle_;  // where other engines connect (listen id 0 reaches it)
-  bool listening_ = false;
   std::thread thread_;
   bool stop_ = false;
-
-  uint64_t nextId_ = 1;
-  std::map<uint64_t, std::unique_ptr<Peer>> peers_;
-  std::list<std::unique_ptr<Registration>> registrations_;
-  Timers<TimerKind> timers_;
-  TimePoint lastSessionCheck_{};
-  size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
-  // UCX sends asked for while UCX is inside its progress wait here and start once it returned
-  // (progressWorkers): UCX 1.13's tcp transport aborts when a send from inside its batch of socket
-  // events meets a dead peer whose event is still queued in that batch (tcp_iface.c:307).
-  bool holding_ = false;
-  std::vector<HeldPost> held_;  // keeps its capacity: no allocation per progress
-  std::unique_ptr<Protocol> proto_;  // after the contexts are open (it needs the routes)
-  std::shared_ptr<transport::RailProber> prober_;  // rail failover: answers the peers' probes
-  std::vector<wire::ProbeAddress> probes_;           // this side's rails' probe addresses
-  Advertise spareAdvertise_;  // the last Advertise decoded: the next one reuses its vectors
 };
 
 }  // namespace pact::engine

@@ -1,3 +1,7 @@
+// A peer's lanes, the Routes' (routes.h): its Hello's addresses, its control lane at the
+// handshake, a class's lanes on first use, their endpoints' errors and their forced close; and
+// rail failover, the lanes moved between the rails.
+//
 // Rail failover on the engine's face (docs/reliability.md, "Rail failover"): the plugin's
 // detection (transport/rail_set.h: a UDP probe per rail, endpoint errors), per peer. A rail taken
 // out moves every lane to the peer that ran on it, the control lane's too, to a live rail, shuts
@@ -6,17 +10,118 @@
 // those it had completed are kept until their transfer settles (over TCP a completed send is
 // only in the kernel). The commit protocol is untouched: the receiver keeps the first copy of a
 // piece, waits for missing pieces while they still arrive, and each side repeats the control
-// messages of its own that the rail may have swallowed (Protocol::railOut).
+// messages of its own that the rail may have swallowed (Protocol::railOut). A peer whose every
+// rail is out is lost (PeerTable::lose).
+#include <algorithm>
 #include <bit>
 
 #include "common/log.h"
 #include "common/parse.h"
-#include "engine/engine.h"
-#include "engine/peer.h"
+#include "engine/ops.h"
+#include "engine/peer_table.h"
+#include "engine/protocol.h"
+#include "engine/routes.h"
 
 namespace pact::engine {
 
-void Engine::openRails() {
+// ---- a peer's lanes ----------------------------------------------------------------------------
+
+std::vector<uint8_t> Routes::hello(const Peer& p, uint64_t epoch) const {
+  transport::DeviceCtx& ctrl = *contexts_[routes_[ctrlRoute_].context].dev;
+  Hello hello{name_, p.id, epoch, ctrl.worker(0).address(), {}, probes_};
+  for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
+  return encode(Control(hello));
+}
+
+Result<void> Routes::connectControl(Peer& p) {
+  auto ep = contexts_[routes_[ctrlRoute_].context].dev->ownEndpoint(0, p.peerWorker, &Routes::onEndpointError, &p);
+  if (!ep.ok()) return ep.error();
+  p.ctrl = std::make_shared<transport::Lanes>();
+  p.ctrl->configure(routes_[ctrlRoute_].channel);
+  p.ctrl->add(std::move(*ep), 0);
+  return {};
+}
+
+Result<transport::Lanes*> Routes::lanesTo(Peer& p, size_t r) {
+  if (p.lanes.size() < routes_.size()) p.lanes.resize(routes_.size());
+  if (p.lanes[r]) return p.lanes[r].get();
+  const Route& route = routes_[r];
+  // With classes of different priority, a class below the highest gets lanes of its own that
+  // stand back for higher classes to the peer; the control lane never does (it carries every
+  // class's offers and verdicts).
+  const bool yields = params_.classes.yields(route.profile);
+  if (route.context == routes_[ctrlRoute_].context && route.channel.lanes == 1 && p.ctrl && !yields) {
+    p.lanes[r] = p.ctrl;
+    return p.ctrl.get();
+  }
+  transport::DeviceCtx& dev = *contexts_[route.context].dev;
+  auto remote = std::find_if(p.contexts.begin(), p.contexts.end(), [&](const ContextAddress& c) {
+    return c.service == dev.serviceKey();
+  });
+  if (remote == p.contexts.end())
+    return Error{Status::kRefused, "peer " + p.name + " has no context for service " + dev.serviceKey() +
+                                       " of class " + route.name + " (set PACT_TC_" + route.name +
+                                       " alike on both sides)"};
+  auto lanes = std::make_shared<transport::Lanes>();
+  lanes->configure(route.channel);
+  // Lane i runs on rail i mod (rails both sides have): rail k of this side talks to rail k there.
+  const size_t rails = std::min(dev.rails(), remote->rails.size());
+  for (int i = 0; i < route.channel.lanes; ++i) {
+    const size_t k = static_cast<size_t>(i) % rails;
+    auto ep = dev.ownEndpoint(k, remote->rails[k], &Routes::onEndpointError, &p);
+    if (!ep.ok())
+      return Error{ep.status(), "class " + route.name + " lane " + std::to_string(i) + " to " + p.name +
+                                    ": " + ep.error().message};
+    lanes->add(std::move(ep.value()), static_cast<uint8_t>(k));
+  }
+  lanes->countAs("class " + route.name + " of engine " + name_ + " to " + p.name,  // >1 lane: a set each
+                 {{"engine", name_}, {"class", route.name}, {"peer", p.name}}, dev.railNames());
+  if (params_.classes.mixedPriorities())
+    lanes->setGate(transport::PeerGate::forPeer(peers_.process(p)), route.profile.priority);
+  p.lanes[r] = std::move(lanes);
+  return p.lanes[r].get();
+}
+
+void Routes::closePeerEndpoints(Peer& p) {
+  // Pieces still waiting for a lane never leave: they end as failed sends.
+  std::vector<PieceOp*> waiting;
+  for (auto& l : p.lanes)
+    if (l) l->dropDelayed([&](transport::LanePiece* q) { waiting.push_back(static_cast<PieceOp*>(q)); });
+  for (PieceOp* op : waiting) onPieceSent(op, UCS_ERR_CANCELED);
+  // Forced close fails whatever UCX still has in flight with the peer, so no receive keeps
+  // writing into application memory.
+  for (auto& l : p.lanes)
+    if (l) l->closeAll();
+  if (p.ctrl) p.ctrl->closeAll();
+  dropKept(p);
+}
+
+void Routes::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
+  auto* p = static_cast<Peer*>(arg);
+  // Runs inside ucp_worker_progress with the engine lock held. The peer's session reports a dead
+  // peer (PeerTable::poll -> lose); this keeps UCX's reason for a send refused before that, and
+  // marks the lane's endpoint failed (rail failover takes its rail out: failover.cpp).
+  const auto mark = [&](transport::Lanes* l) {
+    for (size_t i = 0; l != nullptr && i < l->size(); ++i)
+      if (l->endpoint(i).get() == ep) l->shared(i)->error = status;
+  };
+  mark(p->ctrl.get());
+  for (auto& l : p->lanes) mark(l.get());
+  if (p->lostReason.empty() && !p->rails.active()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
+}
+
+std::vector<transport::LaneStats> Routes::laneStats(const Peer* p, const std::string& cls) const {
+  std::vector<transport::LaneStats> out;
+  const size_t r = routeFor(cls.c_str());
+  if (p == nullptr || r >= p->lanes.size() || !p->lanes[r]) return out;
+  const transport::Lanes& l = *p->lanes[r];
+  for (size_t i = 0; i < l.size(); ++i) out.push_back(l.stats(i));
+  return out;
+}
+
+// ---- rail failover ------------------------------------------------------------------------------
+
+void Routes::openRails() {
   transport::DeviceCtx& dev = *contexts_[routes_[ctrlRoute_].context].dev;
   if (!transport::failoverWanted(dev.rails(), params_.rail_timeout)) return;
   prober_ = transport::RailProber::acquire();
@@ -24,27 +129,27 @@ void Engine::openRails() {
   if (probes_.empty()) prober_.reset();
 }
 
-void Engine::watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProbes) {
+void Routes::watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProbes) {
   if (!prober_ || peerProbes.empty()) return;
   p.rails = transport::RailSet(*contexts_[routes_[ctrlRoute_].context].dev, prober_, probes_, peerProbes,
                                params_.rail_timeout);
   if (!p.rails.active()) return;
   if (!params_.trace_file.empty())
-    p.rails.trace("engine " + config_.name + " to " + p.name, 4 * static_cast<size_t>(params_.trace_events));
+    p.rails.trace("engine " + name_ + " to " + p.name, 4 * static_cast<size_t>(params_.trace_events));
   // A receiver waits this long for pieces missing after Done: the detection bound and a margin.
   proto_->setRailFailover(p.id, 4 * params_.rail_timeout);
-  PACT_INFO("engine %s: peer %s: rail failover over %zu rails (PACT_RAIL_TIMEOUT %s)", config_.name.c_str(),
+  PACT_INFO("engine %s: peer %s: rail failover over %zu rails (PACT_RAIL_TIMEOUT %s)", name_.c_str(),
             p.name.c_str(), p.rails.size(), formatDuration(params_.rail_timeout).c_str());
 }
 
 template <class F>
-void Engine::forEachLaneSet(Peer& p, F&& f) {
+void Routes::forEachLaneSet(Peer& p, F&& f) {
   if (p.ctrl) f(*p.ctrl, routes_[ctrlRoute_].context, static_cast<const char*>("control"));
   for (size_t r = 0; r < p.lanes.size(); ++r)
     if (p.lanes[r] && p.lanes[r] != p.ctrl) f(*p.lanes[r], routes_[r].context, routes_[r].name.c_str());
 }
 
-bool Engine::railsTake(Peer& p, PieceOp* op, ucs_status_t st) {
+bool Routes::railsTake(Peer& p, PieceOp* op, ucs_status_t st) {
   if (!p.failsOver()) return false;
   const Transfer* x = proto_->find(op->xfer);
   if (x == nullptr || !x->live() || x->attempt != op->attempt) return false;
@@ -60,7 +165,7 @@ bool Engine::railsTake(Peer& p, PieceOp* op, ucs_status_t st) {
   return true;
 }
 
-void Engine::pruneSent(Peer& p) {
+void Routes::pruneSent(Peer& p) {
   std::erase_if(p.sent, [&](PieceOp* op) {
     const Transfer* x = proto_->find(op->xfer);
     if (x != nullptr && x->live() && x->attempt == op->attempt) return false;
@@ -70,7 +175,7 @@ void Engine::pruneSent(Peer& p) {
   p.sentPruneAt = std::max<size_t>(Peer::kMinSentPrune, 2 * p.sent.size());
 }
 
-void Engine::dropKept(Peer& p) {
+void Routes::dropKept(Peer& p) {
   for (PieceOp* op : std::exchange(p.parked, {})) {
     const uint64_t xfer = op->xfer;
     pieceOps_.give(op);
@@ -79,12 +184,14 @@ void Engine::dropKept(Peer& p) {
   for (PieceOp* op : std::exchange(p.sent, {})) pieceOps_.give(op);
 }
 
-void Engine::checkRails() {
-  for (auto& [id, p] : peers_)
-    if (p->failsOver()) checkRails(*p);
+void Routes::checkRails() {
+  if (!prober_) return;
+  peers_.forEach([this](Peer& p) {
+    if (p.failsOver()) checkRails(p);
+  });
 }
 
-void Engine::checkRails(Peer& p) {
+void Routes::checkRails(Peer& p) {
   if (!p.leaving.empty()) {
     const auto t = now();
     std::erase_if(p.leaving, [&](auto& e) {
@@ -105,12 +212,12 @@ void Engine::checkRails(Peer& p) {
   }
   // While rail 0 is out the rails judge whether the peer lives, not the session's keepalive (its
   // connection may ride rail 0: Sessions::holdLiveness).
-  if (((out | back) & 1u) != 0 && p.channel != 0) sessions_->holdLiveness(p.channel, !p.rails.usable(0));
+  if (((out | back) & 1u) != 0) peers_.holdLiveness(p, !p.rails.usable(0));
   const bool waiting = !p.rails.anyUsable();  // every rail out, some only suspended: parked until one is back
   if (waiting && !p.rails.anyAnswering()) {
     const std::string why = "every rail to the peer is out: " + p.rails.causes();
-    PACT_WARN("engine %s: peer %s: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
-    peerLost(p, why);
+    PACT_WARN("engine %s: peer %s: %s", name_.c_str(), p.name.c_str(), why.c_str());
+    peers_.lose(p, why);
     return;
   }
   unsigned left = 0;  // rails a lane left: what went over them may be lost with their connections
@@ -152,11 +259,11 @@ void Engine::checkRails(Peer& p) {
       const int resets = p.rails.reset(r);  // not inside the log line: it runs whatever the log level
       PACT_WARN("engine %s: peer %s: %s out (%s): %s; %zu piece(s) UCX had completed over it (%s) go again; "
                 "%d TCP connection(s) on it reset",
-                config_.name.c_str(), p.name.c_str(), p.rails.name(r).c_str(), p.rails.cause(r).c_str(),
+                name_.c_str(), p.name.c_str(), p.rails.name(r).c_str(), p.rails.cause(r).c_str(),
                 moved.empty() ? "no lane on it" : moved.c_str(), resent, formatSize(resentBytes).c_str(), resets);
     }
     if (back & (1u << r))
-      PACT_WARN("engine %s: peer %s: %s back after %lld ms out: %s", config_.name.c_str(), p.name.c_str(),
+      PACT_WARN("engine %s: peer %s: %s back after %lld ms out: %s", name_.c_str(), p.name.c_str(),
                 p.rails.name(r).c_str(), static_cast<long long>(p.rails.downTime(r).count() / 1000),
                 moved.empty() ? "no lane returns to it" : moved.c_str());
   }
@@ -164,7 +271,7 @@ void Engine::checkRails(Peer& p) {
 
 // Lanes off their rail: to a live one (failover) or home again (recovery). What the old endpoint
 // of a lane leaving an out rail holds fails now (forced close) and comes back parked.
-std::string Engine::moveLanes(Peer& p, unsigned* left) {
+std::string Routes::moveLanes(Peer& p, unsigned* left) {
   std::string moved;
   forEachLaneSet(p, [&](transport::Lanes& l, size_t context, const char* name) {
     const std::vector<std::vector<uint8_t>>* remote = nullptr;
@@ -177,7 +284,7 @@ std::string Engine::moveLanes(Peer& p, unsigned* left) {
       if (remote == nullptr) remote = remoteRails(p, context);
       if (remote == nullptr || static_cast<size_t>(to) >= remote->size()) continue;
       auto ep = contexts_[context].dev->ownEndpoint(static_cast<size_t>(to), (*remote)[static_cast<size_t>(to)],
-                                                     &Engine::onEndpointError, &p);
+                                                     &Routes::onEndpointError, &p);
       if (!ep.ok()) {  // that rail is no better: tried again at the next look
         p.rails.suspend(static_cast<size_t>(to));
         continue;
@@ -201,7 +308,7 @@ std::string Engine::moveLanes(Peer& p, unsigned* left) {
   return moved;
 }
 
-const std::vector<std::vector<uint8_t>>* Engine::remoteRails(const Peer& p, size_t context) const {
+const std::vector<std::vector<uint8_t>>* Routes::remoteRails(const Peer& p, size_t context) const {
   const std::string& service = contexts_[context].dev->serviceKey();
   for (const ContextAddress& c : p.contexts)
     if (c.service == service) return &c.rails;

@@ -1,7 +1,7 @@
 // Link: what the commit protocol (protocol.h) needs of the connections under it, and nothing
-// else. The engine's link runs on the transport core (UCX active messages over each class's
-// lanes, routes.cpp); the protocol tests run two protocols over an in-memory link that drops,
-// duplicates, reorders and delays what they choose (tests/unit/protocol_test.cpp).
+// else. The engine's link is its Routes (routes.h: UCX active messages over each class's lanes,
+// on the transport core); the protocol tests run two protocols over an in-memory link that
+// drops, duplicates, reorders and delays what they choose (tests/unit/protocol_test.cpp).
 //
 // Every call is made with the engine's lock held. Peers are the ids the engine gave them
 // (Protocol::peerReady); routes are the engine classes' indices (DEFAULT first).

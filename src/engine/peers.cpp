@@ -1,33 +1,60 @@
-// Engine connections: listen/connect over the transport core's sessions (transport/session.h:
-// one control connection per peer engine's process, its handshake with PACT_AUTH_KEY_FILE
-// proofs, its liveness), each peer a channel whose open and answer carry the two Hellos (names,
-// tokens, UCX addresses); and the control messages on UCX active messages handed to the protocol.
-#include <algorithm>
-#include <cstring>
+// The PeerTable (peer_table.h): listen/connect over the transport core's sessions
+// (transport/session.h: one control connection per peer engine's process, its handshake with
+// PACT_AUTH_KEY_FILE proofs, its liveness), each peer a channel whose open and answer carry the
+// two Hellos (names, tokens, UCX addresses). At the end, the engine's public calls on its peers
+// (engine.h): each takes the engine's lock, asks the table and, to connect, waits.
+#include "engine/peer_table.h"
+
+#include <arpa/inet.h>
 
 #include "common/log.h"
 #include "engine/engine.h"
-#include "engine/peer.h"
-#include "transport/wire.h"
-#include "ucx/ucx_status.h"
+#include "transport/control_socket.h"
 
 namespace pact::engine {
 
+PeerTable::PeerTable(std::string name, const Params& params, Events& events)
+    : name_(std::move(name)), params_(params), events_(events) {}
 
-Result<std::string> Engine::address() {
-  std::lock_guard lock(mu_);
-  if (!listening_) return Error{Status::kNotFound, "engine " + config_.name + " does not listen"};
+PeerTable::~PeerTable() = default;
+
+void PeerTable::open(uint64_t epoch) {
+  transport::Sessions::Config sc;
+  sc.epoch = epoch;
+  sc.key = params_.auth_key;
+  sc.peerTimeout = params_.peer_timeout;
+  sc.face = "engine " + name_;
+  sc.checkEpoch = false;  // the protocol judges epochs per transfer; setEpoch changes it live
+  sessions_ = std::make_unique<transport::Sessions>(sc);
+}
+
+Result<void> PeerTable::listen(const std::string& listenIp, uint16_t port, const std::string& routableIp) {
+  auto ip = transport::resolveListenIp(listenIp);  // an interface or host name too
+  if (!ip.ok()) return Error{ip.status(), "engine " + name_ + ": " + ip.error().message};
+  auto h = sessions_->listen(*ip, port, true);
+  if (!h.ok())
+    return Error{h.status(), "listen on " + *ip + ":" + std::to_string(port) + ": " + h.error().message};
+  listenHandle_ = *h;
+  listening_ = true;
+  if (!transport::isWildcard(*ip)) return {};
+  // Bound to the wildcard: what address() and the metadata publish is the engine's first device's
+  // address instead (a device pact takes is never loopback unless named).
+  if (routableIp.empty() || inet_pton(listenHandle_.family, routableIp.c_str(), listenHandle_.addr) != 1) {
+    PACT_WARN("engine %s: listening on %s, but no routable address of this host to publish in its place",
+              name_.c_str(), transport::formatAddress(listenHandle_).c_str());
+    return {};
+  }
+  PACT_INFO("engine %s: listening on every address; publishing %s", name_.c_str(),
+            transport::formatAddress(listenHandle_).c_str());
+  return {};
+}
+
+Result<std::string> PeerTable::address() const {
+  if (!listening_) return Error{Status::kNotFound, "engine " + name_ + " does not listen"};
   return transport::formatAddress(listenHandle_);
 }
 
-std::vector<uint8_t> Engine::helloFor(const Peer& p) {
-  transport::DeviceCtx& ctrl = *contexts_[routes_[ctrlRoute_].context].dev;
-  Hello hello{config_.name, p.id, proto_->epoch(), ctrl.worker(0).address(), {}, probes_};
-  for (const Context& c : contexts_) hello.contexts.push_back({c.dev->serviceKey(), c.dev->addresses()});
-  return encode(Control(hello));
-}
-
-Engine::Peer& Engine::newPeer(bool outbound) {
+Peer& PeerTable::newPeer(bool outbound) {
   auto p = std::make_unique<Peer>();
   p->id = nextId_++;
   p->outbound = outbound;
@@ -38,72 +65,23 @@ Engine::Peer& Engine::newPeer(bool outbound) {
   return ref;
 }
 
-Result<uint64_t> Engine::connect(const std::string& address, int timeoutMs) {
-  auto handle = transport::parseAddress(address);
-  if (!handle.ok()) return Error{Status::kInvalidArgument, handle.error().message};
-  std::unique_lock lock(mu_);
+Result<Peer*> PeerTable::connect(const wire::ListenHandle& h) {
   Peer& p = newPeer(true);
   // The session carries the handshake (wire version, PACT_AUTH_KEY_FILE proofs); the channel's
   // open and its answer carry each side's Hello.
-  auto channel = sessions_->open(*handle, helloFor(p));
+  auto channel = sessions_->open(h, events_.hello(p));
   if (!channel.ok()) {
-    peerLost(p, channel.error().message);
-    return Error{channel.status(), "connect " + address + ": " + channel.error().message};
+    lose(p, channel.error().message);
+    return channel.error();
   }
   p.channel = *channel;
-  if (!waitFor(lock, timeoutMs, [&] { return p.phase != Peer::Phase::kHandshake; })) {
-    peerLost(p, "handshake timed out");
-    return Error{Status::kTimeout,
-                 "connect " + address + ": no handshake within " + std::to_string(timeoutMs) + " ms"};
-  }
-  if (p.phase == Peer::Phase::kLost)
-    return Error{p.refused ? Status::kRefused : Status::kRemoteError, "connect " + address + ": " + p.lostReason};
-  return p.id;
+  return &p;
 }
 
-Result<uint64_t> Engine::waitPeer(const std::string& name, int timeoutMs) {
-  std::unique_lock lock(mu_);
-  uint64_t found = 0;
-  waitFor(lock, timeoutMs, [&] {
-    for (auto& [id, p] : peers_) {
-      if (p->phase == Peer::Phase::kReady && p->name == name) {
-        found = id;
-        return true;
-      }
-    }
-    return false;
-  });
-  if (found == 0)
-    return Error{Status::kTimeout, "no peer named '" + name + "' within " + std::to_string(timeoutMs) + " ms"};
-  return found;
-}
-
-Result<void> Engine::checkPeer(uint64_t peer) {
-  std::lock_guard lock(mu_);
-  auto it = peers_.find(peer);
-  if (it == peers_.end()) return Error{Status::kNotFound, "peer " + std::to_string(peer) + ": unknown"};
-  if (it->second->phase != Peer::Phase::kReady)
-    return Error{Status::kRemoteError,
-                 "peer " + it->second->name + ": " +
-                     (it->second->lostReason.empty() ? "not connected" : it->second->lostReason)};
-  return {};
-}
-
-Result<void> Engine::disconnectPeer(uint64_t peer, const std::string& reason) {
-  std::lock_guard lock(mu_);
-  auto it = peers_.find(peer);
-  if (it == peers_.end())
-    return Error{Status::kNotFound, "disconnect: peer " + std::to_string(peer) + ": unknown"};
-  peerLost(*it->second, "disconnected by the application" + (reason.empty() ? "" : ": " + reason),
-           Status::kPeerStale);
-  wake();
-  return {};
-}
-
-Result<CreditView> Engine::peerCredit(uint64_t peer) {
-  std::lock_guard lock(mu_);
-  if (peers_.count(peer) == 0) return Error{Status::kNotFound, "peer " + std::to_string(peer) + ": unknown"};
-  return proto_->peerCredit(peer);
+uint64_t PeerTable::readyNamed(const std::string& name) const {
+  for (const auto& [id, p] : peers_)
+    if (p->phase == Peer::Phase::kReady && p->name == name) return id;
+  return 0;
 }
 
 namespace {
@@ -116,13 +94,21 @@ Result<Hello> helloFrom(const std::vector<uint8_t>& payload) {
 }
 }  // namespace
 
-int Engine::pollPeers() {
+int PeerTable::poll(TimePoint t) {
+  // The sessions only carry handshakes and liveness: look at them every PACT_LIVENESS_INTERVAL
+  // (every call while a handshake is under way), not on every spin of a busy progress loop.
+  if (handshaking_ == 0 && t - lastSessionCheck_ < params_.liveness_interval) return 0;
+  lastSessionCheck_ = t;
+  return pollPeers();
+}
+
+int PeerTable::pollPeers() {
   int n = sessions_->step();
   // Engines connecting to this one: a channel to its listen id each.
   while (listening_) {
     auto in = sessions_->nextOpen(listenHandle_.listenId, false);  // stepped above
     if (!in.ok()) {  // a session this listener refused (another key, one side without one)
-      PACT_INFO("engine %s: %s", config_.name.c_str(), in.error().message.c_str());
+      PACT_INFO("engine %s: %s", name_.c_str(), in.error().message.c_str());
       if (in.status() == Status::kRefused) continue;
       break;
     }
@@ -130,15 +116,15 @@ int Engine::pollPeers() {
     ++n;
     auto hello = helloFrom((*in)->open.payload);
     if (!hello.ok()) {
-      PACT_WARN("engine %s: connection from %s refused: handshake: %s", config_.name.c_str(),
+      PACT_WARN("engine %s: connection from %s refused: handshake: %s", name_.c_str(),
                 (*in)->peer.c_str(), hello.error().message.c_str());
       sessions_->refuseOpen(**in, wire::Refuse{wire::Field::kVersion, wire::kVersion, 0});
       continue;
     }
     Peer& p = newPeer(false);
-    auto channel = sessions_->acceptOpen(**in, helloFor(p));
+    auto channel = sessions_->acceptOpen(**in, events_.hello(p));
     if (!channel.ok()) {
-      peerLost(p, channel.error().message);
+      lose(p, channel.error().message);
       continue;
     }
     p.channel = *channel;
@@ -153,7 +139,7 @@ int Engine::pollPeers() {
       if (!opened.ok()) {
         p.channel = 0;  // the sessions forgot it
         p.refused = opened.status() == Status::kRefused;
-        peerLost(p, opened.error().message);
+        lose(p, opened.error().message);
         ++n;
         continue;
       }
@@ -161,7 +147,7 @@ int Engine::pollPeers() {
       ++n;
       auto hello = helloFrom((*opened)->payload);
       if (!hello.ok()) {
-        peerLost(p, "handshake: " + hello.error().message);
+        lose(p, "handshake: " + hello.error().message);
         continue;
       }
       onHello(p, *hello);
@@ -169,46 +155,45 @@ int Engine::pollPeers() {
     }
     const transport::ChannelView v = sessions_->view(p.channel, false);
     if (v.peerClosed) {
-      peerLost(p, "the peer closed");
+      lose(p, "the peer closed");
       ++n;
     } else if (!v.lostReason.empty()) {
-      peerLost(p, v.lostReason);
+      lose(p, v.lostReason);
       ++n;
     }
   }
   return n;
 }
 
-bool Engine::onHello(Peer& p, const Hello& hello) {
+bool PeerTable::onHello(Peer& p, const Hello& hello) {
   p.name = hello.name;
   p.remoteToken = hello.token;
   p.peerWorker = hello.workerAddress;
   p.contexts = hello.contexts;
-  if (!connectEndpoint(p)) return false;
-  watchRails(p, hello.probes);
-  return true;
-}
-
-bool Engine::connectEndpoint(Peer& p) {
-  auto ep = contexts_[routes_[ctrlRoute_].context].dev->ownEndpoint(0, p.peerWorker, &Engine::onEndpointError, &p);
-  if (!ep.ok()) {
-    peerLost(p, ep.error().message);
+  if (auto r = events_.greeted(p); !r) {
+    lose(p, r.error().message);
     return false;
   }
-  p.ctrl = std::make_shared<transport::Lanes>();
-  p.ctrl->configure(routes_[ctrlRoute_].channel);
-  p.ctrl->add(std::move(*ep), 0);
   --handshaking_;
   p.phase = Peer::Phase::kReady;
-  PACT_INFO("engine %s: peer %s ready (%s)", config_.name.c_str(), p.name.c_str(),
+  PACT_INFO("engine %s: peer %s ready (%s)", name_.c_str(), p.name.c_str(),
             p.outbound ? "connected" : "accepted");
-  proto_->peerReady(p.id, p.name);
+  events_.ready(p, hello);
   return true;
 }
 
-void Engine::peerLost(Peer& p, const std::string& why, Status transfers) {
+int PeerTable::fireTimers(TimePoint t) {
+  return timers_.popDue(t, [&](const Timers<TimerKind>::Timer& timer) {
+    Peer* p = find(timer.id);
+    if (p == nullptr || p->phase != Peer::Phase::kHandshake) return false;
+    lose(*p, "no handshake from the peer within PACT_PEER_TIMEOUT");
+    return true;
+  });
+}
+
+void PeerTable::lose(Peer& p, const std::string& why, Status transfers) {
   if (p.phase == Peer::Phase::kLost) return;
-  PACT_INFO("engine %s: peer %s lost: %s", config_.name.c_str(), p.name.c_str(), why.c_str());
+  PACT_INFO("engine %s: peer %s lost: %s", name_.c_str(), p.name.c_str(), why.c_str());
   if (p.phase == Peer::Phase::kHandshake) --handshaking_;
   p.phase = Peer::Phase::kLost;
   p.lostReason = why;
@@ -221,54 +206,77 @@ void Engine::peerLost(Peer& p, const std::string& why, Status transfers) {
       sessions_->close(p.channel, false, nullptr);
     p.channel = 0;
   }
-  proto_->peerLost(p.id, transfers);
-  closePeerEndpoints(p);
-  if (int n = proto_->abandonSends(p.id); n > 0)
-    PACT_INFO("engine %s: %d send(s) to %s still inside UCX after the close, given up",
-              config_.name.c_str(), n, p.name.c_str());
-  cv_.notify_all();
+  events_.lost(p, transfers);
 }
 
-void Engine::onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status) {
-  auto* p = static_cast<Peer*>(arg);
-  // Runs inside ucp_worker_progress with the engine lock held. The peer's session reports a dead
-  // peer (pollPeers -> peerLost); this keeps UCX's reason for a send refused before that, and
-  // marks the lane's endpoint failed (rail failover takes its rail out: failover.cpp).
-  const auto mark = [&](transport::Lanes* l) {
-    for (size_t i = 0; l != nullptr && i < l->size(); ++i)
-      if (l->endpoint(i).get() == ep) l->shared(i)->error = status;
-  };
-  mark(p->ctrl.get());
-  for (auto& l : p->lanes) mark(l.get());
-  if (p->lostReason.empty() && !p->rails.active()) p->lostReason = std::string("ucx: ") + ucs_status_string(status);
+void PeerTable::loseAll(const std::string& why) {
+  for (auto& [id, p] : peers_)
+    if (p->phase == Peer::Phase::kReady) lose(*p, why);
 }
 
-Engine::Peer* Engine::peerByToken(uint64_t token) {
-  auto it = peers_.find(token);
-  return it == peers_.end() || it->second->phase != Peer::Phase::kReady ? nullptr : it->second.get();
+void PeerTable::holdLiveness(const Peer& p, bool on) {
+  if (p.channel != 0) sessions_->holdLiveness(p.channel, on);
 }
 
+// ---- the engine's calls on its peers ------------------------------------------------------------
 
-ucx::AmVerdict Engine::onControlAm(void* arg, const ucx::AmMessage& msg) {
-  Engine* e = static_cast<AmSource*>(arg)->engine;
-  uint64_t token = 0;
-  if (msg.headerLength != sizeof token || msg.rendezvous) {
-    PACT_WARN("engine %s: malformed control message dropped", e->config_.name.c_str());
-    return ucx::AmVerdict::kRefuse;
+Result<std::string> Engine::address() {
+  std::lock_guard lock(mu_);
+  return peers_.address();
+}
+
+Result<uint64_t> Engine::connect(const std::string& address, int timeoutMs) {
+  auto handle = transport::parseAddress(address);
+  if (!handle.ok()) return Error{Status::kInvalidArgument, handle.error().message};
+  std::unique_lock lock(mu_);
+  auto opened = peers_.connect(*handle);
+  if (!opened) return Error{opened.status(), "connect " + address + ": " + opened.error().message};
+  Peer& p = **opened;
+  if (!waitFor(lock, timeoutMs, [&] { return p.phase != Peer::Phase::kHandshake; })) {
+    peers_.lose(p, "handshake timed out");
+    return Error{Status::kTimeout,
+                 "connect " + address + ": no handshake within " + std::to_string(timeoutMs) + " ms"};
   }
-  std::memcpy(&token, msg.header, sizeof token);
-  Peer* p = e->peerByToken(token);
-  if (p == nullptr) return ucx::AmVerdict::kDone;  // from a connection already closed
-  auto m = decode(std::span(static_cast<const uint8_t*>(msg.data), msg.length), &e->spareAdvertise_);
-  if (!m.ok()) {
-    PACT_WARN("engine %s: control message from %s refused: %s", e->config_.name.c_str(),
-              p->name.c_str(), m.error().message.c_str());
-    return ucx::AmVerdict::kDone;
-  }
-  e->proto_->onControl(p->id, *m);
-  if (auto* a = std::get_if<Advertise>(&*m)) e->spareAdvertise_ = std::move(*a);  // for the next one
-  e->cv_.notify_all();
-  return ucx::AmVerdict::kDone;
+  if (p.phase == Peer::Phase::kLost)
+    return Error{p.refused ? Status::kRefused : Status::kRemoteError, "connect " + address + ": " + p.lostReason};
+  return p.id;
+}
+
+Result<uint64_t> Engine::waitPeer(const std::string& name, int timeoutMs) {
+  std::unique_lock lock(mu_);
+  uint64_t found = 0;
+  waitFor(lock, timeoutMs, [&] { return (found = peers_.readyNamed(name)) != 0; });
+  if (found == 0)
+    return Error{Status::kTimeout, "no peer named '" + name + "' within " + std::to_string(timeoutMs) + " ms"};
+  return found;
+}
+
+Result<void> Engine::checkPeer(uint64_t peer) {
+  std::lock_guard lock(mu_);
+  const Peer* p = peers_.find(peer);
+  if (p == nullptr) return Error{Status::kNotFound, "peer " + std::to_string(peer) + ": unknown"};
+  if (p->phase != Peer::Phase::kReady)
+    return Error{Status::kRemoteError,
+                 "peer " + p->name + ": " + (p->lostReason.empty() ? "not connected" : p->lostReason)};
+  return {};
+}
+
+Result<void> Engine::disconnectPeer(uint64_t peer, const std::string& reason) {
+  std::lock_guard lock(mu_);
+  Peer* p = peers_.find(peer);
+  if (p == nullptr)
+    return Error{Status::kNotFound, "disconnect: peer " + std::to_string(peer) + ": unknown"};
+  peers_.lose(*p, "disconnected by the application" + (reason.empty() ? "" : ": " + reason),
+              Status::kPeerStale);
+  wake();
+  return {};
+}
+
+Result<CreditView> Engine::peerCredit(uint64_t peer) {
+  std::lock_guard lock(mu_);
+  if (peers_.find(peer) == nullptr)
+    return Error{Status::kNotFound, "peer " + std::to_string(peer) + ": unknown"};
+  return proto_->peerCredit(peer);
 }
 
 }  // namespace pact::engine

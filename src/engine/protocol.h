@@ -1,7 +1,8 @@
 // Protocol: the epoch-aware commit protocol of the engine (ARCHITECTURE.md section 5,
 // docs/engine.md), both sides of every transfer, with nothing of UCX or sockets in it: it talks
-// to its peers through a Link (link.h). The engine (engine.h) owns the connections and the link;
-// the protocol tests drive two protocols over an in-memory link with a clock of their own.
+// to its peers through a Link (link.h). The engine (engine.h) owns the connections (its
+// PeerTable) and the link (its Routes); the protocol tests drive two protocols over an in-memory
+// link with a clock of their own.
 //
 // A thin facade over three objects, and the engine's one entry to them: the TransferTable
 // (transfer_table.h: the transfers, their generic lifecycle, the timers, the per-peer view, the

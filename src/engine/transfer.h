@@ -41,7 +41,7 @@ struct Transfer {
   std::vector<Extent> blocks;     // local memory, in order
   uint64_t bytes = 0;             // sum of blocks' lengths
   Verify verify = Verify::kNone;
-  size_t route = 0;               // the engine class (Engine::routes_) it runs on
+  size_t route = 0;               // the engine class (Routes::list()) it runs on
   int retriesLeft = 0;
   uint32_t retries = 0;
   uint32_t attempt = 0;           // pieces and Done of another attempt are ignored
