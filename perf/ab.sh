@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Interleaved A/B comparison of two pact builds on a noisy machine: medians over rounds, B/A.
 #
-# usage: perf/ab.sh [--rounds N] [--base REV | --same] [--env-b "VAR=VALUE ..."] [--quick] [--out FILE.md]
+# usage: perf/ab.sh [--rounds N] [--base REV | --same] [--env-b "VAR=VALUE ..."] [--quick] [--engine]
+#                   [--out FILE.md]
 #   A = release build of REV (default: `git merge-base HEAD origin/main`, else HEAD~1), checked
 #       out with `git worktree add --detach /tmp/pact-ab/base REV` (reused, or moved to REV, when
 #       present) and built in /tmp/pact-ab/base-build.
@@ -11,6 +12,8 @@
 #   --same       A is this working tree's build too: the sides differ only by --env-b
 #   --env-b VARS extra environment for B's runs (e.g. "PACT_METRICS_FILE=/tmp/m.prom")
 #   --quick      smoke test: 2 rounds, 2000 latency iterations, 64M bandwidth budget, kv 2 s
+#   --engine     the engine only: single-block transfers of 16K, 256K and 2M (pact-perf kv
+#                --prefill 1 --decode 1 --blocks-per-request 1) and the 8-to-16 KV scenario
 #   --out FILE   markdown report (default /tmp/pact-ab/report.md); also printed
 # Each round, for each build:
 #   - plugin 8 B ping-pong latency, UCX_TLS=tcp and UCX_TLS=sm: pact-perf p2p --no-bw
@@ -29,12 +32,14 @@ here=$(cd "$(dirname "$0")/.." && pwd)
 ab=${AB_DIR:-/tmp/pact-ab}
 rounds=6 base='' quick=0 out=$ab/report.md same=0 env_b=
 lat_iters=20000 budget=256M kv_seconds=5 run_timeout=${RUN_TIMEOUT:-180}
-usage() { sed -n '4,14p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+usage() { sed -n '4,17p' "$0" | sed 's/^# \{0,1\}//'; exit "${1:-2}"; }
+engine=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --rounds) rounds=${2:?--rounds needs N}; shift 2 ;;
     --base) base=${2:?--base needs REV}; shift 2 ;;
     --quick) quick=1; shift ;;
+    --engine) engine=1; shift ;;
     --same) same=1; shift ;;
     --env-b) env_b=${2:?--env-b needs VARS}; shift 2 ;;
     --out) out=${2:?--out needs FILE}; shift 2 ;;
@@ -111,20 +116,27 @@ for ((r = 0; r < rounds; r++)); do
     perf=${dir[$x]}/perf/pact-perf plugin=${dir[$x]}/plugin/libnccl-net-pact.so
     xenv=(); [[ $x == B ]] && xenv=("${benv[@]}")
     for tls in tcp sm; do
+      ((engine)) && break
       run "r${r}_${x}_lat_$tls" "$run_timeout" env "${xenv[@]}" UCX_TLS=$tls "$perf" p2p --plugin "$plugin" \
         --no-bw --lat-min-size 8 --lat-max-size 8 --lat-iters "$lat_iters"
       run "r${r}_${x}_bw_$tls" "$run_timeout" env "${xenv[@]}" UCX_TLS=$tls "$perf" p2p --plugin "$plugin" \
         --no-lat --window 8 --buffers 0 --min-size 1M --max-size 16M --factor 16 --budget "$budget"
     done
     run "r${r}_${x}_kv" $((kv_seconds + 120)) env "${xenv[@]}" "$perf" kv --prefill 8 --decode 16 --seconds "$kv_seconds"
+    if ((engine)); then
+      for size in 16K 256K 2M; do
+        run "r${r}_${x}_kv1_$size" $((kv_seconds + 120)) env "${xenv[@]}" "$perf" kv --prefill 1 --decode 1 \
+          --blocks-per-request 1 --block-size "$size" --seconds "$kv_seconds"
+      done
+    fi
   done
 done
 
 # ---- report -------------------------------------------------------------------------------------
 mkdir -p "$(dirname "$out")"
-python3 - "$raw" "$rounds" "$a_desc" "$head_desc" "$quick" >"$out" <<'EOF'
+python3 - "$raw" "$rounds" "$a_desc" "$head_desc" "$quick" "$engine" >"$out" <<'EOF'
 import json, os, statistics, sys
-raw, rounds, a_desc, b_desc, quick = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+raw, rounds, a_desc, b_desc, quick, engine = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6]
 
 def load(tag):
     try:
@@ -140,17 +152,23 @@ def p2p(test, size, key):
                 return row[key]
     return test, get
 
-kv = lambda key: ("kv", lambda doc: doc.get(key))
-metrics = [  # name, better, (file, extractor)
+kv = lambda key, test="kv": (test, lambda doc: doc.get(key))
+metrics = [] if engine == "1" else [  # name, better, (file, extractor)
     ("plugin lat 8B tcp P50 (us)", "lower", p2p("lat_tcp", 8, "lat_p50_us")),
     ("plugin lat 8B sm P50 (us)", "lower", p2p("lat_sm", 8, "lat_p50_us")),
     ("plugin bw 1M tcp (GB/s)", "higher", p2p("bw_tcp", 1 << 20, "bw_gbps")),
     ("plugin bw 16M tcp (GB/s)", "higher", p2p("bw_tcp", 16 << 20, "bw_gbps")),
     ("plugin bw 1M sm (GB/s)", "higher", p2p("bw_sm", 1 << 20, "bw_gbps")),
     ("plugin bw 16M sm (GB/s)", "higher", p2p("bw_sm", 16 << 20, "bw_gbps")),
+]
+metrics += [
     ("kv goodput (GB/s)", "higher", kv("goodput_gbps")),
     ("kv P99 commit (us)", "lower", kv("p99_commit_us")),
 ]
+if engine == "1":
+    for size in ("16K", "256K", "2M"):
+        metrics += [(f"engine 1 block {size} goodput (GB/s)", "higher", kv("goodput_gbps", "kv1_" + size)),
+                    (f"engine 1 block {size} P50 commit (us)", "lower", kv("p50_commit_us", "kv1_" + size))]
 fmt = lambda v: "-" if v is None else (f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}")
 print(f"# pact A/B{' (quick)' if quick == '1' else ''}\n")
 print(f"- A: {a_desc}\n- B: {b_desc}\n- rounds: {rounds} (A first on even rounds); raw: {raw}\n")

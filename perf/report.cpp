@@ -12,9 +12,7 @@
 
 #include <spawn.h>
 #include <sys/wait.h>
-#include <unistd.h>
-
-extern char** environ;
+#include <unistd.h>  // environ (g++ defines _GNU_SOURCE)
 
 namespace pact::perf {
 

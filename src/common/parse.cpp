@@ -2,11 +2,10 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>  // environ (g++ defines _GNU_SOURCE)
 
 #include <cctype>
 #include <cstdlib>
-
-extern char** environ;
 
 namespace pact {
 

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "common/log.h"
@@ -187,10 +188,16 @@ void Engine::wake() {
 // Sleeps until the worker, a socket or wake() has something, or the next timer, at most timeoutMs.
 void Engine::sleepLocked(EngineLock& lock, int timeoutMs) {
   if (!routes_.armWorkers()) return;  // busy: events are pending already
-  thread_local std::vector<pollfd> fds;  // keeps its capacity: no allocation per sleep
-  fds.assign(1, pollfd{wakeFd_.get(), POLLIN, 0});
-  routes_.forEachEventFd([](int fd) { fds.push_back({fd, POLLIN, 0}); });
-  fds.push_back({peers_.fd(), POLLIN, 0});  // every session and the listener
+  // On the stack: a thread's first sleep may come after the engine is warm (a vector grown here
+  // was an allocation inside engine-alloc's window, 1 run in 25), and several threads may sleep
+  // at once, each on its own set.
+  std::array<pollfd, kMaxContexts * kMaxRails + 2> fds;
+  size_t n = 0;
+  fds[n++] = pollfd{wakeFd_.get(), POLLIN, 0};
+  routes_.forEachEventFd([&](int fd) {
+    if (n + 1 < fds.size()) fds[n++] = pollfd{fd, POLLIN, 0};  // (contexts and rails are bounded)
+  });
+  fds[n++] = pollfd{peers_.fd(), POLLIN, 0};  // every session and the listener
   int wait = timeoutMs;
   const TimePoint next = std::min(peers_.nextTimer(), proto_->nextTimer());
   if (next != TimePoint::max()) {
@@ -198,10 +205,10 @@ void Engine::sleepLocked(EngineLock& lock, int timeoutMs) {
     wait = std::clamp(static_cast<int>(until.count()) + 1, 0, timeoutMs);
   }
   lock.unlock();
-  ::poll(fds.data(), fds.size(), wait);
+  ::poll(fds.data(), n, wait);
   uint64_t drained = 0;
-  ssize_t n = ::read(wakeFd_.get(), &drained, sizeof drained);
-  (void)n;
+  const ssize_t got = ::read(wakeFd_.get(), &drained, sizeof drained);
+  (void)got;
   lock.lock();
 }
 
