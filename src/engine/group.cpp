@@ -72,9 +72,19 @@ Result<void> Engine::finishStep(std::span<const uint64_t> ids, int timeoutMs, st
   const bool quiet = waitFor(lock, static_cast<int>(std::max<int64_t>(left.count(), 0)), [&] {
     return std::all_of(ids.begin(), ids.end(), [&](uint64_t id) { return id == 0 || proto_->find(id) == nullptr; });
   });
-  if (!quiet)
-    return Error{Status::kBusy, "failed, and a UCX operation still touches a chunk's block after " +
+  if (!quiet) {
+    std::string which;  // the first chunk still busy, for the message
+    for (size_t i = 0; i < ids.size() && which.empty(); ++i) {
+      const Transfer* x = ids[i] == 0 ? nullptr : proto_->find(ids[i]);
+      if (x == nullptr) continue;
+      const Peer* p = peers_.find(x->peer);
+      which = "chunk " + std::to_string(i) + (x->role == Role::kSender ? " (send to " : " (receive from ") +
+              (p == nullptr ? "an unknown peer" : p->name) + ", " + stateName(x->state) + ", " +
+              std::to_string(x->pendingOps) + " UCX operation(s) pending)";
+    }
+    return Error{Status::kBusy, "failed, and a UCX operation still touches " + which + " after " +
                                     std::to_string(timeoutMs) + " ms (do not reuse the step's buffers)"};
+  }
   return {};
 }
 

@@ -70,6 +70,9 @@ void rankBody(uint32_t me, Channel& parent) {
     }
     pact_status_t st = pact_group_step(g, 0, gen, send.data(), recv.data(), kStepDeadlineMs * 1000ull);
     if (st == PACT_OK) st = pact_group_wait(g, 4 * kStepDeadlineMs);
+    if (st != PACT_OK && st != PACT_ERR_PEER_LOST && st != PACT_ERR_CANCELED && st != PACT_ERR_DEADLINE)
+      std::fprintf(stderr, "%s group %u step %u: %s: %s\n", name.c_str(), id, gen, pact_status_string(st),
+                   pact_last_error());
     for (uint32_t r = 0; st == PACT_OK && r < members; ++r) {
       EXPECT_EQ(firstMismatch(recvBuf.data() + r * kChunk, kChunk, chunkSeed(id, gen, r, rank)), -1)
           << name << " group " << id << " step " << gen << " chunk from rank " << r;
