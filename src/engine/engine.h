@@ -29,8 +29,8 @@
 // while UCX is inside its progress, rail failover) are the Link of the Protocol (protocol.h: the
 // commit protocol, both sides of every transfer, timers, credits), which knows the connections
 // only through that Link. Files: engine.cpp (lifecycle, the wiring, progress, the transfer and
-// memory calls), peers.cpp (the PeerTable, then the engine's calls on its peers), group.cpp (the
-// step API for Group), routes.cpp and failover.cpp (the Routes).
+// memory calls), engine_peers.cpp (its calls on its peers), engine_steps.cpp (the step API for
+// Group), peer_table.cpp (the PeerTable), routes.cpp and failover.cpp (the Routes).
 #pragma once
 
 #include <atomic>
@@ -120,7 +120,7 @@ class Engine final : private PeerTable::Events, private Routes::Events {
   std::vector<transport::LaneStats> laneStats(uint64_t peer, const std::string& cls);
   size_t traceRead(uint64_t* cursor, telemetry::TraceEvent* out, size_t max);
 
-  // ---- all-to-all steps, for Group (group.cpp); each call takes the lock once ----
+  // ---- all-to-all steps, for Group (engine_steps.cpp); each call takes the lock once ----
   // One chunk of a step, received from or sent to `peer` (a pact_peer_t), on the A2A class.
   struct StepChunk {
     uint64_t peer = 0;

@@ -5,7 +5,7 @@
 // PACT_PEER_TIMEOUT) and the peers' liveness (the session's EOF or keepalive, the channel's
 // goodbye). Its one job: which peers there are, and in which phase. What a peer's handshake,
 // readiness or loss means for the lanes and the transfers it tells its owner through Events; it
-// calls nothing of UCX or of the protocol. Implemented in peers.cpp.
+// calls nothing of UCX or of the protocol. Implemented in peer_table.cpp.
 //
 // Not synchronized: every call runs under the engine's lock.
 #pragma once
