@@ -360,10 +360,7 @@ Result<uint64_t> Engine::sendLocked(uint64_t peer, const TransferKey& key,
 
 Result<void> Engine::setEpoch(uint64_t epoch) {
   std::lock_guard lock(mu_);
-  if (epoch != proto_->epoch())
-    PACT_INFO("engine %s: model epoch %lu -> %lu", config_.name.c_str(),
-              static_cast<unsigned long>(proto_->epoch()), static_cast<unsigned long>(epoch));
-  auto r = proto_->setEpoch(epoch);
+  auto r = proto_->setEpoch(epoch);  // (the receiver logs the change)
   wake();
   return r;
 }
@@ -402,7 +399,7 @@ Result<void> Engine::wait(uint64_t xfer, int timeoutMs, XferInfo* info) {
     info->final = true;
   }
   if (!done)
-    return Error{Status::kTimeout, "transfer " + Protocol::keyText(info->key) + " still " +
+    return Error{Status::kTimeout, "transfer " + keyText(info->key) + " still " +
                                        stateName(info->state) + " after " + std::to_string(timeoutMs) +
                                        " ms"};
   return {};

@@ -36,9 +36,10 @@ Result<void> Group::wait(int timeoutMs) {
   if (xfers_.empty()) return Error{Status::kNotFound, "group: no step started"};
   std::vector<Status> results;
   if (auto r = engine_.finishStep(xfers_, timeoutMs, &results); !r) {
-    if (r.status() == Status::kTimeout) return Error{r.status(), "group step " + r.error().message};
-    xfers_.clear();  // released: the step is over, its buffers not yet free
-    unsent_.clear();
+    if (r.status() != Status::kTimeout) {  // released: the step is over, its buffers not yet free
+      xfers_.clear();
+      unsent_.clear();
+    }
     return Error{r.status(), "group step " + r.error().message};
   }
   const size_t ranks = peers_.size();

@@ -84,6 +84,8 @@ class Receiver final : public TransferTable::Side {
   TimePoint now() const { return table_.now(); }
   telemetry::CounterSet& counters() { return table_.counters(); }
   Transfer* openReceiver(const TransferKey& key);
+  // One of the transfer's operations ended: it, when still live on that attempt (else nullptr).
+  Transfer* endOp(uint64_t xferId, uint32_t attempt);
   // The offer of peer from matched x: x waits for credit, then is advertised.
   void match(Transfer& x, uint64_t from, const Offer& offer);
   // x is the transfer of that offer's send (its peer, nonce and deadline).

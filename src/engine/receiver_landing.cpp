@@ -63,12 +63,16 @@ PieceVerdict Receiver::onPiece(uint64_t from, const PieceHeader& h, const void* 
   return PieceVerdict::kDone;
 }
 
-void Receiver::pieceLost(uint64_t xferId, uint32_t attempt, uint8_t* dst) {
+Transfer* Receiver::endOp(uint64_t xferId, uint32_t attempt) {
   table_.opDone(xferId);
-  Transfer* found = table_.find(xferId);
+  Transfer* x = table_.find(xferId);
+  return x != nullptr && x->live() && x->attempt == attempt ? x : nullptr;
+}
+
+void Receiver::pieceLost(uint64_t xferId, uint32_t attempt, uint8_t* dst) {
+  Transfer* found = endOp(xferId, attempt);
   if (found == nullptr) return;
   Transfer& x = *found;
-  if (!x.live() || x.attempt != attempt) return;
   for (uint32_t b = 0; b < x.blocks.size(); ++b)
     if (dst >= x.blocks[b].addr && dst < x.blocks[b].addr + x.blocks[b].length)
       x.forgetLanded(b, static_cast<uint64_t>(dst - x.blocks[b].addr));
@@ -78,11 +82,9 @@ void Receiver::pieceLost(uint64_t xferId, uint32_t attempt, uint8_t* dst) {
 // A fetched piece: the operation is over first, so completing the transfer sees none pending.
 void Receiver::pieceFetched(uint64_t xferId, uint32_t attempt, uint8_t* dst, uint64_t length,
                             bool ok) {
-  table_.opDone(xferId);
-  Transfer* found = table_.find(xferId);
+  Transfer* found = endOp(xferId, attempt);
   if (found == nullptr) return;
   Transfer& x = *found;
-  if (!x.live() || x.attempt != attempt) return;
   if (!ok) {
     abort(x, Event::kFatalError, Status::kRemoteError, Reason::kPeerLost);
     return;
