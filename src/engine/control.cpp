@@ -11,8 +11,9 @@ namespace {
 enum class Type : uint16_t {
   kAdvertise = 1, kDone = 2, kVerdict = 3, kEpochChange = 4, kCredit = 5, kOffer = 6, kHello = 7,
   kCancel = 9,  // 8 was the proof of the engine's own handshake (now the session's)
+  kWired = 10,
 };
-constexpr uint16_t kLastType = 9;
+constexpr uint16_t kLastType = 10;
 constexpr uint32_t kPieceMagic = 0x50564b50;  // "PKVP" in memory order
 
 void putKey(ByteWriter& w, const TransferKey& k) {
@@ -99,6 +100,7 @@ struct Encoder {
     w.u64(m.budgetBytes);
     return Type::kCredit;
   }
+  Type operator()(const Wired&) { return Type::kWired; }
 };
 
 Result<Control> decodeAdvertise(ByteReader& r, Advertise* spare) {
@@ -306,6 +308,11 @@ Result<Control> decode(std::span<const uint8_t> frame, Advertise* spare) {
     case Type::kHello: {
       ByteReader r(body, "hello");
       return decodeHello(r);
+    }
+    case Type::kWired: {
+      ByteReader r(body, "wired");
+      if (!r.done()) return r.error();
+      return Control(Wired{});
     }
     case Type::kCancel: {
       ByteReader r(body, "cancel");

@@ -23,7 +23,7 @@
 namespace pact::engine {
 
 inline constexpr uint32_t kControlMagic = 0x43564b50;  // "PKVC" in memory order
-inline constexpr uint16_t kControlVersion = 6;  // 2: Hello lists the engine's contexts; 3: auth moved to the session; 4: eager offers; 5: Hello carries rail probe addresses; 6: a send's nonce in Offer, Done, Verdict and Cancel
+inline constexpr uint16_t kControlVersion = 7;  // 2: Hello lists the engine's contexts; 3: auth moved to the session; 4: eager offers; 5: Hello carries rail probe addresses; 6: a send's nonce in Offer, Done, Verdict and Cancel; 7: Wired
 inline constexpr size_t kControlHeader = kFrameHeader;
 inline constexpr size_t kMaxBlocks = 65536;
 inline constexpr size_t kMaxRkey = 1024;
@@ -119,6 +119,11 @@ struct CreditUpdate {
   uint64_t budgetBytes = 0;
 };
 
+// Either side, once at the handshake: every endpoint this side made to the peer finished its
+// wireup (its flush ended). A peer is ready once its own side is wired and its Wired came, so
+// neither process still has UCX wireup messages in flight when connect returns (peer_table.h).
+struct Wired {};
+
 // One UCX context of an engine: the service it serves (transport::DeviceCtx::serviceKey) and its
 // workers' addresses, one per rail. A sender's class reaches the receiver's context of the same
 // service.
@@ -155,7 +160,7 @@ struct Cancel {
 };
 
 using Control =
-    std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Cancel>;
+    std::variant<Advertise, Done, Verdict, EpochChange, CreditUpdate, Offer, Hello, Cancel, Wired>;
 
 std::vector<uint8_t> encode(const Control& m);
 // The same frame written into *out (replacing its contents, keeping its capacity).

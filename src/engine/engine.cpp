@@ -127,11 +127,13 @@ void Engine::shutdown() {
 
 std::vector<uint8_t> Engine::hello(const Peer& p) { return routes_.hello(p, proto_->epoch()); }
 
-Result<void> Engine::greeted(Peer& p) { return routes_.connectControl(p); }
+Result<void> Engine::greeted(Peer& p) { return routes_.connect(p); }
 
-void Engine::ready(Peer& p, const Hello& hello) {
+Result<bool> Engine::wired(Peer& p) { return routes_.wired(p); }
+
+void Engine::ready(Peer& p) {
   proto_->peerReady(p.id, p.name);
-  routes_.watchRails(p, hello.probes);
+  routes_.watchRails(p, p.probes);
 }
 
 void Engine::lost(Peer& p, Status transfers) {

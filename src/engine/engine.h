@@ -153,7 +153,8 @@ class Engine final : private PeerTable::Events, private Routes::Events {
   // ---- the wiring: the peer table's and the routes' events (engine.cpp) ----
   std::vector<uint8_t> hello(const Peer& p) override;
   Result<void> greeted(Peer& p) override;
-  void ready(Peer& p, const Hello& hello) override;
+  Result<bool> wired(Peer& p) override;
+  void ready(Peer& p) override;
   void lost(Peer& p, Status transfers) override;
   void changed() override { cv_.notify_all(); }
 

@@ -18,7 +18,7 @@ Result<uint64_t> Engine::connect(const std::string& address, int timeoutMs) {
   auto opened = peers_.connect(*handle);
   if (!opened) return Error{opened.status(), "connect " + address + ": " + opened.error().message};
   Peer& p = **opened;
-  if (!waitFor(lock, timeoutMs, [&] { return p.phase != Peer::Phase::kHandshake; })) {
+  if (!waitFor(lock, timeoutMs, [&] { return !p.connecting(); })) {
     peers_.lose(p, "handshake timed out");
     return Error{Status::kTimeout,
                  "connect " + address + ": no handshake within " + std::to_string(timeoutMs) + " ms"};

@@ -1,5 +1,5 @@
 // A peer's lanes, the Routes' (routes.h): its Hello's addresses, its control lane at the
-// handshake, a class's lanes on first use, their endpoints' errors and their forced close; and
+// handshake with every class's lanes and their wiring, their endpoints' errors and their forced close; and
 // rail failover, the lanes moved between the rails.
 //
 // Rail failover on the engine's face (docs/reliability.md, "Rail failover"): the plugin's
@@ -33,13 +33,35 @@ std::vector<uint8_t> Routes::hello(const Peer& p, uint64_t epoch) const {
   return encode(Control(hello));
 }
 
-Result<void> Routes::connectControl(Peer& p) {
+Result<void> Routes::connect(Peer& p) {
   auto ep = contexts_[routes_[ctrlRoute_].context].dev->ownEndpoint(0, p.peerWorker, &Routes::onEndpointError, &p);
   if (!ep.ok()) return ep.error();
   p.ctrl = std::make_shared<transport::Lanes>();
   p.ctrl->configure(routes_[ctrlRoute_].channel);
   p.ctrl->add(std::move(*ep), 0);
+  // Every lane now rather than at a class's first use: their UCX wireup is over once connect
+  // returns (a peer leaving during a wireup can abort this process under UCX 1.13).
+  for (size_t r = 0; r < routes_.size(); ++r) (void)lanesTo(p, r);
+  forEachLaneSet(p, [&](transport::Lanes& l, size_t, const char*) {
+    for (size_t i = 0; i < l.size(); ++i) p.wiring.push_back(l.endpoint(i).flushLater());
+  });
   return {};
+}
+
+Result<bool> Routes::wired(Peer& p) {
+  bool flushed = true;
+  for (ucx::Pending& f : p.wiring) flushed = f.done() && flushed;
+  if (!flushed) return false;
+  for (const ucx::Pending& f : p.wiring)
+    if (f.status() != UCS_OK)
+      return Error{Status::kRemoteError,
+                   std::string("a UCX endpoint to the peer failed while being wired up: ") + ucs_status_string(f.status())};
+  p.wiring.clear();
+  if (!p.wiredHere) {
+    sendOn(p, Wired{}, p.ctrl->endpoint(0));
+    p.wiredHere = true;
+  }
+  return p.wiredThere;
 }
 
 Result<transport::Lanes*> Routes::lanesTo(Peer& p, size_t r) {
@@ -93,6 +115,7 @@ void Routes::closePeerEndpoints(Peer& p) {
   for (auto& l : p.lanes)
     if (l) l->closeAll();
   if (p.ctrl) p.ctrl->closeAll();
+  p.wiring.clear();  // ended by the forced closes
   dropKept(p);
 }
 
@@ -196,7 +219,7 @@ void Routes::checkRails(Peer& p) {
     const auto t = now();
     std::erase_if(p.leaving, [&](auto& e) {
       if (e.first > t) return false;
-      e.second->ep.closeLater(false);  // UCX finishes it (ucx::PendingClose)
+      e.second->ep.closeLater(false);  // UCX finishes it (ucx::Pending)
       return true;
     });
   }

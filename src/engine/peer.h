@@ -12,6 +12,7 @@
 #include "engine/control.h"
 #include "transport/lanes.h"
 #include "transport/rail_set.h"
+#include "ucx/worker.h"
 
 namespace pact::engine {
 
@@ -22,7 +23,10 @@ struct PieceOp;
 // class used to send to it, that class's lanes (endpoints to the peer's context of the same
 // service).
 struct Peer {
-  enum class Phase : uint8_t { kHandshake, kReady, kLost };
+  // kHandshake: the Hellos are being exchanged over the session. kWiring: they were, and the
+  // endpoints to the peer finish their UCX wireup (messages already flow). kReady: both sides are
+  // wired (connect and peer_wait return). kLost: gone.
+  enum class Phase : uint8_t { kHandshake, kWiring, kReady, kLost };
   // ---- the PeerTable's: who the peer is, its session, its phase ----
   uint64_t id = 0;           // our token: the peer puts it in every message to us
   uint64_t remoteToken = 0;  // its token: we put it in every message to it
@@ -34,12 +38,21 @@ struct Peer {
   bool refused = false;      // the handshake was refused (by either side): connect says REFUSED
   std::vector<uint8_t> peerWorker;       // the peer's control worker (from its Hello)
   std::vector<ContextAddress> contexts;  // the peer's (from its Hello)
+  std::vector<wire::ProbeAddress> probes;  // the peer's rails' probe addresses (from its Hello)
+  bool connecting() const { return phase == Phase::kHandshake || phase == Phase::kWiring; }
 
   // ---- the Routes': what carries messages to it ----
   // The control lane: one endpoint from the CTRL class's context to the peer's control worker.
   // Classes of one lane on the same context share it (one connection, pieces and Done in order).
   std::shared_ptr<transport::Lanes> ctrl;
-  std::vector<std::shared_ptr<transport::Lanes>> lanes;  // per route; null until first used
+  std::vector<std::shared_ptr<transport::Lanes>> lanes;  // per route, made at the handshake (null: the peer has none)
+  // The wiring (Routes::connect, Routes::wired): a flush of every endpoint made at the handshake,
+  // which ends once UCX finished wiring it up; then this side's Wired is sent (wiredHere), and
+  // the peer's came (wiredThere). UCX 1.13 aborts a process whose endpoint is still being wired up
+  // when its peer leaves (wireup_ep.c:241): after both, neither side still is.
+  std::vector<ucx::Pending> wiring;
+  bool wiredHere = false;
+  bool wiredThere = false;
   // Rail failover (failover.cpp): the peer's rails as watched from here, the pieces UCX completed
   // over them whose transfer is still live (sent again if their rail goes out), and those that
   // failed with their rail (sent again once the lanes moved).

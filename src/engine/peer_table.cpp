@@ -132,6 +132,29 @@ int PeerTable::pollPeers() {
   for (auto& [id, pp] : peers_) {
     Peer& p = *pp;
     if (p.phase == Peer::Phase::kLost) continue;
+    const transport::ChannelView v = p.phase == Peer::Phase::kHandshake ? transport::ChannelView{}
+                                                                         : sessions_->view(p.channel, false);
+    if (v.peerClosed) {
+      lose(p, "the peer closed");
+      ++n;
+      continue;
+    }
+    if (!v.lostReason.empty()) {
+      lose(p, v.lostReason);
+      ++n;
+      continue;
+    }
+    if (p.phase == Peer::Phase::kWiring) {
+      auto wired = events_.wired(p);
+      if (!wired) {
+        lose(p, wired.error().message);
+        ++n;
+      } else if (*wired) {
+        becomeReady(p);
+        ++n;
+      }
+      continue;
+    }
     if (p.phase == Peer::Phase::kHandshake) {
       if (!p.outbound || p.channel == 0) continue;
       auto opened = sessions_->opened(p.channel, false);
@@ -150,42 +173,40 @@ int PeerTable::pollPeers() {
         continue;
       }
       onHello(p, *hello);
-      continue;
-    }
-    const transport::ChannelView v = sessions_->view(p.channel, false);
-    if (v.peerClosed) {
-      lose(p, "the peer closed");
-      ++n;
-    } else if (!v.lostReason.empty()) {
-      lose(p, v.lostReason);
-      ++n;
     }
   }
   return n;
 }
 
-bool PeerTable::onHello(Peer& p, const Hello& hello) {
+void PeerTable::onHello(Peer& p, const Hello& hello) {
   p.name = hello.name;
   p.remoteToken = hello.token;
   p.peerWorker = hello.workerAddress;
   p.contexts = hello.contexts;
-  if (auto r = events_.greeted(p); !r) {
-    lose(p, r.error().message);
-    return false;
-  }
+  p.probes = hello.probes;
+  p.phase = Peer::Phase::kWiring;  // messages to and from it flow from here on
+  if (auto r = events_.greeted(p); !r) lose(p, r.error().message);
+}
+
+void PeerTable::wiredUp(Peer& p) {
+  if (p.phase == Peer::Phase::kWiring) becomeReady(p);
+}
+
+void PeerTable::becomeReady(Peer& p) {
   --handshaking_;
   p.phase = Peer::Phase::kReady;
   PACT_INFO("engine %s: peer %s ready (%s)", name_.c_str(), p.name.c_str(),
             p.outbound ? "connected" : "accepted");
-  events_.ready(p, hello);
-  return true;
+  events_.ready(p);
 }
 
 int PeerTable::fireTimers(TimePoint t) {
   return timers_.popDue(t, [&](const Timers<TimerKind>::Timer& timer) {
     Peer* p = find(timer.id);
-    if (p == nullptr || p->phase != Peer::Phase::kHandshake) return false;
-    lose(*p, "no handshake from the peer within PACT_PEER_TIMEOUT");
+    if (p == nullptr || !p->connecting()) return false;
+    lose(*p, p->phase == Peer::Phase::kHandshake
+                 ? "no handshake from the peer within PACT_PEER_TIMEOUT"
+                 : "the UCX endpoints to the peer were not wired up within PACT_PEER_TIMEOUT");
     return true;
   });
 }
@@ -193,7 +214,7 @@ int PeerTable::fireTimers(TimePoint t) {
 void PeerTable::lose(Peer& p, const std::string& why, Status transfers) {
   if (p.phase == Peer::Phase::kLost) return;
   PACT_INFO("engine %s: peer %s lost: %s", name_.c_str(), p.name.c_str(), why.c_str());
-  if (p.phase == Peer::Phase::kHandshake) --handshaking_;
+  if (p.connecting()) --handshaking_;
   p.phase = Peer::Phase::kLost;
   p.lostReason = why;
   if (p.channel != 0) {

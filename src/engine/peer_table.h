@@ -34,11 +34,14 @@ class PeerTable {
    public:
     // This engine's Hello to p, as a channel payload.
     virtual std::vector<uint8_t> hello(const Peer& p) = 0;
-    // p's Hello came (its name, token, worker and contexts are set): connect what carries
-    // messages to it. An error loses p, with the error's message as the reason.
+    // p's Hello came (its name, token, worker, contexts and probes are set): connect what
+    // carries messages to it and start wiring it up. An error loses p, with its message.
     virtual Result<void> greeted(Peer& p) = 0;
-    // p is ready (hello: its Hello).
-    virtual void ready(Peer& p, const Hello& hello) = 0;
+    // Whether p is wired up on both sides (asked of a peer in Phase::kWiring on every poll); an
+    // error loses p, with its message.
+    virtual Result<bool> wired(Peer& p) = 0;
+    // p is ready.
+    virtual void ready(Peer& p) = 0;
     // p is lost (its reason set, its channel closed): its transfers end with status transfers.
     virtual void lost(Peer& p, Status transfers) = 0;
 
@@ -77,6 +80,9 @@ class PeerTable {
   void loseAll(const std::string& why);
   // The session's keepalive stops (on) or resumes judging whether p lives (rail failover).
   void holdLiveness(const Peer& p, bool on);
+  // p, in Phase::kWiring, is wired up on both sides (Routes, when the peer's Wired comes after
+  // this side's went): it is ready now.
+  void wiredUp(Peer& p);
   // p's process (its session's id): what per-peer-process state is keyed by.
   uint64_t process(const Peer& p) const { return sessions_->peerProcess(p.channel); }
 
@@ -86,10 +92,10 @@ class PeerTable {
     auto it = peers_.find(id);
     return it == peers_.end() ? nullptr : it->second.get();
   }
-  // The ready peer with this id (our token for it), or nullptr.
+  // The connected peer with this id (our token for it: being wired up, or ready), or nullptr.
   Peer* byToken(uint64_t token) {
     Peer* p = find(token);
-    return p == nullptr || p->phase != Peer::Phase::kReady ? nullptr : p;
+    return p == nullptr || (p->phase != Peer::Phase::kReady && p->phase != Peer::Phase::kWiring) ? nullptr : p;
   }
   // The id of the ready peer named name, 0 when none is.
   uint64_t readyNamed(const std::string& name) const;
@@ -105,8 +111,9 @@ class PeerTable {
   enum class TimerKind : uint8_t { kHandshake };
   Peer& newPeer(bool outbound);
   int pollPeers();
-  // Whether p is ready now (else it was lost, with the reason).
-  bool onHello(Peer& p, const Hello& hello);
+  // p's Hello: p is being wired up now (or was lost, with the reason).
+  void onHello(Peer& p, const Hello& hello);
+  void becomeReady(Peer& p);
 
   const std::string name_;  // the engine's
   const Params& params_;    // the engine's
@@ -119,7 +126,7 @@ class PeerTable {
   std::map<uint64_t, std::unique_ptr<Peer>> peers_;
   Timers<TimerKind> timers_;
   TimePoint lastSessionCheck_{};
-  size_t handshaking_ = 0;  // peers in Phase::kHandshake (the sessions are stepped every call)
+  size_t handshaking_ = 0;  // peers connecting (the sessions are stepped every call)
 };
 
 }  // namespace pact::engine

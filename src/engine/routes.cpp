@@ -371,14 +371,24 @@ ucx::AmVerdict Routes::onControlAm(void* arg, const ucx::AmMessage& msg) {
     return ucx::AmVerdict::kRefuse;
   }
   std::memcpy(&token, msg.header, sizeof token);
-  Peer* p = r->peers_.byToken(token);
-  if (p == nullptr) return ucx::AmVerdict::kDone;  // from a connection already closed
+  Peer* p = r->peers_.find(token);
+  if (p == nullptr || p->phase == Peer::Phase::kLost) return ucx::AmVerdict::kDone;  // a closed connection
   auto m = decode(std::span(static_cast<const uint8_t*>(msg.data), msg.length), &r->spareAdvertise_);
   if (!m.ok()) {
     PACT_WARN("engine %s: control message from %s refused: %s", r->name_.c_str(),
               p->name.c_str(), m.error().message.c_str());
     return ucx::AmVerdict::kDone;
   }
+  if (std::holds_alternative<Wired>(*m)) {
+    // The peer's side is wired up (it may be, before its Hello's answer reached this side). When
+    // this side's is too, the peer is ready now, before any message it sends once it is (those
+    // follow its Wired on this endpoint).
+    p->wiredThere = true;
+    if (p->wiredHere) r->peers_.wiredUp(*p);
+    r->events_.changed();
+    return ucx::AmVerdict::kDone;
+  }
+  if (r->peers_.byToken(token) == nullptr) return ucx::AmVerdict::kDone;  // not connected yet
   r->proto_->onControl(p->id, *m);
   if (auto* a = std::get_if<Advertise>(&*m)) r->spareAdvertise_ = std::move(*a);  // for the next one
   r->events_.changed();

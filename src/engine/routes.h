@@ -1,7 +1,7 @@
 // Routes: what carries the engine's messages, and the protocol's Link on it (link.h). It owns the
 // engine's transport::Fabric and its UCX contexts (one per distinct service of the engine
 // classes, a worker per rail of the engine's device), the classes' routes (context, lanes,
-// chunk), the lanes to each peer (kept in the peer's record, created on first use), the
+// chunk), the lanes to each peer (kept in the peer's record, made at the handshake), the
 // operation slabs, the active-message handlers, the sends held while UCX is inside its progress,
 // and rail failover (the lanes moved off a rail that went out, what went over it sent again).
 // Its one job: move the protocol's messages and pieces over UCX, and hand it what arrives.
@@ -106,8 +106,12 @@ class Routes final : private Link {
   // ---- a peer's lanes ----
   // This engine's Hello to p (its workers' and rails' addresses), as a channel payload.
   std::vector<uint8_t> hello(const Peer& p, uint64_t epoch) const;
-  // p's control lane, to the worker of its Hello.
-  Result<void> connectControl(Peer& p);
+  // p's control lane, to the worker of its Hello, and every class's lanes to it (those it can
+  // have: a class without a context there says so at first use); starts their wiring.
+  Result<void> connect(Peer& p);
+  // Whether p is wired up on both sides: every endpoint's flush ended here (then this side's
+  // Wired goes) and p's Wired came. An error: an endpoint failed while being wired up.
+  Result<bool> wired(Peer& p);
   // Rail failover with p when both sides have rails to watch (peerProbes: its Hello's).
   void watchRails(Peer& p, const std::vector<wire::ProbeAddress>& peerProbes);
   // Closes p's lanes, forced: whatever UCX still has in flight with it fails.
@@ -166,7 +170,7 @@ class Routes final : private Link {
   static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
 
   // ---- a peer's lanes and rail failover (failover.cpp) ----
-  // The lanes of route r to p, created on first use; an error when the peer has no context of
+  // The lanes of route r to p, made at the first call (the handshake); an error when the peer has no context of
   // the route's service or an endpoint cannot be made.
   Result<transport::Lanes*> lanesTo(Peer& p, size_t r);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);

@@ -98,7 +98,7 @@ void DeviceCtx::retire(SharedEndpoint* ep, const std::string& key) {
   if (auto it = endpoints_.find(key); it != endpoints_.end() && it->second.expired())
     endpoints_.erase(it);
   std::unique_ptr<SharedEndpoint> owned(ep);
-  ucx::PendingClose close = ep->ep.closeLater(ep->failed() || ep->forceClose);
+  ucx::Pending close = ep->ep.closeLater(ep->failed() || ep->forceClose);
   if (close.done()) return;  // closed at once
   counters_.add(telemetry::kClosingEndpoints);
   closing_.push_back(Closing{std::move(owned), std::move(close), now() + kCloseBound});

@@ -148,7 +148,7 @@ class DeviceCtx {
   std::vector<std::unique_ptr<SharedEndpoint>> abandoned_;
   struct Closing {
     std::unique_ptr<SharedEndpoint> ep;  // UCX's error callback may still name it
-    ucx::PendingClose close;
+    ucx::Pending close;
     TimePoint deadline;
   };
   void retire(SharedEndpoint* ep, const std::string& key);

@@ -360,30 +360,41 @@ void Endpoint::close(bool force) {
   }
 }
 
-PendingClose Endpoint::closeLater(bool force) {
-  return ep_ == nullptr ? PendingClose() : PendingClose(startClose(force));
+Pending Endpoint::closeLater(bool force) {
+  return ep_ == nullptr ? Pending() : Pending(startClose(force));
 }
 
-PendingClose::PendingClose(void* request) {
-  if (!UCS_PTR_IS_ERR(request)) req_ = request;  // nullptr: closed at once; an error: ended
+Pending Endpoint::flushLater() {
+  if (ep_ == nullptr) return Pending(UCS_STATUS_PTR(UCS_ERR_NOT_CONNECTED));
+  ucp_request_param_t param{};
+  return Pending(ucp_ep_flush_nbx(ep_, &param));
 }
 
-PendingClose::~PendingClose() {
+Pending::Pending(void* request) {
+  if (UCS_PTR_IS_ERR(request))
+    status_ = UCS_PTR_STATUS(request);
+  else
+    req_ = request;  // nullptr: ended at once
+}
+
+Pending::~Pending() {
   if (req_ != nullptr) ucp_request_free(req_);
 }
 
-PendingClose& PendingClose::operator=(PendingClose&& o) noexcept {
+Pending& Pending::operator=(Pending&& o) noexcept {
   if (this != &o) {
     if (req_ != nullptr) ucp_request_free(req_);
     req_ = std::exchange(o.req_, nullptr);
+    status_ = o.status_;
   }
   return *this;
 }
 
-bool PendingClose::done() {
+bool Pending::done() {
   if (req_ == nullptr) return true;
   const ucs_status_t st = ucp_request_check_status(req_);
   if (st == UCS_INPROGRESS) return false;
+  status_ = st;
   ucp_request_free(req_);
   req_ = nullptr;
   return true;

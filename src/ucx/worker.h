@@ -121,24 +121,27 @@ void freeRequest(void* request);
 // Returns the request's final status (UCS_ERR_TIMED_OUT when the deadline passed).
 ucs_status_t waitRequest(ucp_worker_h worker, void* request, std::chrono::milliseconds limit);
 
-// An endpoint close UCX is still carrying out (Endpoint::closeLater). done() polls it without
-// progressing; destroying an unfinished one hands the request to UCX, which frees it when it ends.
 // One extent of a gathered send (amSendIov).
 using Iov = ucp_dt_iov_t;
 
-class PendingClose {
+// An endpoint close or flush UCX is still carrying out (Endpoint::closeLater, flushLater). done()
+// polls it without progressing; status() is how it ended. Destroying an unfinished one hands the
+// request to UCX, which frees it when it ends.
+class Pending {
  public:
-  PendingClose() = default;
-  explicit PendingClose(void* request);
-  ~PendingClose();
-  PendingClose(PendingClose&& o) noexcept : req_(std::exchange(o.req_, nullptr)) {}
-  PendingClose& operator=(PendingClose&& o) noexcept;
-  PendingClose(const PendingClose&) = delete;
-  PendingClose& operator=(const PendingClose&) = delete;
+  Pending() = default;
+  explicit Pending(void* request);  // nullptr: ended at once; an error pointer: ended with it
+  ~Pending();
+  Pending(Pending&& o) noexcept : req_(std::exchange(o.req_, nullptr)), status_(o.status_) {}
+  Pending& operator=(Pending&& o) noexcept;
+  Pending(const Pending&) = delete;
+  Pending& operator=(const Pending&) = delete;
   bool done();
+  ucs_status_t status() const { return status_; }  // UCS_OK until it ended otherwise
 
  private:
   void* req_ = nullptr;
+  ucs_status_t status_ = UCS_OK;
 };
 
 class Endpoint {
@@ -182,7 +185,10 @@ class Endpoint {
   void close(bool force);
   // Starts the close (a flush first unless force) and returns at once; the worker's progress
   // carries it out.
-  PendingClose closeLater(bool force);
+  Pending closeLater(bool force);
+  // Starts a flush: it ends once every operation on the endpoint completed, and UCX's own wireup
+  // of the endpoint's connections with them (the worker's progress carries it out).
+  Pending flushLater();
   // Human-readable lane/transport description (ucp_ep_print_info).
   std::string describe() const;
 

@@ -18,7 +18,7 @@ std::vector<std::vector<uint8_t>> pact::fuzz::seeds() {
   encodePiece(PieceHeader{7, {1, 2, 3, 4}, 1, 2, 4096}, piece);
   return {encode(a), encode(Done{{1, 2, 3, 4}, 1, 10, Verify::kXxh3, 5, 99}),
           encode(Verdict{{1, 2, 3, 4}, Outcome::kRetry, Reason::kChecksum, 2, 99}),
-          encode(EpochChange{3}), encode(CreditUpdate{1 << 20}), encode(Cancel{{1, 2, 3, 4}, true, 99}),
+          encode(EpochChange{3}), encode(CreditUpdate{1 << 20}), encode(Wired{}), encode(Cancel{{1, 2, 3, 4}, true, 99}),
           encode(Offer{{1, 2, 3, 4}, 8192, 1000, kOfferEager, Verify::kCrc32c, 7, 99}),
           encode(Hello{"decode-0", 9, 1, {1, 2, 3}}),
           encode(Hello{"rails-0", 9, 1, {1, 2, 3}, {{"tcp", {{4, 5}, {6, 7}}}},

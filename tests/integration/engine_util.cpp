@@ -154,9 +154,8 @@ void runPair(const PairOptions& o, const SideBody& receiver, const SideBody& sen
           return;
         }
         PACT_OK_OR_FAIL(pact_peer_wait(side.engine, "sender", 20000, &side.peer));
-        // Both directions wired up before the body: UCX 1.13 can abort a process whose
-        // endpoint's wireup meets a peer that just left (wireup_ep.c:241, docs/engine.md), and
-        // these tests end a side as soon as its part is done.
+        // The bodies start with each side's credit grant in: a send before it would go the
+        // advertised way even when eager (the tests that count eager offers rely on it).
         ASSERT_TRUE(awaitGrant(side.engine, side.peer)) << "no credit grant from the sender";
         side.memory.assign(o.memory, 0);
         PACT_OK_OR_FAIL(pact_mem_register(side.engine, side.memory.data(), side.memory.size(), &side.mr));

@@ -88,8 +88,8 @@ struct CheckingHook {
 
 // SIGKILLs `victim` once `from` sends a note, then waits for both (bounded).
 void killOnNote(Channel& from, ForkPeer& victim, ForkPeer& survivor);
-// Waits (progressing e, at most 10 s) until the peer's credit grant arrived over UCX: a message
-// that crossed the control endpoint, so its wireup is over. False when none came.
+// Waits (progressing e, at most 10 s) until the peer's credit grant arrived over UCX (it goes
+// once the peer is ready). False when none came.
 bool awaitGrant(pact_engine_t e, pact_peer_t peer);
 
 // An engine with a registered buffer, owned by one test process.

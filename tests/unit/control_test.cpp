@@ -47,6 +47,11 @@ TEST(Control, EveryMessageRoundTrips) {
 
   EXPECT_EQ(std::get<EpochChange>(*decode(encode(EpochChange{9}))).newEpoch, 9u);
   EXPECT_EQ(std::get<CreditUpdate>(*decode(encode(CreditUpdate{77}))).budgetBytes, 77u);
+  EXPECT_TRUE(std::holds_alternative<Wired>(*decode(encode(Wired{}))));
+  auto wired = encode(Wired{});
+  wired.push_back(0);
+  wired[8] = 1;  // a body where Wired has none
+  EXPECT_EQ(decode(wired).error().message, "wired.body: 1 trailing bytes");
   EXPECT_EQ(std::get<Cancel>(*decode(encode(Cancel{{3, 4, 5, 6}}))).key, (TransferKey{3, 4, 5, 6}));
   EXPECT_STREQ(reasonName(Reason::kCanceled), "canceled by the application");
   auto o = decode(encode(Offer{{5, 6, 7, 8}, 4096, 1000}));
@@ -125,10 +130,10 @@ TEST(Control, HeaderAndEnumFieldsAreChecked) {
   bad = f;
   bad[4] = 1;  // an engine of wire version 1 (before Hello listed contexts)
   EXPECT_EQ(decode(bad).status(), Status::kRefused);
-  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 6");
+  EXPECT_EQ(decode(bad).error().message, "control.version: peer speaks 1, this side 7");
   bad = f;
-  bad[6] = 10;  // the first type past kCancel (9)
-  EXPECT_EQ(decode(bad).error().message, "control.type: unknown type 10");
+  bad[6] = 11;  // the first type past kWired (10)
+  EXPECT_EQ(decode(bad).error().message, "control.type: unknown type 11");
   bad = f;
   bad.push_back(0);
   EXPECT_EQ(decode(bad).error().message, "control.length: says 8 bytes, frame has 9");
