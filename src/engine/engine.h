@@ -30,7 +30,8 @@
 // commit protocol, both sides of every transfer, timers, credits), which knows the connections
 // only through that Link. Files: engine.cpp (lifecycle, the wiring, progress, the transfer and
 // memory calls), engine_peers.cpp (its calls on its peers), engine_steps.cpp (the step API for
-// Group), peer_table.cpp (the PeerTable), routes.cpp and failover.cpp (the Routes).
+// Group), peer_table.cpp (the PeerTable), routes.cpp, peer_lanes.cpp and failover.cpp (the
+// Routes).
 #pragma once
 
 #include <atomic>

@@ -1,4 +1,4 @@
-// Routes-private (routes.cpp, failover.cpp): the UCX operations of the engine's data path, each
+// Routes-private (routes.cpp, peer_lanes.cpp, failover.cpp): the UCX operations of the engine's data path, each
 // from one of the Routes' slabs (UCX completes into them, so the slabs outlive the workers), and
 // what an active-message handler knows of where a message arrived.
 #pragma once

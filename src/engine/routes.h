@@ -9,8 +9,9 @@
 // It finds peers in the PeerTable (and loses one whose every rail is out); everything else of a
 // peer's handshake and liveness is the table's. Not synchronized: every call runs under the
 // engine's lock, UCX callbacks inside progressWorkers() with it held. Files: routes.cpp
-// (contexts, classes, progress and the held posts, the Link and its handlers), failover.cpp (a
-// peer's lanes: made, failing, closed, moved between rails).
+// (contexts, classes, progress and the held posts, the Link and its handlers), peer_lanes.cpp (a
+// peer's lanes: made, wired up, failing, closed), failover.cpp (rail failover: lanes moved
+// between rails, what went over a rail that went out sent again).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +24,7 @@
 #include "cuda/driver.h"
 #include "engine/control.h"
 #include "engine/link.h"
+#include "engine/peer.h"
 #include "engine/types.h"
 #include "transport/channel.h"
 #include "transport/fabric.h"
@@ -49,7 +51,6 @@ struct ClassRouteInfo {
   uint64_t chunk = 0;     // piece size
 };
 
-struct Peer;
 struct PieceOp;
 struct ControlOp;
 struct AmSource;
@@ -216,5 +217,12 @@ class Routes final : private Link {
   std::vector<wire::ProbeAddress> probes_;           // this side's rails' probe addresses
   Advertise spareAdvertise_;  // the last Advertise decoded: the next one reuses its vectors
 };
+
+template <class F>
+void Routes::forEachLaneSet(Peer& p, F&& f) {
+  if (p.ctrl) f(*p.ctrl, routes_[ctrlRoute_].context, static_cast<const char*>("control"));
+  for (size_t r = 0; r < p.lanes.size(); ++r)
+    if (p.lanes[r] && p.lanes[r] != p.ctrl) f(*p.lanes[r], routes_[r].context, routes_[r].name.c_str());
+}
 
 }  // namespace pact::engine
