@@ -10,7 +10,6 @@
 #include <signal.h>
 #include <time.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -91,7 +90,9 @@ void side(Role me, const Plan& plan, Channel& parent) {
     if (leaver && plan.how == How::kKill) {
       ASSERT_TRUE(parent.sendValue(uint32_t{1}));
     }
-    if (leaver || plan.how == How::kLeave) st = pact_peer_wait(e, other, 20000, &peer);
+    // The surviving listener looks for the peer as it progresses (survive): one that left while
+    // its connection was being wired up never becomes ready here.
+    if (leaver) st = pact_peer_wait(e, other, 20000, &peer);
   } else {
     Address a{};
     ASSERT_TRUE(parent.recvValue(&a, milliseconds(20000)));
@@ -157,13 +158,7 @@ class ConnectDeath : public ::testing::TestWithParam<int> {};
 
 TEST_P(ConnectDeath, APeerLeavingOrDyingWhileConnectingNeverKillsTheOther) { runRound(GetParam()); }
 
-int rounds() {
-  const char* env = std::getenv("CONNECT_DEATH_ROUNDS");
-  const int n = env != nullptr ? std::atoi(env) : 24;
-  return n > 0 ? n : 24;
-}
-
-INSTANTIATE_TEST_SUITE_P(Rounds, ConnectDeath, ::testing::Range(0, rounds()));
+INSTANTIATE_TEST_SUITE_P(Rounds, ConnectDeath, ::testing::Range(0, roundsFromEnv("CONNECT_DEATH_ROUNDS", 24)));
 
 }  // namespace
 }  // namespace pact::test

@@ -207,13 +207,7 @@ class GroupDeath : public ::testing::TestWithParam<int> {};
 
 TEST_P(GroupDeath, KillingOneRankNeverKillsASurvivor) { runRound(static_cast<uint64_t>(GetParam())); }
 
-int rounds() {
-  const char* env = std::getenv("GROUP_DEATH_ROUNDS");
-  const int n = env != nullptr ? std::atoi(env) : 24;
-  return n > 0 ? n : 24;
-}
-
-INSTANTIATE_TEST_SUITE_P(Rounds, GroupDeath, ::testing::Range(0, rounds()));
+INSTANTIATE_TEST_SUITE_P(Rounds, GroupDeath, ::testing::Range(0, roundsFromEnv("GROUP_DEATH_ROUNDS", 24)));
 
 }  // namespace
 }  // namespace pact::test

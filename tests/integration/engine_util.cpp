@@ -111,6 +111,12 @@ void killOnNote(Channel& from, ForkPeer& victim, ForkPeer& survivor) {
   survivor.wait(std::chrono::milliseconds(20000));
 }
 
+int roundsFromEnv(const char* name, int fallback) {
+  const char* env = std::getenv(name);
+  const int n = env != nullptr ? std::atoi(env) : fallback;
+  return n > 0 ? n : fallback;
+}
+
 bool awaitGrant(pact_engine_t e, pact_peer_t peer) {
   uint64_t granted = 0, used = 0;
   const auto limit = std::chrono::steady_clock::now() + std::chrono::seconds(10);

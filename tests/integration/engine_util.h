@@ -86,6 +86,10 @@ struct CheckingHook {
   }
 };
 
+// The stress tests' number of rounds: the positive integer in environment variable name, else
+// fallback.
+int roundsFromEnv(const char* name, int fallback);
+
 // SIGKILLs `victim` once `from` sends a note, then waits for both (bounded).
 void killOnNote(Channel& from, ForkPeer& victim, ForkPeer& survivor);
 // Waits (progressing e, at most 10 s) until the peer's credit grant arrived over UCX (it goes
