@@ -34,24 +34,12 @@ int64_t nowUs() {
       .count();
 }
 
-template <typename F>
-F ext(NetPlugin& plugin, const char* name) {
-  auto f = reinterpret_cast<F>(plugin.symbol(name));
-  EXPECT_NE(f, nullptr) << name << " is not exported";
-  return f;
-}
 
 pact_comm_contract_t contractOf(NetPlugin& plugin, void* comm) {
   pact_comm_contract_t c{};
   c.struct_size = sizeof c;
   EXPECT_EQ(ext<pact_comm_contract_fn>(plugin, "pact_comm_contract")(comm, &c), 0);
   return c;
-}
-
-pact_comm_stats_t statsOf(NetPlugin& plugin, void* comm) {
-  pact_comm_stats_t s{};
-  EXPECT_EQ(ext<pact_comm_stats_fn>(plugin, "pact_comm_stats")(comm, &s), 0);
-  return s;
 }
 
 // A comm pair between two children with their own environment: A receives, B sends. `before`

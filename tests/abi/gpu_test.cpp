@@ -66,16 +66,6 @@ class DoubleGpu {
   void* lib_ = nullptr;
 };
 
-pact_comm_stats_t statsOf(NetPlugin& plugin, void* comm) {
-  pact_comm_stats_t s{};
-  auto fn = reinterpret_cast<pact_comm_stats_fn>(plugin.symbol("pact_comm_stats"));
-  EXPECT_NE(fn, nullptr);
-  if (fn) {
-    EXPECT_EQ(fn(comm, &s), 0);
-  }
-  return s;
-}
-
 // One message from src (mhSrc) into dst (mhDst) over loopback comms, tested in one thread.
 void moveOne(NetPlugin& plugin, void* sendComm, void* recvComm, void* src, void* mhSrc, void* dst,
              void* mhDst, size_t size) {

@@ -144,7 +144,6 @@ void recvOne(NetPlugin& plugin, void* comm, void* data, size_t capacity, void* m
 
 void transferInOneThread(NetPlugin& plugin, void* sendComm, void* recvComm, size_t size,
                          uint64_t seed) {
-  constexpr size_t kGuard = 4096;
   HostBuffer src(size), dst(size + kGuard);
   fillPattern(src.data(), size, seed);
   std::memset(dst.data(), kPoison, dst.size());
@@ -373,6 +372,14 @@ void runConnectedPair(int version, const std::function<void(NetPlugin&, void*, P
         EXPECT_EQ(plugin->closeSend(comm), loader::kSuccess) << "closeSend";
       });
   pair.expectSuccess();
+}
+
+pact_comm_stats_t statsOf(NetPlugin& plugin, void* comm) {
+  pact_comm_stats_t s{};
+  if (auto fn = ext<pact_comm_stats_fn>(plugin, "pact_comm_stats")) {
+    EXPECT_EQ(fn(comm, &s), 0);
+  }
+  return s;
 }
 
 }  // namespace pact::abi_test

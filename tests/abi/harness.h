@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "pact/nccl_ext.h"
 #include "plugin/loader/net_plugin.h"
 #include "tests/common/channel.h"
 #include "tests/common/fork_peer.h"
@@ -33,6 +34,22 @@ using test::Channel;
 using test::Deadline;
 using test::ForkPeer;
 using namespace std::chrono_literals;
+
+// Bytes past a receive buffer that must stay as poisoned (a receive never writes past its size).
+inline constexpr size_t kGuard = 4096;
+// How long a survivor may take to see its peer's death (an error from test()), and to close.
+inline constexpr auto kDetectBound = std::chrono::milliseconds(10000);
+
+// The plugin's own control API (include/pact/nccl_ext.h), looked up in the loaded plugin (a
+// failure, and nullptr, when it is not exported).
+template <typename F>
+F ext(NetPlugin& plugin, const char* name) {
+  auto f = reinterpret_cast<F>(plugin.symbol(name));
+  EXPECT_NE(f, nullptr) << name << " is not exported";
+  return f;
+}
+// pact_comm_stats of comm (zeros, and a failure, when the call fails).
+pact_comm_stats_t statsOf(NetPlugin& plugin, void* comm);
 
 inline constexpr std::chrono::milliseconds kOpTimeout = 20s;      // one handshake or transfer
 inline constexpr std::chrono::milliseconds kChildWatchdog = 45s;  // whole child body

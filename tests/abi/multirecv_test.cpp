@@ -14,7 +14,6 @@
 namespace pact::abi_test {
 namespace {
 
-constexpr size_t kGuard = 4096;
 constexpr size_t kPartCapacity = 256 * 1024;
 
 int tagOf(int part) { return 3 + 7 * part; }  // distinct, not contiguous, never kTag

@@ -19,7 +19,6 @@
 namespace pact::abi_test {
 namespace {
 
-constexpr auto kDetectBound = std::chrono::milliseconds(10000);
 constexpr size_t kLarge = 32 << 20;
 constexpr size_t kStreamSize = 8 << 20;
 

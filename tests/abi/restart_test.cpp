@@ -25,12 +25,10 @@
 namespace pact::abi_test {
 namespace {
 
-constexpr auto kDetectBound = std::chrono::milliseconds(10000);   // kill -> error, and close
 constexpr auto kObserveWindow = std::chrono::milliseconds(10500);  // refusal watch (> bound)
 constexpr auto kSurvivorWatchdog = std::chrono::milliseconds(75000);
 constexpr size_t kStreamSize = 8 << 20;
 constexpr size_t kSizes[] = {0, 4096, 1 << 20};
-constexpr size_t kGuard = 4096;
 
 bool isPeerError(int rc) { return rc == loader::kRemoteError || rc == loader::kSystemError; }
 

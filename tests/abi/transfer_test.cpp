@@ -13,7 +13,6 @@
 namespace pact::abi_test {
 namespace {
 
-constexpr size_t kGuard = 4096;
 
 std::vector<size_t> sweepSizes() {
   std::vector<size_t> sizes = {0, 4095, 65537, (size_t{3} << 20) + 7};

@@ -58,14 +58,6 @@ StreamSpec stream(int messages) {
   return {messages, fullMessage, milliseconds(10000) + messages * milliseconds(60)};
 }
 
-// The plugin's own control API (include/pact/nccl_ext.h), looked up in the loaded plugin.
-template <typename F>
-F ext(NetPlugin& plugin, const char* name) {
-  auto f = reinterpret_cast<F>(plugin.symbol(name));
-  EXPECT_NE(f, nullptr) << name << " is not exported";
-  return f;
-}
-
 struct Rails {
   int rc = -100;  // pact_comm_rails' result; -100: not called (not exported)
   pact_comm_rails_t r{};
