@@ -74,7 +74,7 @@ TEST(EngineClasses, ABulkClassStandsBackForAHigherClassToTheSamePeer) {
     SCOPED_TRACE(prioritized ? "KV priority=1" : "equal priorities");
     const EnvMap env{{"PACT_TC_CKPT", "unordered,chunk=64K,priority=0"},
                      {"PACT_TC_KV", prioritized ? "priority=1" : "priority=0"}};
-    constexpr uint64_t kBulk = 24 << 20, kKv = 1 << 20;
+    constexpr uint64_t kBulk = 96 << 20, kKv = 1 << 20;  // the checkpoint outlasts KV's offer round trip
     Pair p(env, env, kBulk + kKv);
     ASSERT_TRUE(p.rx && p.tx);
     EXPECT_EQ(routeOf(p.tx->routes(), "KV").context != routeOf(p.tx->routes(), "CKPT").context, prioritized)
