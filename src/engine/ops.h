@@ -1,6 +1,6 @@
-// Routes-private (routes.cpp, peer_lanes.cpp, failover.cpp): the UCX operations of the engine's data path, each
-// from one of the Routes' slabs (UCX completes into them, so the slabs outlive the workers), and
-// what an active-message handler knows of where a message arrived.
+// Routes-private (routes.cpp, peer_lanes.cpp, failover.cpp): the UCX operations of the engine's
+// data path, each from one of the Routes' slabs (UCX completes into them, so the slabs outlive the
+// workers), and what an active-message handler knows of where a message arrived.
 #pragma once
 
 #include <cstdint>

@@ -40,6 +40,8 @@ struct Peer {
   std::vector<ContextAddress> contexts;  // the peer's (from its Hello)
   std::vector<wire::ProbeAddress> probes;  // the peer's rails' probe addresses (from its Hello)
   bool connecting() const { return phase == Phase::kHandshake || phase == Phase::kWiring; }
+  // Its Hellos exchanged and not lost: messages to and from it flow.
+  bool connected() const { return phase == Phase::kWiring || phase == Phase::kReady; }
 
   // ---- the Routes': what carries messages to it ----
   // The control lane: one endpoint from the CTRL class's context to the peer's control worker.

@@ -2,6 +2,8 @@
 // lanes made at the handshake and their wiring (a flush of each endpoint, then Wired both ways),
 // their endpoints' errors, their forced close. Rail failover moves them between rails
 // (failover.cpp).
+#include <algorithm>
+
 #include "common/log.h"
 #include "engine/ops.h"
 #include "engine/peer_table.h"

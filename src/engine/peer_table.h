@@ -95,7 +95,7 @@ class PeerTable {
   // The connected peer with this id (our token for it: being wired up, or ready), or nullptr.
   Peer* byToken(uint64_t token) {
     Peer* p = find(token);
-    return p == nullptr || (p->phase != Peer::Phase::kReady && p->phase != Peer::Phase::kWiring) ? nullptr : p;
+    return p != nullptr && p->connected() ? p : nullptr;
   }
   // The id of the ready peer named name, 0 when none is.
   uint64_t readyNamed(const std::string& name) const;

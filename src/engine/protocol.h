@@ -119,7 +119,6 @@ class Protocol {
   size_t openTransfers() const { return table_.size(); }
   void countRegistrations(size_t n) { table_.counters().set(telemetry::kOpenRegistrations, n); }
 
-
  private:
   TransferTable table_;  // first: its pool outlives the receiver's and the sender's containers
   Receiver receiver_;

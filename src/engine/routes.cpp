@@ -388,7 +388,7 @@ ucx::AmVerdict Routes::onControlAm(void* arg, const ucx::AmMessage& msg) {
     r->events_.changed();
     return ucx::AmVerdict::kDone;
   }
-  if (r->peers_.byToken(token) == nullptr) return ucx::AmVerdict::kDone;  // not connected yet
+  if (!p->connected()) return ucx::AmVerdict::kDone;  // its Hello not read here yet
   r->proto_->onControl(p->id, *m);
   if (auto* a = std::get_if<Advertise>(&*m)) r->spareAdvertise_ = std::move(*a);  // for the next one
   r->events_.changed();

@@ -171,8 +171,8 @@ class Routes final : private Link {
   static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
 
   // ---- a peer's lanes and rail failover (failover.cpp) ----
-  // The lanes of route r to p, made at the first call (the handshake); an error when the peer has no context of
-  // the route's service or an endpoint cannot be made.
+  // The lanes of route r to p, made at the first call (the handshake); an error when the peer
+  // has no context of the route's service or an endpoint cannot be made.
   Result<transport::Lanes*> lanesTo(Peer& p, size_t r);
   static void onEndpointError(void* arg, ucp_ep_h ep, ucs_status_t status);
   // f(lanes, context, name) for each of a peer's lane sets, once: the control lane, then each
