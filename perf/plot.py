@@ -176,8 +176,11 @@ def render_bars(groups, unit: str, title: str, notes=()) -> str:
     vals = [v for _, vs in groups for v in vs if v > 0]
     if not vals:
         sys.exit("plot: no points to plot")
-    y0, y1 = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
-    y1 = y1 if y1 > y0 else y0 + 1
+    lo = math.log10(min(vals))
+    # The axis starts a decade lower when the smallest bar sits on (or just above) a power of ten,
+    # so that no bar is drawn zero high: a P50 of 1000.2 us is a bar, not a line on the axis.
+    y0 = math.floor(lo) - (1 if lo - math.floor(lo) < 0.05 else 0)
+    y1 = max(math.ceil(math.log10(max(vals))), y0 + 1)
     pw, ph = W - L - R, H - T - B
     fy = lambda v: T + ph - (math.log10(max(v, 10 ** y0)) - y0) / (y1 - y0) * ph
     o = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" '

@@ -5,6 +5,7 @@ inside the plot area; what is not a result, or a plot that cannot be written, is
 message. Times are never asserted.
 
 Usage: plot_test.py PACT_PERF"""
+import importlib.machinery
 import os
 import subprocess
 import sys
@@ -110,6 +111,16 @@ with tempfile.TemporaryDirectory() as tmp:
         fail("mix --plot: %d bars, groups %s (want 7 phase/stream groups of 3)" % (len(bars), sorted(groups)))
     else:
         print("ok: mix --plot drew P50/P95/P99 for each of the 7 phase/stream groups", flush=True)
+
+    # A smallest bar on a power of ten (a P50 of exactly 1000 us, seen in CI) is still drawn above the axis.
+    mod = importlib.machinery.SourceFileLoader("pact_plot", plot).load_module()
+    svg = os.path.join(tmp, "decade.svg")
+    open(svg, "w").write(mod.render_bars([("all", [1000.0, 3000.0, 4000.0]), ("healthy", [1000.2, 1000.2, 1000.2])], "us", "t"))
+    low = [(t, h) for t, _, _, h in bars_of(svg) if h <= 0]
+    if low:
+        fail("render_bars: bars drawn zero high at a power of ten: %s" % low)
+    else:
+        print("ok: a bar at a power of ten is drawn above the axis", flush=True)
 
     # Refusals: not a pact-perf result; a plot that cannot be written fails the command, saying so.
     bad = os.path.join(tmp, "bad.json")
