@@ -4,8 +4,7 @@
 #   1. engine groups: tests/fault/group_death_test with ROUNDS rounds (default 300), each four
 #      engine processes stepping an all-to-all group with one rank SIGKILLed, over tcp and over
 #      shared memory; and engine connections: tests/fault/connect_death_test with ROUNDS rounds,
-#      one side of a connect leaving or SIGKILLed right after it, or while it is made
-#      (CONNECT_DEATH_DURING=1: UCX's own window, not in CI);
+#      one side of a connect leaving or SIGKILLed right after it, or while it is made;
 #   2. plugin comms: the abi suite's peer-death cases (ten sender/receiver-dies shapes per NCCL
 #      version) RUNS times (default 50) over tcp, with UCX's settings as a user has them.
 # Prints one line per part and build: rounds or runs, failures, and how many of them were a
@@ -26,7 +25,7 @@ for b in build build-ucx122; do
     failed=$(grep -c '^\[  FAILED  \] Rounds/' "$log")
     aborted=$(grep -c 'Assertion\|signal 6' "$log")
     echo "1. $b engine group, $tls: $rounds rounds, $failed failed, $aborted survivor aborts in UCX"
-    UCX_TLS=$tls CONNECT_DEATH_ROUNDS=$rounds CONNECT_DEATH_DURING=1 timeout 3600 "$b/tests/fault/connect_death_test" > "$log" 2>&1
+    UCX_TLS=$tls CONNECT_DEATH_ROUNDS=$rounds timeout 3600 "$b/tests/fault/connect_death_test" > "$log" 2>&1
     failed=$(grep -c '^\[  FAILED  \] Rounds/' "$log")
     aborted=$(grep -c 'Assertion\|signal 6' "$log")
     echo "1. $b engine connect, $tls: $rounds rounds, $failed failed, $aborted survivor aborts in UCX"

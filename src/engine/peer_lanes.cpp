@@ -20,6 +20,15 @@ std::vector<uint8_t> Routes::hello(const Peer& p, uint64_t epoch) const {
 }
 
 Result<void> Routes::connect(Peer& p) {
+  // The accepting side makes its endpoints once the connecting side's are wired (wired()): UCP
+  // then finds each of them already made by that wireup (matched in order), so no connection is
+  // opened from both ends at once. UCX 1.22's tcp transport could abort a process whose peer died
+  // or left during such a crossing (stubs.c:107, docs/engine.md).
+  if (!p.outbound) return {};
+  return makeLanes(p);
+}
+
+Result<void> Routes::makeLanes(Peer& p) {
   auto ep = contexts_[routes_[ctrlRoute_].context].dev->ownEndpoint(0, p.peerWorker, &Routes::onEndpointError, &p);
   if (!ep.ok()) return ep.error();
   p.ctrl = std::make_shared<transport::Lanes>();
@@ -35,6 +44,10 @@ Result<void> Routes::connect(Peer& p) {
 }
 
 Result<bool> Routes::wired(Peer& p) {
+  if (!p.ctrl) {
+    if (!p.wiredThere) return false;  // the connecting side is still wiring its endpoints
+    if (auto made = makeLanes(p); !made) return made.error();
+  }
   bool flushed = true;
   for (ucx::Pending& f : p.wiring) flushed = f.done() && flushed;
   if (!flushed) return false;

@@ -107,8 +107,8 @@ class Routes final : private Link {
   // ---- a peer's lanes ----
   // This engine's Hello to p (its workers' and rails' addresses), as a channel payload.
   std::vector<uint8_t> hello(const Peer& p, uint64_t epoch) const;
-  // p's control lane, to the worker of its Hello, and every class's lanes to it (those it can
-  // have: a class without a context there says so at first use); starts their wiring.
+  // p's Hello came: on the side that connected, makes p's lanes (makeLanes) and starts their
+  // wiring; the accepting side makes its own once p's Wired came (wired()).
   Result<void> connect(Peer& p);
   // Whether p is wired up on both sides: every endpoint's flush ended here (then this side's
   // Wired goes) and p's Wired came. An error: an endpoint failed while being wired up.
@@ -171,6 +171,9 @@ class Routes final : private Link {
   static ucx::AmVerdict onPieceAm(void* arg, const ucx::AmMessage& m);
 
   // ---- a peer's lanes and rail failover (failover.cpp) ----
+  // p's control lane, to the worker of its Hello, and every class's lanes to it (those it can
+  // have: a class without a context there says so at first use); starts their wiring.
+  Result<void> makeLanes(Peer& p);
   // The lanes of route r to p, made at the first call (the handshake); an error when the peer
   // has no context of the route's service or an endpoint cannot be made.
   Result<transport::Lanes*> lanesTo(Peer& p, size_t r);

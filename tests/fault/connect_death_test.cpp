@@ -1,17 +1,17 @@
-// A peer that leaves or dies right after a connection was made never kills the other side (pact.h;
-// issue #33): rounds of two engine processes, a listener and a connector, one of which leaves
-// (destroys its engine as soon as its connect or peer wait returns) or is SIGKILLed soon after.
-// UCX 1.13 aborted a survivor whose endpoint was still being wired up (wireup_ep.c:241) when its
-// peer left; the engine now finishes the wireup of every endpoint to a peer inside the handshake
-// (docs/engine.md, "A connection is wired up before it is used"). The survivor must go on
+// A peer that leaves or dies while or right after a connection is made never kills the other
+// side (pact.h; issue #33): rounds of two engine processes, a listener and a connector, one of
+// which leaves (destroys its engine as soon as its connect or peer wait returns) or is SIGKILLed,
+// during the connect or soon after it. UCX 1.13 aborted a survivor whose endpoint was still being
+// wired up (wireup_ep.c:241) when its peer left, and UCX 1.22's tcp transport one whose peer left
+// or died while both sides opened connections to each other at once (stubs.c:107); the engine now
+// wires every endpoint to a peer up inside the handshake, the accepting side after the connecting
+// one (docs/engine.md, "A connection is wired up before it is used"). The survivor must go on
 // progressing, see the peer lost (or never see it), and destroy its engine cleanly.
-// CONNECT_DEATH_ROUNDS sets the number of rounds; CONNECT_DEATH_DURING=1 adds kills during the
-// connect itself (How).
+// CONNECT_DEATH_ROUNDS sets the number of rounds.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <time.h>
 
-#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -27,9 +27,7 @@ using std::chrono::milliseconds;
 enum class Role : uint32_t { kListener, kConnector };
 // kLeave: destroys its engine as soon as its connect (or peer wait) returned. kKillAfter: SIGKILLed
 // from then on. kKillDuring: SIGKILLed at a varying point of the connect itself, where UCX's own
-// wireup is under way on both sides: no engine can close that window (UCX 1.22 aborted a
-// survivor there in 2 of about 260 kills, `stubs.c:107`), so only CONNECT_DEATH_DURING=1 (the
-// stress script, perf/peer-death.sh) adds these rounds.
+// wireup is under way on both sides.
 enum class How : uint32_t { kLeave, kKillAfter, kKillDuring };
 
 struct Plan {
@@ -126,9 +124,7 @@ void side(Role me, const Plan& plan, Channel& parent) {
 }
 
 void runRound(int round) {
-  const char* during = std::getenv("CONNECT_DEATH_DURING");
-  const int ways = during != nullptr && std::string(during) == "1" ? 3 : 2;
-  const Plan plan{round % 2 == 0 ? Role::kListener : Role::kConnector, static_cast<How>(round / 2 % ways)};
+  const Plan plan{round % 2 == 0 ? Role::kListener : Role::kConnector, static_cast<How>(round / 2 % 3)};
   // Kills land from the start of the connect to well after it (fault timing, not a wait).
   const long delayUs = static_cast<long>(round) * 1777 % (plan.how == How::kKillDuring ? 12000 : 3000);
   SCOPED_TRACE("round " + std::to_string(round) + ": the " + nameOf(plan.leaver) +
