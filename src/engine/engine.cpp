@@ -121,6 +121,7 @@ void Engine::shutdown() {
     routes_.abandonWorkers();
   }
   peers_.clear();
+  routes_.detach();  // the protocol and the peer table go before the routes (engine.h)
 }
 
 // ---- the wiring: what the peer table tells ---------------------------------------------------

@@ -245,6 +245,7 @@ void Routes::onEagerSent(ucx::Op* o, ucs_status_t st) {
   auto* op = static_cast<ControlOp*>(o);
   Routes* r = op->routes;
   const uint64_t xfer = op->xfer;
+  if (r->proto_ == nullptr) return r->controlOps_.give(op);  // detached: the engine is gone
   // With rail failover an offer lost with its rail is no failure: it is repeated until answered.
   const Peer* p = r->peers_.find(op->peer);
   const bool failsOver = p != nullptr && p->failsOver();
@@ -315,6 +316,7 @@ void Routes::postPiece(PieceOp* op, ucx::Endpoint& ep) {
 void Routes::onPieceSent(ucx::Op* o, ucs_status_t st) {
   auto* op = static_cast<PieceOp*>(o);
   Routes* r = op->routes;
+  if (r->proto_ == nullptr) return r->pieceOps_.give(op);  // detached: the engine is gone
   op->status = st == UCS_OK ? Status::kOk : ucx::toStatus(st);
   Peer* p = r->peers_.find(op->peer);
   if (p != nullptr && op->route < p->lanes.size() && p->lanes[op->route])
@@ -338,6 +340,7 @@ void Routes::onPieceFetched(ucx::Op* o, ucs_status_t st) {
   uint8_t* dst = op->addr;
   const uint64_t length = op->size;
   r->pieceOps_.give(op);
+  if (r->proto_ == nullptr) return;  // detached: the engine is gone
   // A fetch that failed with its rail: the sender sends the piece again over another.
   const Transfer* x = st == UCS_OK ? nullptr : r->proto_->find(xfer);
   const Peer* p = x == nullptr ? nullptr : r->peers_.find(x->peer);
@@ -365,6 +368,7 @@ void Routes::sendOn(Peer& p, const Control& m, ucx::Endpoint& ep) {
 
 ucx::AmVerdict Routes::onControlAm(void* arg, const ucx::AmMessage& msg) {
   Routes* r = static_cast<AmSource*>(arg)->routes;
+  if (r->proto_ == nullptr) return ucx::AmVerdict::kDone;  // detached
   uint64_t token = 0;
   if (msg.headerLength != sizeof token || msg.rendezvous) {
     PACT_WARN("engine %s: malformed control message dropped", r->name_.c_str());
@@ -400,6 +404,7 @@ ucx::AmVerdict Routes::onControlAm(void* arg, const ucx::AmMessage& msg) {
 // offer stands and the bytes come again as pieces).
 ucx::AmVerdict Routes::onEagerAm(void* arg, const ucx::AmMessage& m) {
   Routes* r = static_cast<AmSource*>(arg)->routes;
+  if (r->proto_ == nullptr) return ucx::AmVerdict::kDone;  // detached
   uint64_t token = 0;
   if (m.headerLength < sizeof token) {
     PACT_WARN("engine %s: malformed eager offer dropped", r->name_.c_str());
@@ -425,6 +430,7 @@ ucx::AmVerdict Routes::onEagerAm(void* arg, const ucx::AmMessage& m) {
 ucx::AmVerdict Routes::onPieceAm(void* arg, const ucx::AmMessage& m) {
   auto* src = static_cast<AmSource*>(arg);
   Routes* r = src->routes;
+  if (r->proto_ == nullptr) return ucx::AmVerdict::kDone;  // detached
   auto h = decodePiece(std::span(static_cast<const uint8_t*>(m.header), m.headerLength));
   if (!h.ok()) {
     PACT_WARN("engine %s: data piece refused: %s", r->name_.c_str(), h.error().message.c_str());

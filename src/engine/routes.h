@@ -87,6 +87,10 @@ class Routes final : private Link {
   Result<void> open();
   // The protocol the Link hands what arrives to (before the first progress).
   void attach(Protocol& proto) { proto_ = &proto; }
+  // The engine's teardown, before its protocol and peer table go (they are destroyed before the
+  // routes): a UCX callback from then on (a worker's destruction ending what it still held) only
+  // gives its op back, and a message that comes is dropped.
+  void detach() { proto_ = nullptr; }
   Link& link() { return *this; }
 
   // ---- the classes ----
@@ -200,7 +204,7 @@ class Routes final : private Link {
   const cuda::Driver& driver_;  // PACT_CUDA_DRIVER's (GPU blocks)
   PeerTable& peers_;
   Events& events_;
-  Protocol* proto_ = nullptr;  // attach()
+  Protocol* proto_ = nullptr;  // attach(); null again after detach()
   // Operation slabs outlive the fabric's workers (declared first): UCX completes into them.
   transport::Slab<PieceOp> pieceOps_;
   transport::Slab<ControlOp> controlOps_;
