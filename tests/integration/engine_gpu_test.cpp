@@ -18,8 +18,6 @@
 namespace pact::engine {
 namespace {
 
-using test::fillPattern;
-using test::firstMismatch;
 using test::released;
 using test::succeeded;
 using test::take;
@@ -79,23 +77,9 @@ struct GpuPair {
   }
 
   std::pair<Status, Status> move(const char* cls, uint64_t request, uint64_t length) {
-    fillPattern(src, length, request);  // the double's device memory is host-addressable
-    std::memset(dst, 0, length);
-    const TransferKey key{request, 1, 0, 0};
-    const BlockRef to{dstMr, 0, length};
-    const BlockRef from{srcMr, 0, length};
-    uint64_t rxId = 0, txId = 0;
-    EXPECT_TRUE(take(rx->expect(key, std::span(&to, 1), 0, cls), &rxId));
-    EXPECT_TRUE(take(tx->send(peer, key, std::span(&from, 1), 0, cls), &txId));
-    XferInfo a, b;
-    EXPECT_TRUE(succeeded(rx->wait(rxId, 20000, &a)));
-    EXPECT_TRUE(succeeded(tx->wait(txId, 20000, &b)));
-    rx->release(rxId).ignore();
-    tx->release(txId).ignore();
-    if (a.result == Status::kOk) {
-      EXPECT_EQ(firstMismatch(dst, length, request), -1);
-    }
-    return {a.result, b.result};
+    // The double's device memory is host-addressable: filled and checked as host memory.
+    std::string sendError;
+    return test::moveOnce(*rx, *tx, peer, {srcMr, src}, {dstMr, dst}, cls, request, 0, length, &sendError);
   }
 };
 

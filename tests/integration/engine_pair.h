@@ -55,6 +55,43 @@ inline std::unique_ptr<Engine> makeEngine(const std::string& name, const EnvMap&
   return e;
 }
 
+// A registered buffer: its registration and where it starts.
+struct Buffer {
+  Registration* mr;
+  uint8_t* base;
+};
+
+// One transfer of class cls from tx to rx (peer: rx as tx knows it): [offset, offset + length) of
+// from into the same range of to, filled with request's pattern first and checked after; both
+// results. A send refused at once ends both with its status, its message in *sendError.
+inline std::pair<Status, Status> moveOnce(Engine& rx, Engine& tx, uint64_t peer, Buffer from, Buffer to,
+                                          const char* cls, uint64_t request, uint64_t offset,
+                                          uint64_t length, std::string* sendError) {
+  fillPattern(from.base + offset, length, request);
+  std::memset(to.base + offset, 0, length);
+  const TransferKey key{request, 1, 0, 0};
+  const BlockRef dst{to.mr, offset, length};
+  const BlockRef src{from.mr, offset, length};
+  uint64_t rxId = 0;
+  EXPECT_TRUE(take(rx.expect(key, std::span(&dst, 1), 0, cls), &rxId));
+  auto sent = tx.send(peer, key, std::span(&src, 1), 0, cls);
+  if (!sent) {
+    *sendError = sent.error().message;
+    rx.release(rxId).ignore();
+    return {sent.status(), sent.status()};
+  }
+  const uint64_t txId = *sent;
+  XferInfo a, b;
+  EXPECT_TRUE(succeeded(rx.wait(rxId, 20000, &a)));
+  EXPECT_TRUE(succeeded(tx.wait(txId, 20000, &b)));
+  rx.release(rxId).ignore();
+  tx.release(txId).ignore();
+  if (a.result == Status::kOk) {
+    EXPECT_EQ(firstMismatch(to.base + offset, length, request), -1);
+  }
+  return {a.result, b.result};
+}
+
 // A receiver and a sender connected to it, each with its own configuration.
 struct Pair {
   std::unique_ptr<Engine> rx, tx;
@@ -83,29 +120,8 @@ struct Pair {
 
   // Moves [offset, offset + length) of the buffers as one transfer of class cls; both results.
   std::pair<Status, Status> move(const char* cls, uint64_t request, uint64_t offset, uint64_t length) {
-    fillPattern(src.data() + offset, length, request);
-    std::memset(dst.data() + offset, 0, length);
-    const TransferKey key{request, 1, 0, 0};
-    const BlockRef to{dstMr, offset, length};
-    const BlockRef from{srcMr, offset, length};
-    uint64_t rxId = 0;
-    EXPECT_TRUE(take(rx->expect(key, std::span(&to, 1), 0, cls), &rxId));
-    auto sent = tx->send(peer, key, std::span(&from, 1), 0, cls);
-    if (!sent) {
-      sendError = sent.error().message;
-      rx->release(rxId).ignore();
-      return {sent.status(), sent.status()};
-    }
-    const uint64_t txId = *sent;
-    XferInfo a, b;
-    EXPECT_TRUE(succeeded(rx->wait(rxId, 20000, &a)));
-    EXPECT_TRUE(succeeded(tx->wait(txId, 20000, &b)));
-    rx->release(rxId).ignore();
-    tx->release(txId).ignore();
-    if (a.result == Status::kOk) {
-      EXPECT_EQ(firstMismatch(dst.data() + offset, length, request), -1);
-    }
-    return {a.result, b.result};
+    return moveOnce(*rx, *tx, peer, {srcMr, src.data()}, {dstMr, dst.data()}, cls, request, offset, length,
+                    &sendError);
   }
 };
 
