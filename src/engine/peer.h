@@ -48,10 +48,11 @@ struct Peer {
   // Classes of one lane on the same context share it (one connection, pieces and Done in order).
   std::shared_ptr<transport::Lanes> ctrl;
   std::vector<std::shared_ptr<transport::Lanes>> lanes;  // per route, made at the handshake (null: the peer has none)
-  // The wiring (Routes::connect, Routes::wired): a flush of every endpoint made at the handshake,
-  // which ends once UCX finished wiring it up; then this side's Wired is sent (wiredHere), and
-  // the peer's came (wiredThere). UCX 1.13 aborts a process whose endpoint is still being wired up
-  // when its peer leaves (wireup_ep.c:241): after both, neither side still is.
+  // The wiring (Routes::connect, Routes::wired): a flush of every endpoint made at the handshake
+  // (the connecting side's at once, the accepting side's once the peer's Wired came: ctrl stays
+  // null until then), which ends once UCX finished wiring it up; then this side's Wired is sent
+  // (wiredHere), and the peer's came (wiredThere). After both, neither side has a UCX wireup
+  // under way that a peer leaving could abort (docs/engine.md).
   std::vector<ucx::Pending> wiring;
   bool wiredHere = false;
   bool wiredThere = false;

@@ -368,7 +368,6 @@ void Routes::sendOn(Peer& p, const Control& m, ucx::Endpoint& ep) {
 
 ucx::AmVerdict Routes::onControlAm(void* arg, const ucx::AmMessage& msg) {
   Routes* r = static_cast<AmSource*>(arg)->routes;
-  if (r->proto_ == nullptr) return ucx::AmVerdict::kDone;  // detached
   uint64_t token = 0;
   if (msg.headerLength != sizeof token || msg.rendezvous) {
     PACT_WARN("engine %s: malformed control message dropped", r->name_.c_str());
@@ -404,7 +403,6 @@ ucx::AmVerdict Routes::onControlAm(void* arg, const ucx::AmMessage& msg) {
 // offer stands and the bytes come again as pieces).
 ucx::AmVerdict Routes::onEagerAm(void* arg, const ucx::AmMessage& m) {
   Routes* r = static_cast<AmSource*>(arg)->routes;
-  if (r->proto_ == nullptr) return ucx::AmVerdict::kDone;  // detached
   uint64_t token = 0;
   if (m.headerLength < sizeof token) {
     PACT_WARN("engine %s: malformed eager offer dropped", r->name_.c_str());
@@ -430,7 +428,6 @@ ucx::AmVerdict Routes::onEagerAm(void* arg, const ucx::AmMessage& m) {
 ucx::AmVerdict Routes::onPieceAm(void* arg, const ucx::AmMessage& m) {
   auto* src = static_cast<AmSource*>(arg);
   Routes* r = src->routes;
-  if (r->proto_ == nullptr) return ucx::AmVerdict::kDone;  // detached
   auto h = decodePiece(std::span(static_cast<const uint8_t*>(m.header), m.headerLength));
   if (!h.ok()) {
     PACT_WARN("engine %s: data piece refused: %s", r->name_.c_str(), h.error().message.c_str());

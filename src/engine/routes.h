@@ -88,8 +88,8 @@ class Routes final : private Link {
   // The protocol the Link hands what arrives to (before the first progress).
   void attach(Protocol& proto) { proto_ = &proto; }
   // The engine's teardown, before its protocol and peer table go (they are destroyed before the
-  // routes): a UCX callback from then on (a worker's destruction ending what it still held) only
-  // gives its op back, and a message that comes is dropped.
+  // routes): a send or fetch callback from then on (a worker's destruction ending what UCX still
+  // held) only gives its op back. No message comes: nothing progresses the workers any more.
   void detach() { proto_ = nullptr; }
   Link& link() { return *this; }
 

@@ -88,11 +88,13 @@ void side(Role me, const Plan& plan, Channel& parent) {
   ASSERT_NE(e, nullptr);
   pact_peer_t peer = 0;
   pact_status_t st = PACT_OK;
+  // A leaver killed during the connect tells the test process it is about to start it.
+  const bool killedDuring = leaver && plan.how == How::kKillDuring;
   if (me == Role::kListener) {
     Address a{};
     PACT_OK_OR_FAIL(pact_engine_address(e, a.text, sizeof a.text));
     ASSERT_TRUE(parent.sendValue(a));
-    if (leaver && plan.how == How::kKillDuring) {
+    if (killedDuring) {
       ASSERT_TRUE(parent.sendValue(uint32_t{1}));
     }
     // The surviving listener looks for the peer as it progresses (survive): one that left while
@@ -101,7 +103,7 @@ void side(Role me, const Plan& plan, Channel& parent) {
   } else {
     Address a{};
     ASSERT_TRUE(parent.recvValue(&a, milliseconds(20000)));
-    if (leaver && plan.how == How::kKillDuring) {
+    if (killedDuring) {
       ASSERT_TRUE(parent.sendValue(uint32_t{1}));
     }
     st = pact_connect(e, a.text, 20000, &peer);

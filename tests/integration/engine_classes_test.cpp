@@ -100,15 +100,17 @@ TEST(EngineClasses, ABulkClassStandsBackForAHigherClassToTheSamePeer) {
       EXPECT_TRUE(take(p.tx->send(p.peer, key, std::span(&from, 1), 0, "CKPT"), &c.tx));
       return c;
     };
-    const auto finish = [&](const Ckpt& c) {
+    // Waits for a transfer's both ends, which must commit, and releases them.
+    const auto settle = [&](uint64_t rxId, uint64_t txId, const std::string& what) {
       for (const bool rx : {true, false}) {
         Engine& e = rx ? *p.rx : *p.tx;
         XferInfo info;
-        EXPECT_TRUE(succeeded(e.wait(rx ? c.rx : c.tx, 20000, &info)));
-        EXPECT_EQ(info.result, Status::kOk) << "checkpoint transfer on slot " << c.slot;
-        e.release(rx ? c.rx : c.tx).ignore();
+        EXPECT_TRUE(succeeded(e.wait(rx ? rxId : txId, 20000, &info))) << what;
+        EXPECT_EQ(info.result, Status::kOk) << what;
+        e.release(rx ? rxId : txId).ignore();
       }
     };
+    const auto finish = [&](const Ckpt& c) { settle(c.rx, c.tx, "checkpoint transfer on slot " + std::to_string(c.slot)); };
     std::vector<Ckpt> ckpts;
     for (int s = 0; s < kSlots; ++s) ckpts.push_back(start(s));
     // KV leaves once the checkpoint's pieces are moving.
@@ -136,13 +138,7 @@ TEST(EngineClasses, ABulkClassStandsBackForAHigherClassToTheSamePeer) {
       oldest = (oldest + 1) % ckpts.size();
       ++restarted;
     }
-    for (const bool rx : {true, false}) {
-      XferInfo info;
-      Engine& e = rx ? *p.rx : *p.tx;
-      ASSERT_TRUE(succeeded(e.wait(rx ? kvRx : kvTx, 20000, &info)));
-      EXPECT_EQ(info.result, Status::kOk) << "KV";
-      e.release(rx ? kvRx : kvTx).ignore();
-    }
+    settle(kvRx, kvTx, "KV");
     for (size_t i = 0; i < ckpts.size(); ++i) finish(ckpts[(oldest + i) % ckpts.size()]);
     for (int s = 0; s < kSlots; ++s) EXPECT_EQ(firstMismatch(p.dst.data() + kSlot * s, kSlot, 10 + s), -1);
     EXPECT_EQ(firstMismatch(p.dst.data() + kBulk, kKv, 2), -1);

@@ -6,6 +6,7 @@ message. Times are never asserted.
 
 Usage: plot_test.py PACT_PERF"""
 import importlib.machinery
+import importlib.util
 import os
 import subprocess
 import sys
@@ -113,7 +114,9 @@ with tempfile.TemporaryDirectory() as tmp:
         print("ok: mix --plot drew P50/P95/P99 for each of the 7 phase/stream groups", flush=True)
 
     # A smallest bar on a power of ten (a P50 of exactly 1000 us, seen in CI) is still drawn above the axis.
-    mod = importlib.machinery.SourceFileLoader("pact_plot", plot).load_module()
+    loader = importlib.machinery.SourceFileLoader("pact_plot", plot)  # pact-plot has no .py suffix
+    mod = importlib.util.module_from_spec(importlib.util.spec_from_loader("pact_plot", loader))
+    loader.exec_module(mod)
     svg = os.path.join(tmp, "decade.svg")
     open(svg, "w").write(mod.render_bars([("all", [1000.0, 3000.0, 4000.0]), ("healthy", [1000.2, 1000.2, 1000.2])], "us", "t"))
     low = [(t, h) for t, _, _, h in bars_of(svg) if h <= 0]
