@@ -60,16 +60,24 @@ Result<FaultSpec> FaultParser::parse(std::string_view s) {
     if (probability != nullptr) {
       if (!parseProbability(value, probability))
         return bad(token, "expected a probability from 0 to 1");
-    } else if (key == "delay") {
+    } else if (key == "delay" || key == "lane_fail") {
+      const bool delay = key == "delay";
       auto colon = value.find(':');
       if (value.substr(0, 4) != "lane" || colon == std::string_view::npos)
-        return bad(token, "expected delay=laneN:DURATION");
+        return bad(token, delay ? "expected delay=laneN:DURATION" : "expected lane_fail=laneN:K");
       auto lane = parseUnsigned(value.substr(4, colon - 4));
       if (!lane.ok() || *lane > 15) return bad(token, "expected a lane from 0 to 15");
-      auto d = DurationParser::parse(value.substr(colon + 1));
-      if (!d.ok()) return bad(token, std::string("expected ") + DurationParser::allowed());
-      f.delayLane = static_cast<int>(*lane);
-      f.delay = *d;
+      if (delay) {
+        auto d = DurationParser::parse(value.substr(colon + 1));
+        if (!d.ok()) return bad(token, std::string("expected ") + DurationParser::allowed());
+        f.delayLane = static_cast<int>(*lane);
+        f.delay = *d;
+      } else {
+        auto k = parseUnsigned(value.substr(colon + 1));
+        if (!k.ok()) return bad(token, "expected the pieces posted before the lane fails (an unsigned integer)");
+        f.failLane = static_cast<int>(*lane);
+        f.failAfter = *k;
+      }
     } else if (key == "epoch_skew") {
       auto v = parseUnsigned(value);
       if (!v.ok()) return bad(token, "expected an unsigned integer");
@@ -84,7 +92,7 @@ Result<FaultSpec> FaultParser::parse(std::string_view s) {
       f.seed = *v;
     } else {
       return bad(token, "unknown fault; expected drop, dup, corrupt, reject, lose_remote_done, "
-                        "stall, delay, epoch_skew, kill_after or seed");
+                        "stall, delay, lane_fail, epoch_skew, kill_after or seed");
     }
   }
   return f;
@@ -101,6 +109,7 @@ std::string FaultSpec::describe() const {
     if (p > 0) add(std::string(name) + "=" + formatProbability(p));
   }
   if (delayLane >= 0) add("delay=lane" + std::to_string(delayLane) + ":" + formatDuration(delay));
+  if (failLane >= 0) add("lane_fail=lane" + std::to_string(failLane) + ":" + std::to_string(failAfter));
   if (epochSkew > 0) add("epoch_skew=" + std::to_string(epochSkew));
   if (killAfter.count() > 0) add("kill_after=" + formatDuration(killAfter));
   add("seed=" + std::to_string(seed));

@@ -12,6 +12,9 @@
 //   lose_remote_done=P    a completion notice is lost (engine: the sender's Done, the
 //                         receiver's verdict; plugin: the goodbye at close)
 //   delay=laneN:DURATION  pieces sent on lane N wait DURATION before UCX sees them (plugin)
+//   lane_fail=laneN:K     lane N's endpoint of each send comm fails once the comm has posted K
+//                         data pieces (K=0: before its first), as UCX's error callback marks a
+//                         failed one (plugin; with rail failover the lane moves to another rail)
 //   epoch_skew=N          this process's transfers carry a model epoch N above the one asked
 //   kill_after=DURATION   this process dies by SIGKILL DURATION after its first engine or comm
 //   seed=N                seed of the fault generator (default 1)
@@ -31,6 +34,8 @@ struct FaultSpec {
   double drop = 0, dup = 0, corrupt = 0, reject = 0, loseRemoteDone = 0, stall = 0;
   int delayLane = -1;
   std::chrono::microseconds delay{0};
+  int failLane = -1;       // lane_fail: the lane, and the pieces posted before it fails
+  uint64_t failAfter = 0;
   uint64_t epochSkew = 0;
   std::chrono::microseconds killAfter{0};
   uint64_t seed = 1;
@@ -39,7 +44,7 @@ struct FaultSpec {
     return drop > 0 || dup > 0 || corrupt > 0 || reject > 0 || loseRemoteDone > 0 || stall > 0;
   }
   bool active() const {
-    return onPieces() || delayLane >= 0 || epochSkew > 0 || killAfter.count() > 0;
+    return onPieces() || delayLane >= 0 || failLane >= 0 || epochSkew > 0 || killAfter.count() > 0;
   }
   // The spec in the grammar above, normalized ("none" when inactive).
   std::string describe() const;
@@ -50,7 +55,7 @@ struct FaultParser {
   static Result<FaultSpec> parse(std::string_view s);
   static const char* allowed() {
     return "comma-separated drop=P, dup=P, corrupt=P, reject=P, lose_remote_done=P, stall=P (P in 0..1), "
-           "delay=laneN:DURATION, epoch_skew=N, kill_after=DURATION, seed=N";
+           "delay=laneN:DURATION, lane_fail=laneN:K, epoch_skew=N, kill_after=DURATION, seed=N";
   }
 };
 

@@ -303,6 +303,10 @@ class SendComm final : public Comm, private Ticker {
   // PACT_FAULT stall and corrupt: whether the fault took the piece (held for ever, or a corrupted
   // copy sent in its place).
   bool wireFault(Part* p, ucx::Endpoint& ep);
+  // PACT_FAULT lane_fail: the lane's endpoint is marked failed (as UCX's error callback marks one)
+  // once `posted` is the spec's count of data pieces posted; the comm's next look at its links
+  // reacts as to a real failure (a failover, or the comm fails with its one rail).
+  void failLaneAt(uint64_t posted);
   void startTicking();
   // Completes every piece that is held back (lane queues, retransmissions) as cancelled.
   void dropHeld();
@@ -318,6 +322,7 @@ class SendComm final : public Comm, private Ticker {
   std::array<uint64_t, transport::RailSet::kMax> railBytes_{};
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
+  uint64_t firstPosts_ = 0;     // data pieces posted (first attempts): PACT_FAULT lane_fail
   bool ticker_ = false;
   uint32_t tagSpace_;
   std::shared_ptr<SendCredits> credits_;

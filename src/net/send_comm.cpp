@@ -249,9 +249,28 @@ bool SendComm::wireFault(Part* p, ucx::Endpoint& ep) {
   return false;
 }
 
+void SendComm::failLaneAt(uint64_t posted) {
+  const FaultSpec& f = cfg_.fault;
+  if (f.failLane < 0 || posted != f.failAfter || static_cast<size_t>(f.failLane) >= lanes_.size()) return;
+  const size_t lane = static_cast<size_t>(f.failLane), rail = lanes_.rail(lane);
+  // With failover, as a connection reset: UCX's TCP connections of the lane's rail to the peer are
+  // shut down, so UCX fails the endpoints over them on both sides (its error callbacks mark them);
+  // a comm of one rail (no such connections known) has its lane's endpoint marked failed.
+  int shut = 0;
+  if (rails_.active()) {
+    shut = rails_.shutConnections(rail);
+  } else if (transport::SharedEndpoint& ep = *lanes_.shared(lane); ep.error == UCS_OK) {
+    ep.error = UCS_ERR_CONNECTION_RESET;
+  }
+  PACT_WARN("send comm %p to %s: PACT_FAULT lane_fail: lane %zu (rail %zu) fails after %llu pieces (%d TCP connection(s) shut)",
+            static_cast<void*>(this), peer_.c_str(), lane, rail, static_cast<unsigned long long>(posted), shut);
+}
+
 void SendComm::post(Part* p, ucx::Endpoint& ep) {
   Request* r = p->owner;
-  if (!p->posted) {  // first attempt (a lost one counts: the seal says what the message holds)
+  const bool first = !p->posted;
+  if (first) {  // first attempt (a lost one counts: the seal says what the message holds)
+    if (firstPosts_ == 0) failLaneAt(0);
     p->posted = true;
     ++r->postedPieces;
   }
@@ -268,6 +287,7 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
       }
     }
   }
+  if (first && cfg_.fault.failLane >= 0) failLaneAt(++firstPosts_);
   if (r->seals != 0 && r->postedPieces == r->partCount[0] && !r->sealPart(0).posted) postSeal(r);
 }
 

@@ -161,8 +161,10 @@ int RailSet::reset(size_t r) const {
   // other connections, and shutting them down would take it out on the peer's side too (and so
   // on, back and forth); the failed endpoint's own connection is dead already.
   if (watches_[r]->up()) return 0;
-  return ucx::resetTcpConnections(localIps_[r], peerIps_[r]);
+  return shutConnections(r);
 }
+
+int RailSet::shutConnections(size_t r) const { return ucx::resetTcpConnections(localIps_[r], peerIps_[r]); }
 
 std::string RailSet::name(size_t r) const {
   return "rail " + std::to_string(r) + " (" + watches_[r]->name() + ")";

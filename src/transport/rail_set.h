@@ -61,6 +61,9 @@ class RailSet {
   // what they hold ends now and nothing of it can land later. The number shut down. Only when the
   // probes took it out: an endpoint's failure alone leaves the rail's other connections be.
   int reset(size_t r) const;
+  // UCX's TCP connections over rail r to the peer shut down, whatever the probes say (PACT_FAULT
+  // lane_fail): the number.
+  int shutConnections(size_t r) const;
   // Reads the acknowledgements waiting for this process now (RailProber::drainAcks).
   void drainAcks() const {
     if (prober_) prober_->drainAcks();

@@ -213,8 +213,10 @@ struct Outcome {
 
 // A (pactA) receives `messages` 4 MiB messages, B (pactB) sends them, over the two-rail device on
 // class `tc`. A notes the parent at each count in `reportAt`; `faults` (the parent) strikes then.
+// senderFault: B's PACT_FAULT (empty: none).
 Outcome runWithFaults(const std::string& tc, const StreamSpec& spec, const std::vector<int>& reportAt,
-                      const std::function<void(PeerPair&, ReceiverNotes&)>& faults) {
+                      const std::function<void(PeerPair&, ReceiverNotes&)>& faults,
+                      const std::string& senderFault = {}) {
   PeerPair pair(
       kVersion,
       [&](PeerIo& io) {
@@ -242,6 +244,7 @@ Outcome runWithFaults(const std::string& tc, const StreamSpec& spec, const std::
       },
       [&](PeerIo& io) {
         ScopedEnv env;
+        if (!senderFault.empty()) env.set("PACT_FAULT", senderFault);
         int vdev = -1;
         auto plugin = openOnRails(false, tc, &env, &vdev);
         ASSERT_TRUE(plugin);
@@ -704,6 +707,69 @@ TEST_F(NetnsFailover, AllRailsDownFailsBothSides) {
   expectFailed(a, "receiver");
   expectFailed(b, "sender");
 }
+
+// ---- 7. a lane failing at every point of a message's life ---------------------------------------
+
+// The sender's lane L fails (PACT_FAULT lane_fail=laneL:K: its endpoint is marked failed, as UCX's
+// error callback marks one, once the comm has posted K data pieces) at every K from before the
+// first piece to after the last: before a message's first piece, between its pieces, after its
+// last piece and before it completed (its seal, where the class has one, still to go or on its
+// way), with one and with two messages in flight. Every message arrives once, in its own receive,
+// byte-exact (in order: receive i holds message i), every send completes without an error, and
+// the sender took the lane's rail out (failovers >= 1). Real UCX over the two netns rails: the
+// failure is exact in the order of the comm's posts, and what UCX had taken on the failed
+// endpoint ends through its forced close, as with a real one. No link is touched, so the rail
+// comes back after a timeout (the probes still answer): the recovery is part of every case.
+struct LaneFailCase {
+  std::string name;
+  const char* tc;
+  int messages;
+  int lane;
+  int after;   // data pieces posted before lane `lane` fails
+  int window;  // messages in flight
+};
+
+size_t quarterMiB(int) { return size_t{256} << 10; }
+
+std::vector<LaneFailCase> laneFailCases() {
+  struct Class {
+    const char* name;
+    const char* tc;
+    int messages, lanes, pieces;  // pieces per 256 KiB message
+  };
+  const Class classes[] = {
+      {"Ordered", "", 3, 1, 1},  // one lane on rail 0, one piece per message
+      {"Unordered", "unordered,lanes=2,chunk=64K", 2, 2, 4},
+      {"SealedOrdered", "verify=crc32c,timeout=10s", 3, 1, 1},
+  };
+  std::vector<LaneFailCase> out;
+  for (const Class& c : classes)
+    for (int window = 1; window <= 2; ++window)
+      for (int lane = 0; lane < c.lanes; ++lane)
+        for (int k = 0; k <= c.messages * c.pieces; ++k)
+          out.push_back({std::string(c.name) + "Window" + std::to_string(window) + "Lane" + std::to_string(lane) +
+                             "After" + std::to_string(k),
+                         c.tc, c.messages, lane, k, window});
+  return out;
+}
+
+class NetnsLaneFail : public NetnsFailover, public ::testing::WithParamInterface<LaneFailCase> {};
+
+TEST_P(NetnsLaneFail, EveryMessageOnceInOrder) {
+  const LaneFailCase& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(up({"--pairs", "2"}));
+  const StreamSpec spec{c.messages, quarterMiB, milliseconds(10000), c.window};
+  const std::string fault = "lane_fail=lane" + std::to_string(c.lane) + ":" + std::to_string(c.after);
+  const Outcome o = runWithFaults(
+      c.tc, spec, {},
+      [](PeerPair& pair, ReceiverNotes&) { pair.controlB().sendValue(kNoteDown); },  // armed from the start
+      fault);
+  ASSERT_NO_FATAL_FAILURE(expectCompleted(o, spec, fault.c_str()));
+  EXPECT_GE(o.send.rails.failovers, 1u) << "the failed lane's rail was not taken out";
+}
+
+INSTANTIATE_TEST_SUITE_P(Points, NetnsLaneFail, ::testing::ValuesIn(laneFailCases()),
+                         [](const ::testing::TestParamInfo<LaneFailCase>& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace pact::netns_test

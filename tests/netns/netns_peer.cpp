@@ -148,24 +148,25 @@ void receiveStream(NetPlugin& plugin, void* comm, Channel& peer, const std::stri
   Slots slots(plugin, comm, kMaxMessage + kGuard);
   ASSERT_TRUE(slots.ok());
   Deadline deadline(spec.budget);
+  const int w = std::clamp(spec.window, 1, kWindow);
   void* reqs[kWindow] = {};
   auto post = [&](int i) {
-    HostBuffer& b = *slots.bufs[static_cast<size_t>(i % kWindow)];
+    HostBuffer& b = *slots.bufs[static_cast<size_t>(i % w)];
     std::memset(b.data(), kPoison, b.size());
     void* data = b.data();
     size_t cap = kMaxMessage;
     int tag = kTag;
-    void* mh = slots.regs[static_cast<size_t>(i % kWindow)]->handle();
-    postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, deadline, &reqs[i % kWindow]);
+    void* mh = slots.regs[static_cast<size_t>(i % w)]->handle();
+    postRecv(plugin, comm, 1, &data, &cap, &tag, &mh, deadline, &reqs[i % w]);
   };
-  for (int i = 0; i < std::min(kWindow, spec.messages); ++i) ASSERT_NO_FATAL_FAILURE(post(i));
+  for (int i = 0; i < std::min(w, spec.messages); ++i) ASSERT_NO_FATAL_FAILURE(post(i));
   const uint64_t rx0 = link.empty() ? 0 : linkCounter(link, "rx_bytes");
   ASSERT_NO_FATAL_FAILURE(barrier(peer));  // the sender starts now
   Deadline clock(spec.budget);
   long long last = 0;
   for (int i = 0; i < spec.messages; ++i) {
     const size_t size = spec.size(i);
-    Completion c = waitRequest(plugin, reqs[i % kWindow], deadline);
+    Completion c = waitRequest(plugin, reqs[i % w], deadline);
     ASSERT_NE(c.rc, kTimedOut) << "message " << i << " (" << size << " bytes) not received after "
                                << clock.elapsed().count() << " ms";
     ASSERT_EQ(c.rc, loader::kSuccess) << "test() of the receive of message " << i;
@@ -173,15 +174,15 @@ void receiveStream(NetPlugin& plugin, void* comm, Channel& peer, const std::stri
     const long long now = clock.elapsed().count();
     report->maxGapMs = std::max(report->maxGapMs, now - last);
     last = now;
-    const char* got = slots.bufs[static_cast<size_t>(i % kWindow)]->data();
+    const char* got = slots.bufs[static_cast<size_t>(i % w)]->data();
     ASSERT_EQ(c.sizes[0], static_cast<int>(size))
         << "receive " << i << " got the size of another message (out of order?)";
     ASSERT_TRUE(matchesPattern(got, size, messageSeed(i))) << "message " << i;
     ASSERT_TRUE(isPoison(got + size, kGuard)) << "bytes after message " << i;
     report->bytes += size;
     if (received) received(i + 1);
-    if (i + kWindow < spec.messages) {
-      ASSERT_NO_FATAL_FAILURE(post(i + kWindow));
+    if (i + w < spec.messages) {
+      ASSERT_NO_FATAL_FAILURE(post(i + w));
     }
   }
   report->seconds = static_cast<double>(clock.elapsed().count()) / 1000.0;
@@ -194,30 +195,31 @@ void sendStream(NetPlugin& plugin, void* comm, Channel& peer, const StreamSpec& 
   ASSERT_TRUE(slots.ok());
   ASSERT_NO_FATAL_FAILURE(barrier(peer));
   Deadline deadline(spec.budget);
+  const int w = std::clamp(spec.window, 1, kWindow);
   void* reqs[kWindow] = {};
   auto post = [&](int i) {
-    HostBuffer& b = *slots.bufs[static_cast<size_t>(i % kWindow)];
+    HostBuffer& b = *slots.bufs[static_cast<size_t>(i % w)];
     fillPattern(b.data(), spec.size(i), messageSeed(i));
     postSend(plugin, comm, b.data(), spec.size(i), kTag,
-             slots.regs[static_cast<size_t>(i % kWindow)]->handle(), deadline,
-             &reqs[i % kWindow]);
+             slots.regs[static_cast<size_t>(i % w)]->handle(), deadline,
+             &reqs[i % w]);
   };
-  for (int i = 0; i < std::min(kWindow, spec.messages); ++i) ASSERT_NO_FATAL_FAILURE(post(i));
+  for (int i = 0; i < std::min(w, spec.messages); ++i) ASSERT_NO_FATAL_FAILURE(post(i));
   for (int i = 0; i < spec.messages; ++i) {
     // waitRequest's loop, with the caller's poll between the test() calls.
     int rc = loader::kSuccess;
     int done = 0;
     int sizes[loader::kMaxRecvs];
     for (;;) {
-      rc = plugin.test(reqs[i % kWindow], &done, sizes);
+      rc = plugin.test(reqs[i % w], &done, sizes);
       if (rc != loader::kSuccess || done != 0 || deadline.expired()) break;
       if (poll) poll();
     }
     ASSERT_EQ(rc, loader::kSuccess) << "test() of the isend of message " << i;
     ASSERT_NE(done, 0) << "isend of message " << i << ": test() did not report done within "
                        << deadline.elapsed().count() << " ms";
-    if (i + kWindow < spec.messages) {
-      ASSERT_NO_FATAL_FAILURE(post(i + kWindow));
+    if (i + w < spec.messages) {
+      ASSERT_NO_FATAL_FAILURE(post(i + w));
     }
   }
 }

@@ -99,6 +99,7 @@ struct StreamSpec {
   int messages = kMessages;
   size_t (*size)(int) = messageSize;  // at most kMaxMessage
   std::chrono::milliseconds budget = kStreamBudget;
+  int window = kWindow;  // messages in flight per side, 1 .. kWindow
 };
 uint64_t streamBytes(const StreamSpec& spec = {});
 
@@ -117,7 +118,7 @@ struct StreamReport {
   long long maxGapMs = 0;   // longest wait for one message (a stall shows here)
 };
 
-// Receives the stream, kWindow receives in flight, each checked for size, contents (per-message
+// Receives the stream, spec.window receives in flight, each checked for size, contents (per-message
 // pattern: message i must land in receive i) and an untouched guard after it. `link` (optional):
 // the link whose rx_bytes growth is reported. `received` (optional) is called with the count of
 // messages checked so far after each one: where a test tells the parent how far the stream got.
@@ -125,7 +126,7 @@ void receiveStream(loader::NetPlugin& plugin, void* comm, test::Channel& peer,
                    const std::string& link, StreamReport* report, const StreamSpec& spec = {},
                    const std::function<void(int)>& received = {});
 
-// Sends the stream, kWindow sends in flight. `poll` (optional) is called between test() calls
+// Sends the stream, spec.window sends in flight. `poll` (optional) is called between test() calls
 // while a send is pending: where a test watches the comm (or its parent) during the stream.
 void sendStream(loader::NetPlugin& plugin, void* comm, test::Channel& peer,
                 const StreamSpec& spec = {}, const std::function<void()>& poll = {});

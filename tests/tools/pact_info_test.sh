@@ -15,7 +15,7 @@ expect_error() {  # VAR VALUE EXPECTED_LINE
 expect_error PACT_EPOCH abc "invalid PACT_EPOCH='abc': expected an unsigned 64-bit integer"
 expect_error PACT_TC_1 lanes=0 "invalid PACT_TC_1='lanes=0': 'lanes=0': expected an integer from 1 to 16"
 expect_error PACT_FAULT drop=2 "invalid PACT_FAULT='drop=2': 'drop=2': expected a probability from 0 to 1"
-expect_error PACT_FAULT flood=1 "invalid PACT_FAULT='flood=1': 'flood=1': unknown fault; expected drop, dup, corrupt, reject, lose_remote_done, stall, delay, epoch_skew, kill_after or seed"
+expect_error PACT_FAULT flood=1 "invalid PACT_FAULT='flood=1': 'flood=1': unknown fault; expected drop, dup, corrupt, reject, lose_remote_done, stall, delay, lane_fail, epoch_skew, kill_after or seed"
 expect_error PACT_AUTH_KEY_FILE /nonexistent "invalid PACT_AUTH_KEY_FILE='/nonexistent': cannot read: No such file or directory (expected a readable file of 16 to 4096 bytes (the shared secret), or empty)"
 expect_error PACT_TC_FOO rc "invalid PACT_TC_FOO='rc': 'FOO': expected a class DEFAULT, KV, A2A, CTRL, CKPT or a number from 0 to 255"
 

@@ -79,6 +79,11 @@ INSTANTIATE_TEST_SUITE_P(
         Bad{"PACT_FAULT", "delay=lane0:5",
             "invalid PACT_FAULT='delay=lane0:5': 'delay=lane0:5': expected a duration with unit us, ms "
             "or s (e.g. 200ms)"},
+        Bad{"PACT_FAULT", "lane_fail=lane1",
+            "invalid PACT_FAULT='lane_fail=lane1': 'lane_fail=lane1': expected lane_fail=laneN:K"},
+        Bad{"PACT_FAULT", "lane_fail=lane0:x",
+            "invalid PACT_FAULT='lane_fail=lane0:x': 'lane_fail=lane0:x': expected the pieces posted "
+            "before the lane fails (an unsigned integer)"},
         Bad{"PACT_FAULT", "delay=5ms",
             "invalid PACT_FAULT='delay=5ms': 'delay=5ms': expected delay=laneN:DURATION"},
         Bad{"PACT_FAULT", "seed=x", "invalid PACT_FAULT='seed=x': 'seed=x': expected an unsigned integer seed"},
@@ -97,7 +102,7 @@ INSTANTIATE_TEST_SUITE_P(
             "invalid PACT_FAULT='epoch_skew=-1': 'epoch_skew=-1': expected an unsigned integer"},
         Bad{"PACT_FAULT", "flood=1",
             "invalid PACT_FAULT='flood=1': 'flood=1': unknown fault; expected drop, dup, corrupt, "
-            "reject, lose_remote_done, stall, delay, epoch_skew, kill_after or seed"},
+            "reject, lose_remote_done, stall, delay, lane_fail, epoch_skew, kill_after or seed"},
         Bad{"PACT_AUTH_KEY_FILE", "/nonexistent/pact.key",
             "invalid PACT_AUTH_KEY_FILE='/nonexistent/pact.key': cannot read: No such file or directory "
             "(expected a readable file of 16 to 4096 bytes (the shared secret), or empty)"},
@@ -118,6 +123,13 @@ TEST(Params, FaultSpecParses) {
   EXPECT_EQ(p->fault.seed, 7u);
   EXPECT_EQ(p->fault.describe(), "delay=lane1:250ms,seed=7");
   EXPECT_FALSE(Params::load({})->fault.active());
+  auto lane = Params::load({{"PACT_FAULT", "lane_fail=lane1:6"}});
+  ASSERT_TRUE(lane.ok()) << lane.error().message;
+  EXPECT_TRUE(lane->fault.active());
+  EXPECT_FALSE(lane->fault.onPieces());
+  EXPECT_EQ(lane->fault.failLane, 1);
+  EXPECT_EQ(lane->fault.failAfter, 6u);
+  EXPECT_EQ(lane->fault.describe(), "lane_fail=lane1:6,seed=1");
 }
 
 TEST(Params, FullFaultSpecParsesAndDescribesItself) {
