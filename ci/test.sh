@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite: installs dependencies, builds, checks the docs (ci/docs_check.py), runs
-# every meson suite but lane-sweep (a sweep that still finds open defects: docs/reliability.md,
-# "What is left") against Debian's UCX 1.13 in build/, then against the libucx-cu12 wheel's
-# UCX 1.22 in build-ucx122/, then the Address/UndefinedBehavior sanitizer run of the unit and abi
+# every meson suite (against Debian's UCX 1.13 in build/, then against the libucx-cu12 wheel's
+# UCX 1.22 in build-ucx122/), then the Address/UndefinedBehavior sanitizer run of the unit and abi
 # suites. Ends with one line "N passed, N failed". PACTCI_SKIP_{SETUP,UCX122,ASAN,FUZZ}=1 leave a
 # part out; PACTCI_UCX122_TEST_ARGS narrows the UCX 1.22 run (meson test arguments, e.g.
 # "--suite abi").
@@ -46,7 +45,7 @@ fi
 # Hermetic: loopback only, whatever the host's interfaces.
 export UCX_NET_DEVICES=lo PACT_NET_DEVICES=lo
 
-meson test -C build --print-errorlogs --num-processes 1 --no-suite lane-sweep || status=1
+meson test -C build --print-errorlogs --num-processes 1 || status=1
 took "tests (UCX 1.13)"
 
 # The same suites against NVIDIA's CUDA-enabled UCX 1.22 (the libucx-cu12 wheel that ci/setup.sh
@@ -62,7 +61,7 @@ if [ "${PACTCI_SKIP_UCX122:-0}" != 1 ]; then
       took "build (UCX 1.22)"
       rm -f build-ucx122/meson-logs/testlog.json build-ucx122/python/pytest.xml  # no stale results
       # shellcheck disable=SC2086  # PACTCI_UCX122_TEST_ARGS: extra meson test words, e.g. "--suite abi"
-      meson test -C build-ucx122 --print-errorlogs --num-processes 1 --no-suite lane-sweep ${PACTCI_UCX122_TEST_ARGS:-} || status=1
+      meson test -C build-ucx122 --print-errorlogs --num-processes 1 ${PACTCI_UCX122_TEST_ARGS:-} || status=1
       took "tests (UCX 1.22)"
       ucx122_logs=(build-ucx122/meson-logs/testlog.json)
       [ -f build-ucx122/python/pytest.xml ] && ucx122_logs+=(build-ucx122/python/pytest.xml)

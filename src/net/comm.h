@@ -200,11 +200,14 @@ class Comm {
   // One PACT_FAULT decision: true (and counted) with probability p. No dice: never.
   bool inject(double p) {
     if (!dice_ || !dice_->roll(p)) return false;
+    countFault();
+    return true;
+  }
+  void countFault() {
     counters_.add(telemetry::kCommFaultsInjected);
     class_.addShared(telemetry::kClassFaultsInjected);
     // The process counts too: a lost goodbye happens at close, when the comm's own are gone.
     telemetry::processCounters().addShared(telemetry::kPluginFaultsInjected);
-    return true;
   }
 
   std::shared_ptr<Hub> hub_;
@@ -297,6 +300,7 @@ class SendComm final : public Comm, private Ticker {
   bool keepCopy(const void* data, size_t size, uint32_t tag, uint32_t seq, MemHandle* mh);
   size_t resendKept();
   void tick() override;  // binds waiting pieces to lanes with room, releases held ones
+  void pump();
   // PACT_FAULT drop: whether this attempt of p is lost (then it is sent again later, or the comm
   // fails).
   bool lostAttempt(Part* p);
@@ -323,6 +327,9 @@ class SendComm final : public Comm, private Ticker {
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
   uint64_t firstPosts_ = 0;     // data pieces posted (first attempts): PACT_FAULT lane_fail
+  // The lanes' wire-up ended (Lanes::wiredUp; waited for with rail failover). Until then the comm
+  // ticks, so the first pieces go whichever comm of the device is tested.
+  bool lanesWired_ = false;
   bool ticker_ = false;
   uint32_t tagSpace_;
   std::shared_ptr<SendCredits> credits_;
@@ -367,6 +374,12 @@ class RecvComm final : public Comm {
   // Marks the receives UCX still holds on rail as stranded (Request::settled): a message whose
   // pieces all landed on other rails is reported without waiting for them.
   void strand(int rail);
+  // Copies of r's pieces cancelled because another copy landed, that UCX has not ended within
+  // kOvertakenBound: a rendezvous matched on a connection that failed while this side's rails
+  // stayed in (the sender's endpoint failed, its probes still answer). UCX 1.13 never ends such a
+  // receive and a cancel cannot reach it. The rail's TCP connections to the peer are shut (so
+  // nothing of it can land later) and the copy is stranded: the message is reported without it.
+  void strandOvertaken(Request* r);
   // Posts the receive of part p (one rail of one piece, or a seal) into [data, data + size).
   void postPart(Part* p, void* data, size_t size);
   // Every copy of buffer b's piece k posted again (its check did not match): the part count and

@@ -5,6 +5,7 @@
 // hook); pieces whose check failed are posted again and asked for.
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "common/log.h"
 #include "net/comm.h"
@@ -196,6 +197,31 @@ void RecvComm::partDone(Part* p) {
                                     " of a message (PACT_FAULT reject)");
 }
 
+void RecvComm::strandOvertaken(Request* r) {
+  // Long enough for a healthy rendezvous already under way to finish (a 4 MiB piece at 100 Mbit/s
+  // takes a third of a second), short against a message's deadline.
+  const auto bound = std::max<std::chrono::microseconds>(4 * rails_.timeout(), std::chrono::milliseconds(400));
+  std::optional<TimePoint> t;
+  unsigned shut = 0;  // rails whose connections were shut here
+  for (Part& p : r->parts) {
+    if (p.overtakenAt == TimePoint{} || p.done || p.stranded) continue;
+    if (!t) t = now();
+    if (*t - p.overtakenAt < bound) continue;
+    if (!(shut & (1u << p.rail))) {
+      shut |= 1u << p.rail;
+      const int n = rails_.shutConnections(p.rail);
+      PACT_WARN("recv comm %p from %s: a copy of piece %u on %s was overtaken by another rail's %lld ms "
+                "ago and UCX has not ended it (a rendezvous on a connection that failed); %d TCP "
+                "connection(s) on that rail shut, the copy left to UCX",
+                static_cast<void*>(this), peer_.c_str(), p.piece, rails_.name(p.rail).c_str(),
+                static_cast<long long>(std::chrono::duration_cast<std::chrono::milliseconds>(*t - p.overtakenAt).count()),
+                n);
+    }
+    p.stranded = true;
+    ++r->stranded;
+  }
+}
+
 void RecvComm::cancel(Part& p) {
   if (p.done || p.canceled || p.ucxRequest == nullptr) return;
   p.canceled = true;
@@ -210,9 +236,12 @@ void RecvComm::progressComm(Request* r) {
     // A piece (or seal) landed on one rail: its copies posted on the other rails will never match.
     for (size_t i = 0; i < r->parts.size(); ++i) {
       Part& p = r->parts[i];
-      if (!p.done && !p.canceled && r->landed(p.buffer, p.piece) != nullptr)
+      if (!p.done && !p.canceled && r->landed(p.buffer, p.piece) != nullptr) {
         cancel(p);
+        if (rails_.active()) p.overtakenAt = now();
+      }
     }
+    if (rails_.active()) strandOvertaken(r);
   }
   // Once a buffer's last piece has landed, receives posted past it will never match: cancel them.
   for (int b = 0; b < r->nbuffers; ++b) {

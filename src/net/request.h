@@ -72,6 +72,9 @@ struct Part : transport::LanePiece {
   // Receive side: UCX still had it when its rail went out (rail failover). UCX 1.22 never ends a
   // rendezvous receive matched on a connection that was reset, and a cancel cannot reach it.
   bool stranded = false;
+  // Receive side: when it was cancelled because another rail's copy of its piece landed (a rail
+  // failover sent the piece again); zero otherwise. RecvComm::strandOvertaken watches it.
+  TimePoint overtakenAt{};
   bool seal = false;           // the message's seal (transport/seal.h), not one of its pieces
   bool posted = false;         // send side: handed to UCX at least once (or lost on the way)
   // Send side: sent again after a rail failover, in a request UCX allocates (the part's own

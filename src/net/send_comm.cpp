@@ -61,6 +61,9 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
     lanes_.add(std::move(ep.value()), static_cast<uint8_t>(r));
   }
   lanes_.countAs("send comm to " + peer_, counters_.labels(), dev().railNames(), counters_.id());
+  if (rails_.active()) lanes_.awaitWireUp();
+  lanesWired_ = lanes_.wiredUp();
+  if (!lanesWired_) startTicking();  // the first pieces go once the wire-up ended (tick)
   return Status::kOk;
 }
 
@@ -261,7 +264,9 @@ void SendComm::failLaneAt(uint64_t posted) {
     shut = rails_.shutConnections(rail);
   } else if (transport::SharedEndpoint& ep = *lanes_.shared(lane); ep.error == UCS_OK) {
     ep.error = UCS_ERR_CONNECTION_RESET;
+    shut = -1;  // nothing to shut: marked
   }
+  if (shut != 0) countFault();  // counted only when it did something
   PACT_WARN("send comm %p to %s: PACT_FAULT lane_fail: lane %zu (rail %zu) fails after %llu pieces (%d TCP connection(s) shut)",
             static_cast<void*>(this), peer_.c_str(), lane, rail, static_cast<unsigned long long>(posted), shut);
 }
@@ -328,6 +333,10 @@ void SendComm::postSeal(Request* r) {
     return;
   }
   sendPart(&s, ep, s.data, nullptr);
+}
+
+void SendComm::pump() {
+  lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
 }
 
 void SendComm::dispatch(Part* p) {
@@ -478,6 +487,18 @@ void SendComm::applyVerdict(const wire::Verdict& v) {
 }
 
 void SendComm::tick() {
+  if (!lanesWired_) {
+    if (!lanes_.wiredUp()) return;
+    lanesWired_ = true;
+    if (!ticking() && !rails_.active() && !lanes_.gated()) {  // nothing else needs the ticks
+      pump();
+      if (lanes_.idle()) {
+        ticker_ = false;
+        dev().removeTicker(this);
+      }
+      return;
+    }
+  }
   if (rails_.active()) {
     checkRails();
     if (kept_.size() != 0 && kept_.pruneDueAt(now())) {  // an idle comm lets its copies go too
@@ -498,7 +519,7 @@ void SendComm::tick() {
       }
     }
   }
-  lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
+  pump();
   if (lanes_.gated()) counters_.set(telemetry::kPriorityHolds, lanes_.holds());
   if (retransmit_.empty()) return;
   const auto t = now();

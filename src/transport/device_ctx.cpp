@@ -78,6 +78,7 @@ Result<std::shared_ptr<SharedEndpoint>> DeviceCtx::endpoint(size_t rail, size_t 
     return ep.error();
   }
   owned->ep = std::move(ep.value());
+  owned->wiring = owned->ep.flushLater();
   counters_.add(telemetry::kLiveEndpoints);
   std::shared_ptr<SharedEndpoint> shared(owned.release(),
                                          [this, key](SharedEndpoint* e) { retire(e, key); });
@@ -97,16 +98,21 @@ void DeviceCtx::retire(SharedEndpoint* ep, const std::string& key) {
   counters_.sub(telemetry::kLiveEndpoints);
   if (auto it = endpoints_.find(key); it != endpoints_.end() && it->second.expired())
     endpoints_.erase(it);
-  std::unique_ptr<SharedEndpoint> owned(ep);
-  ucx::Pending close = ep->ep.closeLater(ep->failed() || ep->forceClose);
-  if (close.done()) return;  // closed at once
+  // Its wire-up flush no longer matters: freed now, while the worker lives (UCX releases it when
+  // it ends; an endpoint whose close is given up outlives the workers).
+  ep->wiring = ucx::Pending();
   counters_.add(telemetry::kClosingEndpoints);
-  closing_.push_back(Closing{std::move(owned), std::move(close), now() + kCloseBound});
+  closing_.push_back(Closing{std::unique_ptr<SharedEndpoint>(ep), {}, {}, false});
 }
 
 void DeviceCtx::reapClosing() {
   const auto t = now();
   std::erase_if(closing_, [&](Closing& c) {
+    if (!c.started) {
+      c.close = c.ep->ep.closeLater(c.ep->failed() || c.ep->forceClose);
+      c.deadline = t + kCloseBound;
+      c.started = true;
+    }
     const bool finished = c.close.done();
     if (!finished && t < c.deadline) return false;
     if (!finished) {

@@ -98,20 +98,33 @@ class DeviceCtx {
   unsigned progress() {
     unsigned n = 0;
     for (auto& r : rails_) n += r->worker.progress();
-    for (Ticker* t : tickers_) t->tick();
+    for (size_t i = 0; i < tickers_.size(); ++i)  // a tick may add or remove tickers
+      if (Ticker* t = tickers_[i]) t->tick();
+    if (tickersRemoved_) {
+      std::erase(tickers_, nullptr);
+      tickersRemoved_ = false;
+    }
     if (!closing_.empty()) reapClosing();
     return n;
   }
   void addTicker(Ticker* t) { tickers_.push_back(t); }
-  void removeTicker(Ticker* t) { std::erase(tickers_, t); }
+  // Also from inside a tick (its own): the slot is emptied now, dropped after the pass.
+  void removeTicker(Ticker* t) {
+    for (Ticker*& x : tickers_)
+      if (x == t) x = nullptr;
+    tickersRemoved_ = true;
+  }
   // Every rail's worker address, in rail order (what the peer needs to reach each rail).
   std::vector<std::vector<uint8_t>> addresses() const;
 
   // The endpoint from `rail` of this context to the peer worker at `remote`, for lane `lane`:
   // shared by every caller asking for the same three while one holds it (a failed one is
-  // replaced by a new one). Releasing the last reference starts a background close (a flush, or
-  // forced when the endpoint failed), which progress() carries out; closes still running after
-  // the bound are given up (counted, logged). Device mutex must be held, also for the release.
+  // replaced by a new one). Releasing the last reference hands it to a background close (a flush,
+  // or forced when the endpoint failed) that the next progress() starts and carries out: never
+  // inside UCX's progress, where the last reference may go (a send's completion releasing what it
+  // held) and UCX, handling that endpoint's failure, still uses it after our close freed it (UCX
+  // 1.22: SIGSEGV in ucp_stream_ep_cleanup). Closes still running after the bound are given up
+  // (counted, logged). Device mutex must be held, also for the release.
   Result<std::shared_ptr<SharedEndpoint>> endpoint(size_t rail, size_t lane,
                                                    const std::vector<uint8_t>& remote);
   // An endpoint from `rail` to the peer worker at `remote` with one owner (the engine's lanes to a
@@ -149,13 +162,15 @@ class DeviceCtx {
   struct Closing {
     std::unique_ptr<SharedEndpoint> ep;  // UCX's error callback may still name it
     ucx::Pending close;
-    TimePoint deadline;
+    TimePoint deadline{};  // the close's bound, from its start
+    bool started = false;  // the close starts in progress(), after the workers' progress returned
   };
   void retire(SharedEndpoint* ep, const std::string& key);
   void reapClosing();
 
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<Ticker*> tickers_;
+  bool tickersRemoved_ = false;
   // Declared after the rails: destroyed first, while the workers still exist.
   std::unordered_map<std::string, std::weak_ptr<SharedEndpoint>> endpoints_;
   std::vector<Closing> closing_;

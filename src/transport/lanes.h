@@ -109,6 +109,17 @@ class Lanes {
   template <typename Post>
   void pump(Post&& post);
   bool idle() const { return waiting_.empty(); }
+  // From now until every lane's endpoint was wired up (SharedEndpoint::wiredUp), pieces wait (a
+  // comm with rail failover: a rail that fails at once then fails over, where UCX 1.13 would
+  // abort a connection failing with sends queued behind its wire-up). Once wired, it stays (a
+  // lane moved to a new endpoint by failover does not wait again).
+  void awaitWireUp() { wired_ = false; }
+  bool wiredUp() {
+    if (wired_) return true;
+    for (auto& l : lanes_)
+      if (!l.ep->wiredUp()) return false;
+    return wired_ = true;
+  }
   // A piece finished (any status, sent or given back unsent): uncharge its lane and the gate and
   // update the throughput estimate.
   void completed(const LanePiece& p) {
@@ -199,6 +210,7 @@ class Lanes {
   int priority_ = 0;
   uint64_t holds_ = 0;
   std::unique_ptr<Counting> counting_;  // countAs()
+  bool wired_ = true;      // every lane's endpoint was wired up, or nothing waits for it (wiredUp)
   bool standing_ = false;  // standing back for a higher class now
   TimePoint lastTrickle_{};  // the last piece bound while a higher class had work
 };
@@ -240,7 +252,7 @@ void Lanes::dispatch(LanePiece* p, Post&& post) {
   // UCX endpoint, which over tcp moves 40% slower than 8 (docs/performance.md, "unordered").
   work_ += p->size;
   if (gate_) gate_->add(priority_, static_cast<int64_t>(p->size));
-  if (lanes_.size() == 1 && cfg_.ordered && waiting_.empty() && !standBack()) {
+  if (lanes_.size() == 1 && cfg_.ordered && waiting_.empty() && !standBack() && wiredUp()) {
     bind(p, 0, post);
     return;
   }
@@ -250,8 +262,10 @@ void Lanes::dispatch(LanePiece* p, Post&& post) {
 
 template <typename Post>
 void Lanes::pump(Post&& post) {
+  if (!wiredUp()) return;
   while (!waiting_.empty() && !standBack()) {
-    const size_t i = choose(waiting_.front()->size);
+    // An ordered channel's one lane takes every message at once (as dispatch does).
+    const size_t i = lanes_.size() == 1 && cfg_.ordered ? 0 : choose(waiting_.front()->size);
     if (i == lanes_.size()) break;  // every lane is full: wait for completions
     LanePiece* p = waiting_.front();
     waiting_.pop_front();
