@@ -158,7 +158,7 @@ void Routes::checkRails(Peer& p) {
     }
     if (back & (1u << r))
       PACT_WARN("engine %s: peer %s: %s back after %lld ms out: %s", name_.c_str(), p.name.c_str(),
-                p.rails.name(r).c_str(), static_cast<long long>(p.rails.downTime(r).count() / 1000),
+                p.rails.name(r).c_str(), static_cast<long long>(p.rails.lastOutage(r).count()),
                 moved.empty() ? "no lane returns to it" : moved.c_str());
   }
 }

@@ -161,7 +161,7 @@ void RecvComm::checkRails() {
     }
     if (back & (1u << r))
       PACT_WARN("recv comm %p from %s: %s back after %lld ms out", static_cast<void*>(this), peer_.c_str(),
-                rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000));
+                rails_.name(r).c_str(), static_cast<long long>(rails_.lastOutage(r).count()));
   }
   if (rails_.anyAnswering()) return;  // none usable but some answering: endpoints failed, suspended a moment
   failPeer(Status::kRemoteError, telemetry::ErrorKind::kPeerLost, "every rail from the peer is out: " + rails_.causes());

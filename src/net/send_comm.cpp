@@ -155,7 +155,7 @@ void SendComm::checkRails() {
     }
     if (back & (1u << r))
       PACT_WARN("send comm %p to %s: %s back after %lld ms out: %s", static_cast<void*>(this), peer_.c_str(),
-                rails_.name(r).c_str(), static_cast<long long>(rails_.downTime(r).count() / 1000),
+                rails_.name(r).c_str(), static_cast<long long>(rails_.lastOutage(r).count()),
                 moved.empty() ? "no lane returns to it" : moved.c_str());
   }
 }

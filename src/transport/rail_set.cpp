@@ -65,6 +65,7 @@ RailSet::RailSet(DeviceCtx& dev, std::shared_ptr<RailProber> prober,
   }
   suspendedUntil_.assign(n, TimePoint{});
   outAtNs_.assign(n, 0);
+  lastOutageUs_.assign(n, 0);
 }
 
 bool RailSet::anyUsable() const { return usableCount() != 0; }
@@ -114,7 +115,8 @@ std::pair<unsigned, unsigned> RailSet::changes() {
   if (!traceOwner_.empty()) traceChanges(out, back, t);
   for (size_t r = 0; r < watches_.size(); ++r) {
     if ((back & (1u << r)) && outAtNs_[r] != 0) {
-      backOutageUs_ += (t - outAtNs_[r]) / 1000;
+      lastOutageUs_[r] = (t - outAtNs_[r]) / 1000;
+      backOutageUs_ += lastOutageUs_[r];
       outAtNs_[r] = 0;
     }
     if (out & (1u << r)) outAtNs_[r] = t;

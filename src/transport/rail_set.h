@@ -88,6 +88,11 @@ class RailSet {
   void trace(const std::string& owner, size_t maxKept);
   // The outages of the rails the last changes() found back, summed (us).
   uint64_t backOutageUs() const { return backOutageUs_; }
+  // How long this set had rail r out, up to the changes() that found it back: its watch's down
+  // time, or a suspension (an endpoint failed while the probes answered), which the watch never saw.
+  std::chrono::milliseconds lastOutage(size_t r) const {
+    return std::chrono::milliseconds(r < lastOutageUs_.size() ? lastOutageUs_[r] / 1000 : 0);
+  }
   // "rail 1 (10.77.1.2:40123)", for log lines.
   std::string name(size_t r) const;
   // Why rail r is out: "no probe answered and no data for 100ms" or "an endpoint failed".
@@ -102,6 +107,7 @@ class RailSet {
   std::vector<std::string> localIps_, peerIps_;  // each rail's ends
   unsigned seenOut_ = 0;  // rails this comm has taken as out
   std::vector<uint64_t> outAtNs_;  // per rail: when this set took it out (monotonic ns; 0: in)
+  std::vector<uint64_t> lastOutageUs_;  // per rail: its last outage, once back
   uint64_t backOutageUs_ = 0;
   // trace(): the owner, its track, the timeline's bound; per rail, why it went out.
   std::string traceOwner_;
