@@ -300,7 +300,6 @@ class SendComm final : public Comm, private Ticker {
   bool keepCopy(const void* data, size_t size, uint32_t tag, uint32_t seq, MemHandle* mh);
   size_t resendKept();
   void tick() override;  // binds waiting pieces to lanes with room, releases held ones
-  void pump();
   // PACT_FAULT drop: whether this attempt of p is lost (then it is sent again later, or the comm
   // fails).
   bool lostAttempt(Part* p);
@@ -327,9 +326,6 @@ class SendComm final : public Comm, private Ticker {
   std::vector<std::pair<TimePoint, Part*>> retransmit_;  // lost attempts and when to resend
   std::vector<Part*> stalled_;  // PACT_FAULT stall: pieces never sent
   uint64_t firstPosts_ = 0;     // data pieces posted (first attempts): PACT_FAULT lane_fail
-  // The lanes' wire-up ended (Lanes::wiredUp; waited for with rail failover). Until then the comm
-  // ticks, so the first pieces go whichever comm of the device is tested.
-  bool lanesWired_ = false;
   bool ticker_ = false;
   uint32_t tagSpace_;
   std::shared_ptr<SendCredits> credits_;

@@ -61,9 +61,8 @@ Status SendComm::connectLanes(const std::vector<std::vector<uint8_t>>& remoteRai
     lanes_.add(std::move(ep.value()), static_cast<uint8_t>(r));
   }
   lanes_.countAs("send comm to " + peer_, counters_.labels(), dev().railNames(), counters_.id());
+  // Failover comms tick (setRails): their first pieces go from tick() once the wire-up ended.
   if (rails_.active()) lanes_.awaitWireUp();
-  lanesWired_ = lanes_.wiredUp();
-  if (!lanesWired_) startTicking();  // the first pieces go once the wire-up ended (tick)
   return Status::kOk;
 }
 
@@ -275,7 +274,7 @@ void SendComm::post(Part* p, ucx::Endpoint& ep) {
   Request* r = p->owner;
   const bool first = !p->posted;
   if (first) {  // first attempt (a lost one counts: the seal says what the message holds)
-    if (firstPosts_ == 0) failLaneAt(0);
+    if (firstPosts_ == 0 && cfg_.fault.failLane >= 0) failLaneAt(0);
     p->posted = true;
     ++r->postedPieces;
   }
@@ -333,10 +332,6 @@ void SendComm::postSeal(Request* r) {
     return;
   }
   sendPart(&s, ep, s.data, nullptr);
-}
-
-void SendComm::pump() {
-  lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
 }
 
 void SendComm::dispatch(Part* p) {
@@ -487,18 +482,6 @@ void SendComm::applyVerdict(const wire::Verdict& v) {
 }
 
 void SendComm::tick() {
-  if (!lanesWired_) {
-    if (!lanes_.wiredUp()) return;
-    lanesWired_ = true;
-    if (!ticking() && !rails_.active() && !lanes_.gated()) {  // nothing else needs the ticks
-      pump();
-      if (lanes_.idle()) {
-        ticker_ = false;
-        dev().removeTicker(this);
-      }
-      return;
-    }
-  }
   if (rails_.active()) {
     checkRails();
     if (kept_.size() != 0 && kept_.pruneDueAt(now())) {  // an idle comm lets its copies go too
@@ -519,7 +502,7 @@ void SendComm::tick() {
       }
     }
   }
-  pump();
+  lanes_.pump([this](transport::LanePiece* q, ucx::Endpoint& ep) { post(static_cast<Part*>(q), ep); });
   if (lanes_.gated()) counters_.set(telemetry::kPriorityHolds, lanes_.holds());
   if (retransmit_.empty()) return;
   const auto t = now();

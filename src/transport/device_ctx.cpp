@@ -78,7 +78,6 @@ Result<std::shared_ptr<SharedEndpoint>> DeviceCtx::endpoint(size_t rail, size_t 
     return ep.error();
   }
   owned->ep = std::move(ep.value());
-  owned->wiring = owned->ep.flushLater();
   counters_.add(telemetry::kLiveEndpoints);
   std::shared_ptr<SharedEndpoint> shared(owned.release(),
                                          [this, key](SharedEndpoint* e) { retire(e, key); });

@@ -98,22 +98,12 @@ class DeviceCtx {
   unsigned progress() {
     unsigned n = 0;
     for (auto& r : rails_) n += r->worker.progress();
-    for (size_t i = 0; i < tickers_.size(); ++i)  // a tick may add or remove tickers
-      if (Ticker* t = tickers_[i]) t->tick();
-    if (tickersRemoved_) {
-      std::erase(tickers_, nullptr);
-      tickersRemoved_ = false;
-    }
+    for (Ticker* t : tickers_) t->tick();
     if (!closing_.empty()) reapClosing();
     return n;
   }
   void addTicker(Ticker* t) { tickers_.push_back(t); }
-  // Also from inside a tick (its own): the slot is emptied now, dropped after the pass.
-  void removeTicker(Ticker* t) {
-    for (Ticker*& x : tickers_)
-      if (x == t) x = nullptr;
-    tickersRemoved_ = true;
-  }
+  void removeTicker(Ticker* t) { std::erase(tickers_, t); }
   // Every rail's worker address, in rail order (what the peer needs to reach each rail).
   std::vector<std::vector<uint8_t>> addresses() const;
 
@@ -170,7 +160,6 @@ class DeviceCtx {
 
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<Ticker*> tickers_;
-  bool tickersRemoved_ = false;
   // Declared after the rails: destroyed first, while the workers still exist.
   std::unordered_map<std::string, std::weak_ptr<SharedEndpoint>> endpoints_;
   std::vector<Closing> closing_;
