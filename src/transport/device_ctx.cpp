@@ -78,6 +78,9 @@ Result<std::shared_ptr<SharedEndpoint>> DeviceCtx::endpoint(size_t rail, size_t 
     return ep.error();
   }
   owned->ep = std::move(ep.value());
+  // Its wire-up flush, from the start: a comm that waits for it (Lanes::awaitWireUp) on an
+  // endpoint made long before finds it ended, even when the peer progresses nothing now.
+  owned->wiring = owned->ep.flushLater();
   counters_.add(telemetry::kLiveEndpoints);
   std::shared_ptr<SharedEndpoint> shared(owned.release(),
                                          [this, key](SharedEndpoint* e) { retire(e, key); });

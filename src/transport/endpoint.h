@@ -17,15 +17,13 @@ struct SharedEndpoint {
   // A user let go with operations still in flight or its peer gone: the last release closes
   // forcibly (what UCX still holds on it fails) rather than waiting for a flush.
   bool forceClose = false;
-  // A flush that ends once UCX has wired the endpoint up, started by a user that waits for it
-  // (Lanes::awaitWireUp): UCX 1.13 aborts when a connection fails while its wire-up messages wait
-  // behind the first sends (wireup_ep.c:241).
+  // A shared endpoint's first flush (DeviceCtx::endpoint): it ends once UCX has wired the
+  // endpoint up. A comm that waits for it sends nothing before (Lanes::awaitWireUp): UCX 1.13
+  // aborts when a connection fails while its wire-up messages wait behind the first sends
+  // (wireup_ep.c:241).
   ucx::Pending wiring;
   bool wired = false;
   bool failed() const { return error != UCS_OK; }
-  void startWiring() {
-    if (!wired) wiring = ep.flushLater();
-  }
   bool wiredUp() {
     if (!wired && (failed() || wiring.done())) wired = true;  // a failed one: its sends fail over
     return wired;

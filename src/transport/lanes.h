@@ -113,10 +113,7 @@ class Lanes {
   // comm with rail failover: a rail that fails at once then fails over, where UCX 1.13 would
   // abort a connection failing with sends queued behind its wire-up). Once wired, it stays (a
   // lane moved to a new endpoint by failover does not wait again).
-  void awaitWireUp() {
-    wired_ = false;
-    for (auto& l : lanes_) l.ep->startWiring();
-  }
+  void awaitWireUp() { wired_ = false; }
   bool wiredUp() {
     if (wired_) return true;
     for (auto& l : lanes_)
