@@ -264,8 +264,7 @@ template <typename Post>
 void Lanes::pump(Post&& post) {
   if (!wiredUp()) return;
   while (!waiting_.empty() && !standBack()) {
-    // An ordered channel's one lane takes every message at once (as dispatch does).
-    const size_t i = lanes_.size() == 1 && cfg_.ordered ? 0 : choose(waiting_.front()->size);
+    const size_t i = choose(waiting_.front()->size);
     if (i == lanes_.size()) break;  // every lane is full: wait for completions
     LanePiece* p = waiting_.front();
     waiting_.pop_front();
