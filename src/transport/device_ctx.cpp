@@ -105,6 +105,7 @@ void DeviceCtx::retire(SharedEndpoint* ep, const std::string& key) {
   ep->wiring = ucx::Pending();
   counters_.add(telemetry::kClosingEndpoints);
   closing_.push_back(Closing{std::unique_ptr<SharedEndpoint>(ep), {}, {}, false});
+  if (!inProgress_) reapClosing();  // outside UCX's progress: the close starts now
 }
 
 void DeviceCtx::reapClosing() {

@@ -97,7 +97,9 @@ class DeviceCtx {
   // Inline: test() calls it on every spin.
   unsigned progress() {
     unsigned n = 0;
+    inProgress_ = true;
     for (auto& r : rails_) n += r->worker.progress();
+    inProgress_ = false;
     for (Ticker* t : tickers_) t->tick();
     if (!closing_.empty()) reapClosing();
     return n;
@@ -109,12 +111,13 @@ class DeviceCtx {
 
   // The endpoint from `rail` of this context to the peer worker at `remote`, for lane `lane`:
   // shared by every caller asking for the same three while one holds it (a failed one is
-  // replaced by a new one). Releasing the last reference hands it to a background close (a flush,
-  // or forced when the endpoint failed) that the next progress() starts and carries out: never
-  // inside UCX's progress, where the last reference may go (a send's completion releasing what it
-  // held) and UCX, handling that endpoint's failure, still uses it after our close freed it (UCX
-  // 1.22: SIGSEGV in ucp_stream_ep_cleanup). Closes still running after the bound are given up
-  // (counted, logged). Device mutex must be held, also for the release.
+  // replaced by a new one). Releasing the last reference starts a background close (a flush, or
+  // forced when the endpoint failed) at once, or in the next progress() when the release comes
+  // inside UCX's progress (a send's completion letting go): UCX, failing that endpoint, still uses
+  // it after a close started there freed it (UCX 1.22: SIGSEGV in ucp_stream_ep_cleanup), while
+  // deferring every close makes UCX 1.13 abort a later one ("got REP message": abi
+  // CloseSendWithPendingSends). Closes still running after the bound are given up (counted,
+  // logged). Device mutex must be held, also for the release.
   Result<std::shared_ptr<SharedEndpoint>> endpoint(size_t rail, size_t lane,
                                                    const std::vector<uint8_t>& remote);
   // An endpoint from `rail` to the peer worker at `remote` with one owner (the engine's lanes to a
@@ -160,6 +163,7 @@ class DeviceCtx {
 
   std::vector<std::unique_ptr<Rail>> rails_;
   std::vector<Ticker*> tickers_;
+  bool inProgress_ = false;  // inside the workers' progress: a released endpoint's close waits
   // Declared after the rails: destroyed first, while the workers still exist.
   std::unordered_map<std::string, std::weak_ptr<SharedEndpoint>> endpoints_;
   std::vector<Closing> closing_;
